@@ -1,0 +1,226 @@
+"""The `cosched` command line. The only place that prints or exits.
+
+Every error cosched raises on purpose is a `CoschedError`; here it becomes one
+line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from cosched.errors import CoschedError
+from cosched.replay.study import (
+    DEFAULT_WORKLOAD,
+    StudyResult,
+    cluster_for,
+    cut,
+    load_workload,
+    parse_policy_sets,
+    run_study,
+)
+
+DEFAULT_COMPARISON = "fcfs:easy,fcfs:easy:actual,sjf:easy,sjf:easy:actual,wfp3:easy,f1:easy"
+SUMMARY_COLUMNS = ("jobs", "mean_wait", "mean_response", "mean_bsld", "bsld_p99", "utilization", "mean_queue_length")
+PROGRESS_MIN_JOBS = 20000
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, like every other error here."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _whole(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _non_negative(text: str) -> int:
+    return _whole(text, 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cosched", description="HPC scheduling and co-scheduling, live or replayed.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    rp = commands.add_parser(
+        "replay",
+        help="replay a workload through the scheduler in simulated time",
+        description="Replay an SWF trace (or a generated workload) through the scheduling core.",
+    )
+    rp.add_argument(
+        "trace",
+        nargs="?",
+        default=None,
+        help=f"SWF file (.swf or .swf.gz), or lublin[:JOBS[:PROCS[:LOAD]]]; default: {DEFAULT_WORKLOAD}",
+    )
+    rp.add_argument("--queue", default="fcfs", help="queue policy (fcfs, sjf, wfp3, f1, ... or module:Class)")
+    rp.add_argument("--backfill", default="easy", help="backfill policy (none, easy, conservative)")
+    rp.add_argument(
+        "--estimate",
+        default="requested",
+        help="runtime estimate for backfilling: requested, actual (EASY-AR), or module:Class",
+    )
+    rp.add_argument("--placement", default="first-fit", help="placement policy")
+    rp.add_argument(
+        "--compare",
+        nargs="?",
+        const=DEFAULT_COMPARISON,
+        default=None,
+        metavar="SETS",
+        help=f"run several queue:backfill[:estimate] sets side by side (default set: {DEFAULT_COMPARISON})",
+    )
+    rp.add_argument(
+        "--allocation", default="core", choices=("core", "node"), help="jobs take any free cores, or whole nodes"
+    )
+    rp.add_argument("--procs", type=_positive, help="cluster size in processors (overrides the header)")
+    rp.add_argument("--start", type=_non_negative, default=0, help="first job of the window (0-based)")
+    rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
+    rp.add_argument("--samples", type=_positive, help="replay K random windows of --length jobs")
+    rp.add_argument("--seed", type=int, default=1, help="seed for sampling and generated workloads")
+    rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines")
+    rp.add_argument(
+        "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
+    )
+    rp.add_argument("--validate", action="store_true", help="check every scheduling step (slower)")
+    rp.add_argument("--out", type=Path, help="write jobs.csv, summary.json and PNG plots here")
+    rp.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG plots")
+    rp.add_argument("--json", action="store_true", help="print the summary as JSON")
+    rp.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: on a terminal, for long replays)",
+    )
+    rp.set_defaults(handler=_replay)
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    trace = load_workload(
+        args.trace, seed=args.seed, lenient=args.lenient, drop_cancelled=args.drop_cancelled, procs=args.procs
+    )
+    cluster = cluster_for(trace, args.allocation, args.procs)
+    sequences = cut(trace, start=args.start, length=args.length, samples=args.samples, seed=args.seed)
+    sets = parse_policy_sets(args.compare or f"{args.queue}:{args.backfill}:{args.estimate}")
+    for policy_set in sets:
+        policy_set.placement = args.placement
+
+    if not args.json:
+        print(
+            f"{trace.name}: {len(trace)} jobs on {cluster.nodes} nodes x {cluster.cores_per_node} cores "
+            f"({cluster.allocation.value} allocation)",
+            file=sys.stderr,
+        )
+        for line in trace.report.lines_out():
+            print(f"  {line}", file=sys.stderr)
+
+    total = sum(len(s) for s in sequences) * len(sets)
+    show = args.progress if args.progress is not None else sys.stderr.isatty() and total >= PROGRESS_MIN_JOBS
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="job", file=sys.stderr, leave=False)
+    try:
+        results = run_study(sequences, cluster, sets, validate=args.validate, progress=bar.update if bar else None)
+    finally:
+        if bar is not None:
+            bar.close()
+
+    payload = _payload(results, trace.name, len(sequences))
+    if args.out:
+        _write_outputs(args.out, results, payload, cluster.cores, plots=not args.no_plots)
+    if args.json:
+        print(json.dumps(payload, indent=2, default=float))
+    else:
+        print(_table(results, len(sequences)))
+        if args.out:
+            print(f"wrote {args.out}/", file=sys.stderr)
+    return 0
+
+
+def _payload(results: Sequence[StudyResult], name: str, samples: int) -> dict[str, object]:
+    return {
+        "workload": name,
+        "samples": samples,
+        "results": {
+            r.label: {
+                "per_sample": [s.as_dict() for s in r.summaries],
+                "aggregate": r.aggregate(),
+                "rejected": sum(len(run.rejected) for run in r.runs),
+                "replay_seconds": r.seconds,
+            }
+            for r in results
+        },
+    }
+
+
+def _table(results: Sequence[StudyResult], samples: int) -> str:
+    from cosched.report import format_table
+
+    rows = []
+    for r in results:
+        agg = r.aggregate()
+        row: dict[str, object] = {"policies": r.label}
+        for column in SUMMARY_COLUMNS:
+            if column == "jobs":
+                row[column] = r.jobs
+            elif samples > 1:
+                row[column] = f"{agg[column]['mean']:.2f} ± {agg[column]['std']:.2f}"
+            else:
+                row[column] = agg[column]["mean"]
+        row["jobs/s"] = round(r.jobs / r.seconds) if r.seconds else 0
+        rows.append(row)
+    title = f"mean over {samples} samples (± std)" if samples > 1 else None
+    return format_table(rows, title=title)
+
+
+def _write_outputs(
+    out: Path, results: Sequence[StudyResult], payload: dict[str, object], capacity: int, *, plots: bool
+) -> None:
+    from cosched.report import plot_run, write_jobs_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(payload, indent=2, default=float) + "\n")
+    for r in results:
+        for k, run in enumerate(r.runs):
+            target = out / r.label if len(r.runs) == 1 else out / r.label / f"sample-{k}"
+            write_jobs_csv(target / "jobs.csv", run.jobs)
+            if plots:
+                plot_run(target, run.jobs, capacity, title=r.label)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except CoschedError as exc:
+        print(f"cosched: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"cosched: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cosched: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""What flows across the core's boundary: events in, actions out.
+
+Backends (the simulated one in replay, Docker or Mesos in the daemon) turn what
+happened into events; the core answers with actions. Nothing here knows which
+world it is in. Slots are `(node, cores)` pairs; memory, where tracked, travels
+alongside as MiB per slot.
+
+Events and actions are treated as immutable once made. They are not frozen
+dataclasses only because a frozen one costs twice as much to construct, and
+replay makes several per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from cosched.model import Job
+
+Slots = tuple[tuple[int, int], ...]
+
+
+@dataclass(slots=True)
+class JobSubmitted:
+    """A job entered the queue."""
+
+    job: Job
+
+
+@dataclass(slots=True)
+class JobEnded:
+    """A running job stopped; its resources come back separately, as an `Offer`.
+
+    `at` is when the backend saw it stop (defaults to the step's `now`).
+    """
+
+    job_id: int
+    failed: bool = False
+    at: float | None = None
+
+
+@dataclass(slots=True)
+class JobCancelled:
+    """The user withdrew a job; a running one gets a `Kill` action."""
+
+    job_id: int
+
+
+@dataclass(slots=True)
+class Offer:
+    """Resources a backend offers the framework, Mesos-style.
+
+    The core holds offered resources until a job's whole gang fits in them.
+    `memory`, if given, is MiB per slot, aligned with `slots`.
+    """
+
+    slots: Slots
+    memory: tuple[int, ...] | None = None
+
+
+@dataclass(slots=True)
+class Rescind:
+    """A backend takes offered resources back (a node drained or lost)."""
+
+    slots: Slots
+    memory: tuple[int, ...] | None = None
+
+
+@dataclass(slots=True)
+class Launch:
+    """Start `job` on `slots`: the job's whole gang, taken from held offers."""
+
+    job: Job
+    slots: Slots
+
+
+@dataclass(slots=True)
+class Kill:
+    """Stop a running job (cancelled by its user)."""
+
+    job_id: int
+
+
+@dataclass(slots=True)
+class Reject:
+    """A job that can never run here (larger than the cluster); it leaves the queue."""
+
+    job: Job
+    reason: str
+
+
+Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind
+Action = Launch | Kill | Reject
+
+
+@dataclass(slots=True)
+class Decision:
+    """The core's answer to one step.
+
+    `reservations` maps job ids to the start time the backfill policy reserved
+    for them in this pass (EASY: the blocked head; conservative: every queued
+    job); `wake_at` asks the driver for a step at that time even with no events.
+    """
+
+    actions: list[Action] = field(default_factory=list)
+    reservations: Mapping[int, float] = field(default_factory=dict)
+    wake_at: float | None = None

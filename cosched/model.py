@@ -1,0 +1,125 @@
+"""The data every part of cosched shares: jobs and the shape of a cluster.
+
+`Job` is deliberately one mutable, slotted object holding both what was asked
+for and what happened to it (start, end). Replay pushes hundreds of thousands
+of them through the scheduling core per second, and a separate state object
+per job would double the attribute traffic on the hottest path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cosched.errors import ConfigError
+
+
+class JobState(StrEnum):
+    """Where a job is in its life; only the core moves a job forward."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    """A rigid parallel job: the SWF fields cosched uses plus workflow identity.
+
+    Times are seconds. `walltime` is the user's requested time (the kill limit);
+    `runtime` is the actual runtime when known (traces, finished jobs) and None
+    for a live job. `memory` is MiB per core, as SWF records memory per processor,
+    so a gang split across nodes needs `cores_on_node * memory` on each node.
+    `estimate`, `need` and `priority` are filled in by the core at submission:
+    the runtime estimate its estimator gave, the job's size in the cluster's
+    allocation unit (cores, or whole nodes), and its score under a static queue
+    policy.
+    """
+
+    id: int
+    submit: float
+    cores: int
+    walltime: float
+    runtime: float | None = None
+    memory: int = 0
+    nodes: int = 0
+    user: int = -1
+    group: int = -1
+    app: int = -1
+    queue: int = -1
+    partition: int = -1
+    status: int = 1
+    workflow: str | None = None
+    stage: str | None = None
+    depends: int = -1
+    think_time: float = -1.0
+    # Filled in by the scheduling core.
+    estimate: float = 0.0
+    need: int = 0
+    priority: float = 0.0
+    state: JobState = JobState.PENDING
+    start: float = -1.0
+    end: float = -1.0
+    expected_end: float = math.inf
+    slots: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def wait(self) -> float:
+        """Seconds between submission and start (meaningful once started)."""
+        return self.start - self.submit
+
+
+class Allocation(StrEnum):
+    """How jobs take resources: any free cores, or whole nodes exclusively."""
+
+    CORE = "core"
+    NODE = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """A homogeneous cluster: `nodes` nodes of `cores_per_node` cores.
+
+    `memory_per_node` is MiB; 0 means memory is not tracked (most traces).
+    Under `Allocation.NODE` a job gets whole nodes (SDSC-BLUE: 144 nodes x 8
+    processors, jobs take ceil(procs / 8) nodes); under `Allocation.CORE` its
+    cores may come from any nodes (a gang spanning nodes).
+    """
+
+    nodes: int
+    cores_per_node: int = 1
+    memory_per_node: int = 0
+    allocation: Allocation = Allocation.CORE
+    name: str = field(default="cluster", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.cores_per_node < 1:
+            raise ConfigError(
+                f"cluster needs at least one node and one core per node, "
+                f"got {self.nodes} nodes x {self.cores_per_node} cores"
+            )
+        if self.memory_per_node < 0:
+            raise ConfigError(f"memory_per_node must be >= 0, got {self.memory_per_node}")
+
+    @property
+    def cores(self) -> int:
+        return self.nodes * self.cores_per_node
+
+    @property
+    def capacity_units(self) -> int:
+        """Total capacity in the allocation unit (cores or nodes)."""
+        return self.nodes if self.allocation is Allocation.NODE else self.cores
+
+    def units_for(self, job: Job) -> int:
+        """A job's size in this cluster's allocation unit."""
+        if self.allocation is Allocation.NODE:
+            if job.nodes > 0:
+                return job.nodes
+            return -(-job.cores // self.cores_per_node)
+        return job.cores
+
+    def cores_for(self, units: int) -> int:
+        return units * self.cores_per_node if self.allocation is Allocation.NODE else units

@@ -1,0 +1,99 @@
+"""The small protocols every scheduling plugin implements.
+
+Each kind is a base class with one pure method: it reads a `SchedulerView`
+and returns an answer; it never touches a backend. The core calls them, and
+registering a new one (an entry point or a `module:Class` string) never
+touches the loop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import ClassVar, NamedTuple
+
+from cosched.core.events import Slots
+from cosched.core.pool import ResourcePool
+from cosched.core.view import SchedulerView
+from cosched.model import Job
+
+
+class QueuePolicy(ABC):
+    """Decides which pending job is served first.
+
+    Most policies are a priority `score` (lower runs first, as in the RL
+    backfilling paper's Table 3). A `static` score ignores `now`, which lets the
+    core keep its queue sorted on insertion instead of sorting at every pass;
+    learned policies that look at a window of the queue override `order`.
+    """
+
+    name: ClassVar[str] = ""
+    static: ClassVar[bool] = True
+
+    @abstractmethod
+    def score(self, job: Job, now: float) -> float:
+        """Priority of `job` at `now`; the lowest score is the head."""
+
+    def order(self, queue: Sequence[Job], view: SchedulerView) -> Sequence[Job]:
+        """The queue in service order. `queue` is in arrival order, or already
+        sorted by `score` when the policy is static."""
+        if self.static:
+            return queue
+        now, score = view.now, self.score
+        return sorted(queue, key=lambda job: score(job, now))
+
+
+class BackfillPlan(NamedTuple):
+    """Jobs to start now out of order, and the reservations that justified it."""
+
+    start: list[Job]
+    reservations: Mapping[int, float]
+
+
+NO_BACKFILL = BackfillPlan([], MappingProxyType({}))
+
+
+class BackfillPolicy(ABC):
+    """Chooses jobs behind a blocked head that may start now.
+
+    A policy that keeps reservations for jobs behind the head (conservative)
+    sets `serves_head`: the core then starts nothing on its own and asks the
+    policy with `head = 0`, since even an in-order start could take capacity
+    reserved for another job.
+    """
+
+    name: ClassVar[str] = ""
+    serves_head: ClassVar[bool] = False
+
+    @abstractmethod
+    def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
+        """`view.queue[head]` is the first job in order that does not fit now
+        (or 0 for a policy that `serves_head`).
+
+        Returned jobs must come from `view.queue[head:]`, in the order they
+        should be tried; the core launches each that still fits.
+        """
+
+    def forget(self, job: Job) -> None:  # noqa: B027 - optional hook, most policies keep no state
+        """A job left the queue (started, cancelled, rejected): drop any state on it."""
+
+
+class Estimator(ABC):
+    """Predicts a job's runtime once, at submission (what backfilling plans with)."""
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def estimate(self, job: Job) -> float:
+        """Seconds the job is expected to run; must be > 0."""
+
+
+class PlacementPolicy(ABC):
+    """Picks the slots for a job's whole gang from the held offers."""
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def place(self, job: Job, pool: ResourcePool) -> Slots | None:
+        """The job's gang, or None when it does not fit whole. Must not change `pool`."""

@@ -1,0 +1,70 @@
+"""Finding plugins by name: entry-point aliases or `module:Class` strings.
+
+Each kind of plugin is an entry-point group (`cosched.queue`, `cosched.backfill`,
+`cosched.estimate`, `cosched.placement`), so a package can add policies without
+touching cosched, and a research script can name its class directly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, TypeVar
+
+from cosched.errors import ConfigError
+from cosched.policies.base import BackfillPolicy, Estimator, PlacementPolicy, QueuePolicy
+
+KINDS: dict[str, type] = {
+    "queue": QueuePolicy,
+    "backfill": BackfillPolicy,
+    "estimate": Estimator,
+    "placement": PlacementPolicy,
+}
+
+T = TypeVar("T")
+
+
+@cache
+def _aliases(kind: str) -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=f"cosched.{kind}")}
+
+
+def available(kind: str) -> list[str]:
+    """The aliases registered for a kind of plugin, sorted."""
+    return sorted(_aliases(kind))
+
+
+def resolve(kind: str, name: str) -> type:
+    """The class behind an alias or a `module:Class` string."""
+    if kind not in KINDS:
+        raise ConfigError(f"unknown plugin kind {kind!r}; known: {', '.join(KINDS)}")
+    base = KINDS[kind]
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"cannot load {kind} policy {name!r}: {exc}") from None
+    else:
+        aliases = _aliases(kind)
+        if name not in aliases:
+            known = ", ".join(sorted(aliases)) or "none (is cosched installed?)"
+            raise ConfigError(f"unknown {kind} policy {name!r}; known: {known}")
+        cls = aliases[name].load()
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(f"{kind} policy {name!r} is not a subclass of {base.__name__}")
+    return cls
+
+
+def create(kind: str, spec: str | Any, **options: Any) -> Any:
+    """An instance from an alias, a `module:Class` string, or an instance (passed through)."""
+    if not isinstance(spec, str):
+        if not isinstance(spec, KINDS[kind]):
+            raise ConfigError(f"{spec!r} is not a {KINDS[kind].__name__}")
+        return spec
+    cls = resolve(kind, spec)
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        raise ConfigError(f"bad options for {kind} policy {spec!r}: {exc}") from None

@@ -1,0 +1,144 @@
+"""What a replay study runs on, and how it is cut: whole trace, window, samples.
+
+The RL scheduling papers evaluate on K random sequences of L consecutive jobs,
+each replayed on an empty cluster; operators replay a whole trace or a window.
+Every policy set of a comparison sees exactly the same job sequences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cosched.errors import ConfigError
+from cosched.metrics import Summary, aggregate, summarize
+from cosched.model import Allocation, Cluster
+from cosched.replay.driver import PolicySet, ReplayResult, replay
+from cosched.swf import read_swf
+from cosched.trace import Trace
+
+DEFAULT_WORKLOAD = "lublin:10000:256"
+"""The embedded default: a Lublin-Feitelson workload of 10,000 jobs on 256 processors."""
+
+
+def load_workload(
+    spec: str | None,
+    *,
+    seed: int = 1,
+    lenient: bool = False,
+    drop_cancelled: bool = False,
+    procs: int | None = None,
+) -> Trace:
+    """An SWF file path, or `lublin[:JOBS[:PROCS[:LOAD]]]` for a generated workload."""
+    spec = spec or DEFAULT_WORKLOAD
+    if spec == "lublin" or spec.startswith("lublin:"):
+        from workloads.lublin import generate
+
+        parts = spec.split(":")[1:]
+        try:
+            jobs = int(parts[0]) if parts else 10000
+            size = int(parts[1]) if len(parts) > 1 else (procs or 256)
+            load = float(parts[2]) if len(parts) > 2 else None
+        except ValueError:
+            raise ConfigError(f"bad generated workload {spec!r}; expected lublin:JOBS:PROCS[:LOAD]") from None
+        return generate(jobs, size, seed=seed, load=load)
+    return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled)
+
+
+def parse_policy_sets(text: str) -> list[PolicySet]:
+    """`queue:backfill[:estimate]` items, comma-separated: `fcfs:easy,sjf:easy:actual`."""
+    sets = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        fields = item.split(":")
+        if not 2 <= len(fields) <= 3 or not all(fields):
+            raise ConfigError(f"bad policy set {item!r}; expected queue:backfill[:estimate]")
+        sets.append(PolicySet(*fields))
+    if not sets:
+        raise ConfigError("no policy sets given")
+    return sets
+
+
+def cut(
+    trace: Trace,
+    *,
+    start: int = 0,
+    length: int | None = None,
+    samples: int | None = None,
+    seed: int = 1,
+) -> list[Trace]:
+    """The job sequences to replay: the trace, a window of it, or K random windows.
+
+    Samples start at uniformly drawn positions (seeded) and keep the trace's own
+    submit times: policies such as F1 read absolute submit times.
+    """
+    if length is not None and length <= 0:
+        raise ConfigError(f"--length must be positive, got {length}")
+    if start < 0:
+        raise ConfigError(f"--start must be >= 0, got {start}")
+    if samples is None:
+        return [trace.slice(start, length)] if start or length else [trace]
+    if samples <= 0:
+        raise ConfigError(f"--samples must be positive, got {samples}")
+    if length is None:
+        raise ConfigError("--samples needs --length")
+    n = len(trace)
+    if length > n:
+        raise ConfigError(f"--length {length} is longer than the trace's {n} jobs")
+    starts = np.random.default_rng(seed).integers(0, n - length + 1, size=samples)
+    return [trace.slice(int(s), length) for s in starts]
+
+
+@dataclass(slots=True)
+class StudyResult:
+    """One policy set over every job sequence of a study."""
+
+    policies: PolicySet
+    runs: list[ReplayResult] = field(default_factory=list)
+    summaries: list[Summary] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.policies.label
+
+    def aggregate(self) -> dict[str, dict[str, float]]:
+        return aggregate(self.summaries)
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.runs)
+
+    @property
+    def jobs(self) -> int:
+        return sum(len(r.jobs) for r in self.runs)
+
+
+def run_study(
+    sequences: Sequence[Trace],
+    cluster: Cluster,
+    policy_sets: Sequence[PolicySet],
+    *,
+    validate: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> list[StudyResult]:
+    """Replay every sequence under every policy set (fresh jobs each time)."""
+    results = []
+    for policies in policy_sets:
+        study = StudyResult(policies)
+        for sequence in sequences:
+            run = replay(sequence.jobs(), cluster, policies, validate=validate, progress=progress)
+            study.runs.append(run)
+            study.summaries.append(summarize(run.jobs, cluster.cores))
+        results.append(study)
+    return results
+
+
+def cluster_for(trace: Trace, allocation: str = "core", procs: int | None = None) -> Cluster:
+    """The cluster a trace is replayed on; `allocation` is `core` or `node`."""
+    try:
+        mode = Allocation(allocation)
+    except ValueError:
+        raise ConfigError(f"unknown allocation {allocation!r}; known: core, node") from None
+    return trace.cluster(mode, procs)

@@ -1,0 +1,88 @@
+"""The resource pool: held offers, gang first-fit, and its refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from cosched.core.pool import ResourcePool, slot_memory
+from cosched.errors import SchedulingError
+from cosched.model import Allocation, Cluster, Job
+
+
+def job(cores: int, *, need: int | None = None, memory: int = 0, nodes: int = 0) -> Job:
+    j = Job(id=1, submit=0.0, cores=cores, walltime=10.0, memory=memory, nodes=nodes)
+    j.need = need if need is not None else cores
+    return j
+
+
+def full_pool(cluster: Cluster) -> ResourcePool:
+    pool = ResourcePool(cluster)
+    memory = [cluster.memory_per_node] * cluster.nodes if cluster.memory_per_node else None
+    pool.add(tuple((n, cluster.cores_per_node) for n in range(cluster.nodes)), memory)
+    return pool
+
+
+def test_core_allocation_gang_spans_nodes_lowest_first() -> None:
+    pool = full_pool(Cluster(nodes=3, cores_per_node=4))
+    assert pool.free_units == 12
+    slots = pool.first_fit(job(6))
+    assert slots == ((0, 4), (1, 2))
+    pool.remove(slots)
+    assert pool.free_units == 6
+    assert pool.avail == [1, 2]  # node 0 is full, node 1 keeps 2 cores
+    assert pool.first_fit(job(3)) == ((1, 2), (2, 1))
+    assert pool.first_fit(job(7)) is None  # only 6 free: the gang never launches in part
+
+
+def test_first_fit_is_pure() -> None:
+    pool = full_pool(Cluster(nodes=2, cores_per_node=2))
+    pool.first_fit(job(3))
+    assert pool.free_units == 4 and pool.free == [2, 2]
+
+
+def test_node_allocation_takes_whole_nodes() -> None:
+    cluster = Cluster(nodes=4, cores_per_node=8, allocation=Allocation.NODE)
+    pool = full_pool(cluster)
+    big = job(9, need=cluster.units_for(job(9)))
+    assert big.need == 2  # ceil(9 / 8)
+    slots = pool.first_fit(big)
+    assert slots == ((0, 8), (1, 8))
+    pool.remove(slots)
+    assert pool.free_units == 2 and pool.avail == [2, 3]
+    pool.add(((1, 8),))
+    assert pool.avail == [1, 2, 3] and pool.free_cores(1) == 8 and pool.free_cores(0) == 0
+
+
+def test_partial_offer_in_node_mode_is_not_usable_until_whole() -> None:
+    pool = ResourcePool(Cluster(nodes=2, cores_per_node=4, allocation=Allocation.NODE))
+    pool.add(((0, 2),))
+    assert pool.free_units == 0 and pool.free_cores(0) == 2
+    pool.add(((0, 2), (1, 4)))
+    assert pool.free_units == 2 and pool.avail == [0, 1]
+
+
+def test_double_offer_and_overdraw_are_errors() -> None:
+    pool = full_pool(Cluster(nodes=2, cores_per_node=1))
+    with pytest.raises(SchedulingError, match="already held"):
+        pool.add(((1, 1),))
+    pool.remove(((0, 1),))
+    with pytest.raises(SchedulingError, match="not idle"):
+        pool.remove(((0, 1),))
+    core = full_pool(Cluster(nodes=1, cores_per_node=4))
+    with pytest.raises(SchedulingError, match="exceeds"):
+        core.add(((0, 1),))
+    with pytest.raises(SchedulingError, match="cannot take 5"):
+        core.remove(((0, 5),))
+
+
+def test_memory_limits_first_fit_per_node() -> None:
+    cluster = Cluster(nodes=2, cores_per_node=4, memory_per_node=1000)
+    pool = full_pool(cluster)
+    hungry = job(4, memory=400)  # 400 MiB per core: at most 2 cores on a 1000 MiB node
+    slots = pool.first_fit(hungry)
+    assert slots == ((0, 2), (1, 2))
+    assert slot_memory(cluster, hungry, slots) == (800, 800)
+    pool.remove(slots, slot_memory(cluster, hungry, slots))
+    assert pool.free_mem == [200, 200]
+    assert pool.first_fit(job(1, memory=300)) is None  # cores are free, memory is not
+    assert pool.first_fit(job(2, memory=100)) == ((0, 2),)
