@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from cosched.errors import CoschedError
+from cosched.errors import ConfigError, CoschedError
+from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
     DEFAULT_WORKLOAD,
     StudyResult,
@@ -69,12 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"SWF file (.swf or .swf.gz), or lublin[:JOBS[:PROCS[:LOAD]]]; default: {DEFAULT_WORKLOAD}",
     )
-    rp.add_argument("--queue", default="fcfs", help="queue policy (fcfs, sjf, wfp3, f1, ... or module:Class)")
-    rp.add_argument("--backfill", default="easy", help="backfill policy (none, easy, conservative)")
+    rp.add_argument("--queue", help="queue policy (fcfs, sjf, wfp3, f1, ... or module:Class); default fcfs")
+    rp.add_argument("--backfill", help="backfill policy (none, easy, conservative); default easy")
     rp.add_argument(
         "--estimate",
-        default="requested",
-        help="runtime estimate for backfilling: requested, actual (EASY-AR), or module:Class",
+        help="runtime estimate for backfilling: requested (default), actual (EASY-AR), or module:Class",
     )
     rp.add_argument("--placement", default="first-fit", help="placement policy")
     rp.add_argument(
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--start", type=_non_negative, default=0, help="first job of the window (0-based)")
     rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
     rp.add_argument("--samples", type=_positive, help="replay K random windows of --length jobs")
-    rp.add_argument("--seed", type=int, default=1, help="seed for sampling and generated workloads")
+    rp.add_argument("--seed", type=_non_negative, default=1, help="seed for sampling and generated workloads")
     rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines")
     rp.add_argument(
         "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
@@ -112,14 +112,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    chosen = [f"--{name}" for name in ("queue", "backfill", "estimate") if getattr(args, name)]
+    if args.compare:
+        if chosen:
+            raise ConfigError(f"--compare names its own policies; drop {', '.join(chosen)}")
+        sets = parse_policy_sets(args.compare)
+    else:
+        sets = [PolicySet(args.queue or "fcfs", args.backfill or "easy", args.estimate or "requested")]
+    for policy_set in sets:
+        policy_set.placement = args.placement
+        policy_set.check()  # an unknown name fails before any trace is read
     trace = load_workload(
         args.trace, seed=args.seed, lenient=args.lenient, drop_cancelled=args.drop_cancelled, procs=args.procs
     )
     cluster = cluster_for(trace, args.allocation, args.procs)
     sequences = cut(trace, start=args.start, length=args.length, samples=args.samples, seed=args.seed)
-    sets = parse_policy_sets(args.compare or f"{args.queue}:{args.backfill}:{args.estimate}")
-    for policy_set in sets:
-        policy_set.placement = args.placement
 
     if not args.json:
         print(
@@ -143,6 +150,9 @@ def _replay(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
 
+    rejected = sum(len(run.rejected) for r in results for run in r.runs)
+    if rejected:
+        print(f"cosched: warning: {rejected} jobs larger than the cluster were rejected, not replayed", file=sys.stderr)
     payload = _payload(results, trace.name, len(sequences))
     if args.out:
         _write_outputs(args.out, results, payload, cluster.cores, plots=not args.no_plots)
@@ -214,6 +224,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CoschedError as exc:
         print(f"cosched: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`cosched replay ... | head`): not an error of ours.
+        sys.stderr.close()
+        return 0
     except OSError as exc:
         print(f"cosched: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2

@@ -113,8 +113,7 @@ def test_csv_large_is_complete(tmp_path: Path) -> None:
     wait = rng.exponential(100.0, n)
     run = rng.integers(1, 1000, n).astype(float)
     jobs = [
-        finished(i, s, 1, r, start=s + w, walltime=r)
-        for i, (s, w, r) in enumerate(zip(submit, wait, run, strict=True))
+        finished(i, s, 1, r, start=s + w, walltime=r) for i, (s, w, r) in enumerate(zip(submit, wait, run, strict=True))
     ]
     path = write_jobs_csv(tmp_path / "jobs.csv", job_metrics(jobs))
     with path.open() as fh:

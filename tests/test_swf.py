@@ -205,8 +205,7 @@ def test_headerless_trace_notes_inferred_size(tmp_path: Path) -> None:
     assert trace.report.dropped_procs_above_max == 0
     assert trace.report.kept == 2
     assert trace.report.notes == [
-        "cluster size not in the header (no MaxProcs or MaxNodes): "
-        "inferred from the largest job (100 processors)"
+        "cluster size not in the header (no MaxProcs or MaxNodes): inferred from the largest job (100 processors)"
     ]
     assert trace.max_procs == 100
 

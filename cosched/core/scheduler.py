@@ -12,9 +12,10 @@ their whole gang fits in the held offers; at the first job that does not fit
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from types import MappingProxyType
+from typing import Any
 
 from cosched.core.events import (
     Action,
@@ -65,7 +66,7 @@ class Scheduler:
         """Pending and running jobs by id."""
         self._killing: set[int] = set()
         """Running jobs the core asked the backend to kill."""
-        self._handlers = {
+        self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,
             JobEnded: self._on_ended,
             JobCancelled: self._on_cancelled,
@@ -82,17 +83,16 @@ class Scheduler:
         """Apply what happened, then decide what to do at `now`."""
         actions: list[Action] = []
         for event in events:
-            kind = type(event)
             # The three events of every replayed job skip the handler table.
-            if kind is JobSubmitted:
+            if isinstance(event, JobSubmitted):
                 self._on_submitted(event, now, actions)
-            elif kind is Offer:
+            elif isinstance(event, Offer):
                 self.pool.add(event.slots, event.memory)
                 self._view.epoch += 1
-            elif kind is JobEnded:
+            elif isinstance(event, JobEnded):
                 self._on_ended(event, now, actions)
             else:
-                self._handlers[kind](event, now, actions)
+                self._handlers[type(event)](event, now, actions)
         reservations = self._schedule(now, actions) if self.queue and self.pool.free_units else _NONE
         return Decision(actions, reservations)
 

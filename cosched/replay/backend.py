@@ -35,15 +35,14 @@ class SimulatedBackend:
     def apply(self, now: float, actions: list[Action]) -> None:
         ends = self._ends
         for action in actions:
-            kind = type(action)
-            if kind is Launch:
+            if isinstance(action, Launch):
                 job = action.job
                 runtime = job.runtime if job.runtime is not None else job.walltime
                 self._seq += 1
                 heapq.heappush(ends, (now + min(runtime, job.walltime), self._seq, job))
-            elif kind is Kill:
+            elif isinstance(action, Kill):
                 self._kill(now, action.job_id)
-            elif kind is Reject:
+            elif isinstance(action, Reject):
                 self.rejected.append(action.job)
 
     def next_time(self) -> float:
@@ -52,7 +51,8 @@ class SimulatedBackend:
 
     def pop(self, now: float) -> list[Event]:
         """Events for every job ending at or before `now`, with the offers they free."""
-        ends, events = self._ends, []
+        ends = self._ends
+        events: list[Event] = []
         cluster, memory_tracked = self.cluster, self._memory_tracked
         while ends and ends[0][0] <= now:
             job = heapq.heappop(ends)[2]

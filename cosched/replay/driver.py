@@ -19,7 +19,7 @@ from cosched.core.scheduler import Scheduler
 from cosched.core.validate import ValidatingScheduler
 from cosched.errors import SchedulingError
 from cosched.model import Cluster, Job
-from cosched.policies.registry import create
+from cosched.policies.registry import create, resolve
 from cosched.replay.backend import SimulatedBackend
 
 PROGRESS_EVERY = 4096
@@ -36,11 +36,23 @@ class PolicySet:
 
     @property
     def label(self) -> str:
-        def name(p: Any) -> str:
-            return p if isinstance(p, str) else getattr(p, "name", "") or type(p).__name__
+        """`queue+backfill[-estimate]`, by each plugin's short name."""
 
-        suffix = "" if name(self.estimate) == "requested" else f"-{name(self.estimate)}"
-        return f"{name(self.queue)}+{name(self.backfill)}{suffix}"
+        def name(kind: str) -> str:
+            spec = getattr(self, kind)
+            if isinstance(spec, str):
+                return spec if ":" not in spec else str(getattr(resolve(kind, spec), "name", "")) or spec
+            return getattr(spec, "name", "") or type(spec).__name__
+
+        suffix = "" if name("estimate") == "requested" else f"-{name('estimate')}"
+        return f"{name('queue')}+{name('backfill')}{suffix}"
+
+    def check(self) -> None:
+        """Resolve every plugin name now, so a typo fails before any work is done."""
+        for kind in ("queue", "backfill", "estimate", "placement"):
+            spec = getattr(self, kind)
+            if isinstance(spec, str):
+                resolve(kind, spec)
 
     def build(self, cluster: Cluster) -> Scheduler:
         """A fresh core; policies named by string are created anew each time."""

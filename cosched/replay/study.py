@@ -38,6 +38,8 @@ def load_workload(
         from workloads.lublin import generate
 
         parts = spec.split(":")[1:]
+        if len(parts) > 3:
+            raise ConfigError(f"bad generated workload {spec!r}; expected lublin:JOBS:PROCS[:LOAD]")
         try:
             jobs = int(parts[0]) if parts else 10000
             size = int(parts[1]) if len(parts) > 1 else (procs or 256)
@@ -78,10 +80,14 @@ def cut(
         raise ConfigError(f"--length must be positive, got {length}")
     if start < 0:
         raise ConfigError(f"--start must be >= 0, got {start}")
+    if seed < 0:
+        raise ConfigError(f"--seed must be >= 0, got {seed}")
     if samples is None:
         return [trace.slice(start, length)] if start or length else [trace]
     if samples <= 0:
         raise ConfigError(f"--samples must be positive, got {samples}")
+    if start:
+        raise ConfigError("--start picks one window; --samples draws their starts at random: use one")
     if length is None:
         raise ConfigError("--samples needs --length")
     n = len(trace)
