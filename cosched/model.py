@@ -33,10 +33,17 @@ class Job:
     `runtime` is the actual runtime when known (traces, finished jobs) and None
     for a live job. `memory` is MiB per core, as SWF records memory per processor,
     so a gang split across nodes needs `cores_on_node * memory` on each node.
+    `stage` names the job's application class (a workflow stage type such as
+    `blast.search`), what co-scheduling learns about; `tasks` is how many tasks
+    it runs, for the happiness metric; `parallel` whether it keeps all its
+    cores busy or runs one sequential process.
+
     `estimate`, `need` and `priority` are filled in by the core at submission:
     the runtime estimate its estimator gave, the job's size in the cluster's
     allocation unit (cores, or whole nodes), and its score under a static queue
-    policy.
+    policy. While it runs, `quota` is the CPUs its cgroup may use (its cores
+    unless it lends some), `host` the job whose allocation it runs in as a
+    co-scheduled guest (-1 if none), and `usage` the latest measurement.
     """
 
     id: int
@@ -54,6 +61,8 @@ class Job:
     status: int = 1
     workflow: str | None = None
     stage: str | None = None
+    tasks: int = 0
+    parallel: bool = True
     depends: int = -1
     think_time: float = -1.0
     # Filled in by the scheduling core.
@@ -65,11 +74,28 @@ class Job:
     end: float = -1.0
     expected_end: float = math.inf
     slots: tuple[tuple[int, int], ...] = ()
+    quota: float = 0.0
+    host: int = -1
+    usage: Usage | None = None
 
     @property
     def wait(self) -> float:
         """Seconds between submission and start (meaningful once started)."""
         return self.start - self.submit
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a backend measured of a running job: the co-scheduler's view of it.
+
+    `cpu` and `mem` are fractions of what the job was allocated (CPU% of its
+    cores, Mem% of its memory); `tasks_done` counts finished tasks.
+    """
+
+    cpu: float
+    mem: float
+    tasks_done: int
+    at: float
 
 
 class Allocation(StrEnum):

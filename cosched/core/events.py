@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cosched.model import Job
+from cosched.model import Job, Usage
 
 Slots = tuple[tuple[int, int], ...]
 
@@ -67,11 +67,38 @@ class Rescind:
 
 
 @dataclass(slots=True)
+class UsageReported:
+    """A backend's latest measurement of a running job (CPU%, Mem%, tasks done)."""
+
+    job_id: int
+    usage: Usage
+
+
+@dataclass(slots=True)
 class Launch:
     """Start `job` on `slots`: the job's whole gang, taken from held offers."""
 
     job: Job
     slots: Slots
+
+
+@dataclass(slots=True)
+class Colocate:
+    """Start `guest` inside the running `host`'s allocation, on `slots` (a part
+    of the host's slots), with a CPU quota of `quota` CPUs lent by the host."""
+
+    guest: Job
+    host_id: int
+    slots: Slots
+    quota: float
+
+
+@dataclass(slots=True)
+class SetQuota:
+    """Change a running job's CPU quota (cgroup CPU quota, in CPUs)."""
+
+    job_id: int
+    cpus: float
 
 
 @dataclass(slots=True)
@@ -89,8 +116,8 @@ class Reject:
     reason: str
 
 
-Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind
-Action = Launch | Kill | Reject
+Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported
+Action = Launch | Colocate | SetQuota | Kill | Reject
 
 
 @dataclass(slots=True)

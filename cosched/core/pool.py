@@ -71,11 +71,11 @@ class ResourcePool:
         free, per_node, added = self.free, self.per_node, []
         for node, cores in slots:
             before = free[node]
-            if cores <= 0 or before + cores > per_node:
+            if cores < 0 or before + cores > per_node:
                 raise SchedulingError(f"offer of {cores} cores on node {node} exceeds its {per_node} cores")
             free[node] = before + cores
             self.free_units += cores
-            if before == 0:
+            if before == 0 and cores:
                 added.append(node)
         if added:
             self.avail += added
@@ -97,7 +97,7 @@ class ResourcePool:
                 raise SchedulingError(f"node {node} has {before} free cores, cannot take {cores}")
             free[node] = before - cores
             self.free_units -= cores
-            if before == cores:
+            if before == cores and cores:
                 gone.append(node)
         if gone:
             self._drop_avail(gone)
@@ -119,7 +119,9 @@ class ResourcePool:
     def _add_part(self, node: int, cores: int) -> bool:
         """Add part of a node; True when that makes it whole."""
         have = self.per_node if node in self.idle else self.partial.get(node, 0)
-        if cores <= 0 or have + cores > self.per_node:
+        if cores == 0:
+            return False  # memory only
+        if cores < 0 or have + cores > self.per_node:
             raise SchedulingError(f"offer of {cores} cores on node {node} exceeds its {self.per_node} cores")
         if have + cores == self.per_node:
             self.partial.pop(node, None)
@@ -146,6 +148,8 @@ class ResourcePool:
 
     def _remove_part(self, node: int, cores: int) -> bool:
         """Take part of a node; True when it was whole (it leaves the idle set)."""
+        if cores == 0:
+            return False  # memory only
         if node in self.idle:
             if cores < self.per_node:
                 self.partial[node] = self.per_node - cores
@@ -168,6 +172,23 @@ class ResourcePool:
         else:
             dropped = set(gone)
             avail[:] = [n for n in avail if n not in dropped]
+
+    def take_memory(self, nodes: Sequence[int], memory: Sequence[int]) -> bool:
+        """Reserve memory (MiB) on nodes for a guest sharing another job's cores.
+
+        All or nothing: False, and nothing taken, if any node lacks it. Memory is
+        never oversubscribed, whatever happens to CPU.
+        """
+        free_mem = self.free_mem
+        if any(free_mem[node] < mib for node, mib in zip(nodes, memory, strict=True)):
+            return False
+        for node, mib in zip(nodes, memory, strict=True):
+            free_mem[node] -= mib
+        return True
+
+    def give_memory(self, nodes: Sequence[int], memory: Sequence[int]) -> None:
+        for node, mib in zip(nodes, memory, strict=True):
+            self.free_mem[node] += mib
 
     # -- placement ----------------------------------------------------------
     def first_fit(self, job: Job) -> Slots | None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from cosched.core.events import (
     Action,
+    Colocate,
     Decision,
     Event,
     JobCancelled,
@@ -29,12 +30,15 @@ from cosched.core.events import (
     Offer,
     Reject,
     Rescind,
+    SetQuota,
+    Slots,
+    UsageReported,
 )
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.view import SchedulerView
-from cosched.errors import SchedulingError
+from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
-from cosched.policies.base import BackfillPolicy, Estimator, PlacementPolicy, QueuePolicy
+from cosched.policies.base import BackfillPolicy, CoschedulePolicy, Estimator, PlacementPolicy, QueuePolicy
 
 _expected_end = attrgetter("expected_end")
 _priority = attrgetter("priority")
@@ -51,12 +55,26 @@ class Scheduler:
         backfill: BackfillPolicy,
         estimator: Estimator,
         placement: PlacementPolicy,
+        cosched: CoschedulePolicy | None = None,
+        *,
+        sharing: int = 2,
+        window: int = 32,
     ) -> None:
+        if sharing < 1 or window < 1:
+            raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
         self.cluster = cluster
         self.queue_policy = queue_policy
         self.backfill = backfill
         self.estimator = estimator
         self.placement = placement
+        self.cosched = cosched
+        self.sharing = sharing
+        """At most this many jobs share one allocation (the host and its guests)."""
+        self.window = window
+        """Queued jobs offered to the co-scheduling policy per pass, in queue order."""
+        self._cosched_active = cosched is not None and cosched.active and sharing > 1
+        self.guests: dict[int, list[Job]] = {}
+        """Running hosts' co-scheduled guests, by host id."""
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""
@@ -72,6 +90,7 @@ class Scheduler:
             JobCancelled: self._on_cancelled,
             Offer: self._on_offer,
             Rescind: self._on_rescind,
+            UsageReported: self._on_usage,
         }
         self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool)
         self._capacity = cluster.capacity_units
@@ -93,7 +112,11 @@ class Scheduler:
                 self._on_ended(event, now, actions)
             else:
                 self._handlers[type(event)](event, now, actions)
-        reservations = self._schedule(now, actions) if self.queue and self.pool.free_units else _NONE
+        if self.guests and actions:
+            # A host and its guest can end in one step: no quota change for a job already gone.
+            actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
+        busy = self.queue and (self.pool.free_units or self._cosched_active)
+        reservations = self._schedule(now, actions) if busy else _NONE
         return Decision(actions, reservations)
 
     def view(self, now: float) -> SchedulerView:
@@ -140,13 +163,20 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
+        if job.host >= 0:
+            self._guest_ended(job, actions)
+        else:
+            self._remove_running(job)
+        if self.guests:
+            self._adopt_guests(job, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
             job.state = JobState.CANCELLED
         else:
             job.state = JobState.FAILED if event.failed else JobState.DONE
-        self._remove_running(job)
         self._view.epoch += 1
+        if self.cosched is not None:
+            self.cosched.observe(job, now)
 
     def _on_cancelled(self, event: JobCancelled, now: float, actions: list[Action]) -> None:
         job = self.jobs.get(event.job_id)
@@ -163,6 +193,36 @@ class Scheduler:
         self.backfill.forget(job)
         job.state = JobState.CANCELLED
         job.end = now
+
+    def _on_usage(self, event: UsageReported, now: float, actions: list[Action]) -> None:
+        job = self.jobs.get(event.job_id)
+        if job is not None and job.state is JobState.RUNNING:
+            job.usage = event.usage
+
+    def _guest_ended(self, guest: Job, actions: list[Action]) -> None:
+        """A guest left its host's allocation: the host gets its CPU back."""
+        host = self.jobs.get(guest.host)
+        if host is not None:
+            host.quota += guest.quota
+            actions.append(SetQuota(host.id, host.quota))
+        self.guests[guest.host].remove(guest)
+        if not self.guests[guest.host]:
+            del self.guests[guest.host]
+        memory = slot_memory(self.cluster, guest, guest.slots)
+        if memory is not None:
+            self.pool.give_memory([node for node, _ in guest.slots], memory)
+
+    def _adopt_guests(self, host: Job, now: float, actions: list[Action]) -> None:
+        """The host ended first: its guests keep their slots as ordinary jobs.
+
+        The backend offers the rest of the host's allocation; each guest's memory
+        was reserved when it arrived and comes back with its own end.
+        """
+        for guest in self.guests.pop(host.id, ()):
+            guest.host = -1
+            guest.quota = float(guest.cores)
+            actions.append(SetQuota(guest.id, guest.quota))
+            insort(self.running, guest, key=_expected_end)
 
     def _on_offer(self, event: Offer, now: float, actions: list[Action]) -> None:
         self.pool.add(event.slots, event.memory)
@@ -190,14 +250,63 @@ class Scheduler:
             head += 1
         plan = self.backfill.plan(view, head) if head < n and pool.free_units else None
         self._dequeue_prefix(order, head)
-        if plan is None:
-            return _NONE
-        for job in plan.start:
-            slots = place(job, pool) if job.need <= pool.free_units else None
-            if slots is not None:
-                self._launch(job, slots, now, actions)
-                self._dequeue(job)
-        return plan.reservations
+        reservations = _NONE
+        if plan is not None:
+            reservations = plan.reservations
+            for job in plan.start:
+                slots = place(job, pool) if job.need <= pool.free_units else None
+                if slots is not None:
+                    self._launch(job, slots, now, actions)
+                    self._dequeue(job)
+        if self._cosched_active and self.queue:
+            self._coschedule(view, order, now, actions)
+        return reservations
+
+    # -- co-scheduling ------------------------------------------------------
+    def _coschedule(self, view: SchedulerView, order: Sequence[Job], now: float, actions: list[Action]) -> None:
+        """Offer the first queued jobs that did not start to the co-scheduling policy."""
+        assert self.cosched is not None
+        offered = 0
+        for guest in order:
+            if guest.state is not JobState.PENDING:
+                continue
+            hosts = [h for h in self.running if self._can_host(h, guest)]
+            if hosts:
+                lending = self.cosched.lend(view, guest, hosts)
+                if lending is not None:
+                    self._colocate(guest, lending.host, lending.fraction, now, actions)
+            offered += 1
+            if offered == self.window:
+                break
+
+    def _can_host(self, host: Job, guest: Job) -> bool:
+        if host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
+            return False
+        memory = slot_memory(self.cluster, guest, _share(host.slots, guest.cores))
+        return memory is None or all(
+            self.pool.free_mem[node] >= mib for (node, _), mib in zip(host.slots, memory, strict=False)
+        )
+
+    def _colocate(self, guest: Job, host: Job, fraction: float, now: float, actions: list[Action]) -> None:
+        if not 0.0 < fraction < 1.0:
+            raise SchedulingError(f"lending fraction must be in (0, 1), got {fraction}")
+        slots = _share(host.slots, guest.cores)
+        memory = slot_memory(self.cluster, guest, slots)
+        if memory is not None and not self.pool.take_memory([node for node, _ in slots], memory):
+            return
+        quota = min(fraction * host.cores, float(guest.cores), host.quota)
+        host.quota -= quota
+        guest.quota = quota
+        guest.host = host.id
+        guest.slots = slots
+        guest.state = JobState.RUNNING
+        guest.start = now
+        guest.expected_end = now + guest.estimate
+        self.guests.setdefault(host.id, []).append(guest)
+        self._dequeue(guest)
+        self._view.epoch += 1
+        actions.append(SetQuota(host.id, host.quota))
+        actions.append(Colocate(guest, host.id, slots, quota))
 
     def _dequeue_prefix(self, order: Sequence[Job], count: int) -> None:
         """Remove the first `count` jobs of `order`, which were just started."""
@@ -223,6 +332,7 @@ class Scheduler:
         job.state = JobState.RUNNING
         job.start = now
         job.slots = slots
+        job.quota = float(job.cores)
         job.expected_end = now + job.estimate
         insort(self.running, job, key=_expected_end)
         actions.append(Launch(job, slots))
@@ -248,3 +358,15 @@ class Scheduler:
             if per_node > cluster.memory_per_node:
                 return f"job {job.id} needs {per_node} MiB on a node, nodes have {cluster.memory_per_node}"
         return ""
+
+
+def _share(slots: Slots, cores: int) -> Slots:
+    """The first `cores` cores of an allocation: where a guest of that size runs."""
+    share = []
+    for node, have in slots:
+        take = min(have, cores)
+        share.append((node, take))
+        cores -= take
+        if cores == 0:
+            break
+    return tuple(share)

@@ -8,7 +8,7 @@ keep is asserted at the moment it could be broken.
 
 from __future__ import annotations
 
-from cosched.core.events import Decision, Event, JobEnded, JobSubmitted, Launch, Reject
+from cosched.core.events import Colocate, Decision, Event, JobEnded, JobSubmitted, Launch, Reject, SetQuota
 from cosched.core.scheduler import Scheduler
 from cosched.errors import SchedulingError
 from cosched.model import Allocation
@@ -30,6 +30,10 @@ class ValidatingScheduler:
         self.head_log: list[tuple[float, int | None]] = []
         """(time, id of the job first in queue order as each pass began)."""
         self.launch_log: list[tuple[float, int]] = []
+        self.host_of: dict[int, int] = {}
+        """Running guests' hosts."""
+        self.quota: dict[int, float] = {}
+        self.cores: dict[int, int] = {}
 
     def step(self, now: float, events: list[Event]) -> Decision:
         self.head_log.append((now, self._ordered_head(now, events)))
@@ -44,11 +48,17 @@ class ValidatingScheduler:
         for action in decision.actions:
             if isinstance(action, Launch):
                 self._launch(now, action)
+            elif isinstance(action, Colocate):
+                self._colocate(now, action)
+            elif isinstance(action, SetQuota):
+                self._check(action.job_id in self.slots, f"quota set for job {action.job_id}, which is not running")
+                self.quota[action.job_id] = action.cpus
             elif isinstance(action, Reject):
                 self._check(
                     action.job.need > self.scheduler.cluster.capacity_units or bool(action.reason),
                     f"job {action.job.id} rejected without a reason",
                 )
+        self._check_quotas(decision)
         if decision.reservations:
             self.reservation_log.append((now, dict(decision.reservations)))
         return decision
@@ -83,11 +93,50 @@ class ValidatingScheduler:
         self.started[jid] = now
         self.slots[jid] = action.slots
         self.launch_log.append((now, jid))
+        self.quota[jid] = float(job.cores)
+        self.cores[jid] = job.cores
+
+    def _colocate(self, now: float, action: Colocate) -> None:
+        guest, host = action.guest, action.host_id
+        gid = guest.id
+        self._check(gid in self.submitted and gid not in self.started, f"guest {gid} not pending")
+        self._check(now >= guest.submit, f"guest {gid} started before its submission")
+        self._check(host in self.slots and host not in self.host_of, f"guest {gid}: host {host} cannot host")
+        held = dict(self.slots[host])
+        for node, cores in action.slots:
+            self._check(cores <= held.get(node, 0), f"guest {gid} runs outside host {host}'s cores")
+        self._check(sum(c for _, c in action.slots) == guest.cores, f"guest {gid} got the wrong core count")
+        self._check(0 < action.quota <= guest.cores, f"guest {gid} quota {action.quota} out of range")
+        self.started[gid] = now
+        self.slots[gid] = action.slots
+        self.host_of[gid] = host
+        self.quota[gid] = action.quota
+        self.cores[gid] = guest.cores
+        self.launch_log.append((now, gid))
+
+    def _check_quotas(self, decision: Decision) -> None:
+        """CPU quotas on one allocation never add up to more than its cores."""
+        lent: dict[int, float] = {}
+        for guest, host in self.host_of.items():
+            lent[host] = lent.get(host, 0.0) + self.quota[guest]
+        for host, guests_quota in lent.items():
+            total = self.quota[host] + guests_quota
+            self._check(total <= self.cores[host] + 1e-9, f"allocation of job {host} oversubscribed: {total} CPUs")
 
     def _release(self, jid: int) -> None:
         self._check(jid in self.started and jid not in self.ended, f"job {jid} ended but was not running")
         self.ended.add(jid)
-        for node, cores in self.slots.pop(jid):
+        slots = self.slots.pop(jid)
+        self.quota.pop(jid, None)
+        if jid in self.host_of:  # a guest inside a live host: the cores stay the host's
+            del self.host_of[jid]
+            return
+        held = {node: cores for node, cores in slots}
+        for guest in [g for g, h in self.host_of.items() if h == jid]:  # guests inherit their share
+            del self.host_of[guest]
+            for node, cores in self.slots[guest]:
+                held[node] -= cores
+        for node, cores in held.items():
             self.used[node] -= cores
 
     @staticmethod

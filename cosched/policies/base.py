@@ -97,3 +97,32 @@ class PlacementPolicy(ABC):
     @abstractmethod
     def place(self, job: Job, pool: ResourcePool) -> Slots | None:
         """The job's gang, or None when it does not fit whole. Must not change `pool`."""
+
+
+class Lending(NamedTuple):
+    """Lend `fraction` of `host`'s allocation to the queued job being placed."""
+
+    host: Job
+    fraction: float
+
+
+class CoschedulePolicy(ABC):
+    """Decides whether a queued job that cannot start may share a running job's cores.
+
+    The core offers it a queued job and the running jobs whose allocation could
+    hold it (enough cores, memory free on their nodes, no other guest); the
+    policy answers with a host and the fraction of the host's CPU to lend, or
+    None. Learning policies hear every job's end through `observe`, where the
+    lender's loss becomes known.
+    """
+
+    name: ClassVar[str] = ""
+    active: ClassVar[bool] = True
+    """False for space sharing: the core then skips co-scheduling altogether."""
+
+    @abstractmethod
+    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
+        """A host among `hosts` and the fraction of it to lend to `guest`, or None."""
+
+    def observe(self, job: Job, now: float) -> None:  # noqa: B027 - optional hook
+        """`job` ended (its `end`, `start` and `state` are set)."""

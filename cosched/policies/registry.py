@@ -1,7 +1,7 @@
 """Finding plugins by name: entry-point aliases or `module:Class` strings.
 
 Each kind of plugin is an entry-point group (`cosched.queue`, `cosched.backfill`,
-`cosched.estimate`, `cosched.placement`), so a package can add policies without
+`cosched.estimate`, `cosched.placement`, `cosched.cosched`), so a package can add policies without
 touching cosched, and a research script can name its class directly.
 """
 
@@ -13,13 +13,14 @@ from importlib.metadata import entry_points
 from typing import Any, TypeVar
 
 from cosched.errors import ConfigError
-from cosched.policies.base import BackfillPolicy, Estimator, PlacementPolicy, QueuePolicy
+from cosched.policies.base import BackfillPolicy, CoschedulePolicy, Estimator, PlacementPolicy, QueuePolicy
 
 KINDS: dict[str, type] = {
     "queue": QueuePolicy,
     "backfill": BackfillPolicy,
     "estimate": Estimator,
     "placement": PlacementPolicy,
+    "cosched": CoschedulePolicy,
 }
 
 T = TypeVar("T")

@@ -20,19 +20,24 @@ from cosched.core.validate import ValidatingScheduler
 from cosched.errors import SchedulingError
 from cosched.model import Cluster, Job
 from cosched.policies.registry import create, resolve
-from cosched.replay.backend import SimulatedBackend
+from cosched.replay.backend import Accounts, RateModel, SimulatedBackend
 
 PROGRESS_EVERY = 4096
 
 
 @dataclass(slots=True)
 class PolicySet:
-    """The four plugins a replay runs with, by alias, `module:Class`, or instance."""
+    """The plugins a replay runs with, by alias, `module:Class`, or instance."""
 
     queue: Any = "fcfs"
     backfill: Any = "easy"
     estimate: Any = "requested"
     placement: Any = "first-fit"
+    cosched: Any = "none"
+    sharing: int = 2
+    """Jobs that may share one allocation (a host and its guests)."""
+    window: int = 32
+    """Queued jobs offered for co-scheduling per pass."""
 
     @property
     def label(self) -> str:
@@ -45,11 +50,12 @@ class PolicySet:
             return getattr(spec, "name", "") or type(spec).__name__
 
         suffix = "" if name("estimate") == "requested" else f"-{name('estimate')}"
-        return f"{name('queue')}+{name('backfill')}{suffix}"
+        sharing = "" if name("cosched") == "none" else f"+{name('cosched')}"
+        return f"{name('queue')}+{name('backfill')}{suffix}{sharing}"
 
     def check(self) -> None:
         """Resolve every plugin name now, so a typo fails before any work is done."""
-        for kind in ("queue", "backfill", "estimate", "placement"):
+        for kind in ("queue", "backfill", "estimate", "placement", "cosched"):
             spec = getattr(self, kind)
             if isinstance(spec, str):
                 resolve(kind, spec)
@@ -62,6 +68,9 @@ class PolicySet:
             create("backfill", self.backfill),
             create("estimate", self.estimate),
             create("placement", self.placement),
+            create("cosched", self.cosched),
+            sharing=self.sharing,
+            window=self.window,
         )
 
 
@@ -76,6 +85,14 @@ class ReplayResult:
     passes: int = 0
     seconds: float = 0.0
     validator: ValidatingScheduler | None = None
+    core: Scheduler | None = None
+    accounts: dict[int, Accounts] = field(default_factory=dict)
+    """Per-job CPU, quota and memory use over time (with `replay(account=True)`)."""
+
+
+Reactor = Callable[[float, list[Event]], list[Event]]
+"""Sees each step's backend events and may add submissions (workflow stages whose
+predecessors just finished) to the same step."""
 
 
 def replay(
@@ -85,18 +102,26 @@ def replay(
     *,
     validate: bool = False,
     progress: Callable[[int], None] | None = None,
+    rates: RateModel | None = None,
+    react: Reactor | None = None,
+    sample_every: float = 30.0,
+    core: Scheduler | None = None,
+    account: bool = False,
 ) -> ReplayResult:
     """Run `jobs` (fresh, unstarted) through the core on `cluster`.
 
     `progress`, if given, is called with the number of newly submitted jobs
     every few thousand submissions. With `validate`, every step goes through
-    `ValidatingScheduler`, which raises on any broken scheduling rule.
+    `ValidatingScheduler`, which raises on any broken scheduling rule. When the
+    core co-schedules, the backend's usage of running jobs is sampled every
+    `sample_every` simulated seconds, as the daemon's monitor samples cgroups.
     """
     policies = policies or PolicySet()
-    core = policies.build(cluster)
+    core = core or policies.build(cluster)
     checker = ValidatingScheduler(core) if validate else None
     step = checker.step if checker else core.step
-    backend = SimulatedBackend(cluster)
+    backend = SimulatedBackend(cluster, rates, account=account)
+    sampling = core.cosched is not None and core.cosched.active
     pending = sorted(jobs, key=lambda j: j.submit)
     started_at = time.perf_counter()
     n, i, passes, reported = len(pending), 0, 0, 0
@@ -104,20 +129,34 @@ def replay(
     inf = math.inf
     if n:
         apply(pending[0].submit, step(pending[0].submit, backend.start()).actions)
+    reacted: list[Job] = []
     next_end = next_time()
+    next_sample = pending[0].submit + sample_every if sampling and n else inf
     while True:
         next_submit = pending[i].submit if i < n else inf
         now = next_submit if next_submit < next_end else next_end
+        if next_sample < now:
+            now = next_sample
         if now == inf:
             break
         events: list[Event] = pop(now) if next_end <= now else []
+        if react is not None and events:
+            added = react(now, events)
+            reacted.extend(e.job for e in added if isinstance(e, JobSubmitted))
+            events += added
         while i < n and pending[i].submit <= now:
             events.append(JobSubmitted(pending[i]))
             i += 1
+        if now == next_sample:
+            events += backend.sample(now)
+            busy = backend.running or core.queue or i < n
+            next_sample = now + sample_every if busy else inf
         actions = step(now, events).actions
         if actions:
             apply(now, actions)
         next_end = next_time()
+        if sampling and next_sample == inf and (backend.running or core.queue):
+            next_sample = now + sample_every
         passes += 1
         if progress is not None and i - reported >= PROGRESS_EVERY:
             progress(i - reported)
@@ -127,7 +166,7 @@ def replay(
 
     if core.queue:
         raise SchedulingError(f"{len(core.queue)} jobs were still queued when the replay ran out of events")
-    finished = [j for j in pending if j.start >= 0]
+    finished = [j for j in (pending + reacted if reacted else pending) if j.start >= 0]
     return ReplayResult(
         policies.label,
         cluster,
@@ -136,4 +175,6 @@ def replay(
         passes,
         time.perf_counter() - started_at,
         checker,
+        core,
+        backend.accounts,
     )

@@ -1,0 +1,171 @@
+"""ASAx: lend CPU from running jobs as decision-tree experts advise, weighted by experience.
+
+For a queued job that cannot start, each running job that could hold it is a
+candidate lender. Its measured state (CPU%, Mem%, stage type, progress, happiness)
+goes to every expert; the experts' distributions over the lent fractions are
+mixed with the weights learned for the lender's application class, and an
+action is sampled (Algorithm 1, lines 4-8). The lender's loss is known when it
+ends; it feeds the risk of every decision made about it (line 10), and the
+weights move when a round's risk passes 1 (line 12).
+
+Each (guest, lender) pair is decided once: asking again at every pass until a
+non-zero fraction came up would lend far more often than the sampled
+distribution says. Every decision is kept for `cosched explain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosched.core.view import SchedulerView
+from cosched.errors import ConfigError
+from cosched.model import Job
+from cosched.policies.base import CoschedulePolicy, Lending
+from experts.default import default_experts
+from experts.features import JobFeatures, happiness
+from experts.loss import degradation_loss, walltime_loss
+from experts.tree import ExpertSet, lent_fractions
+from experts.weights import Schedule, WeightBook
+
+LOSSES = ("walltime", "degradation")
+
+
+@dataclass(slots=True)
+class LendingDecision:
+    """One co-scheduling decision, with everything needed to explain it later."""
+
+    time: float
+    guest: int
+    host: int
+    app_class: str
+    features: dict[str, Any]
+    experts: list[str]
+    distributions: list[list[float]]
+    weights: list[float]
+    action: int
+    fraction: float
+    loss: float | None = None
+    host_runtime: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Pending:
+    decision: LendingDecision
+    dists: np.ndarray = field(repr=False)
+
+
+class ASAx(CoschedulePolicy):
+    """The ASAx co-scheduler (Souza, Pelckmans and Tordsson, 2024)."""
+
+    name = "asax"
+
+    def __init__(
+        self,
+        experts: str | Path | ExpertSet | None = None,
+        *,
+        seed: int = 0,
+        loss: str = "walltime",
+        schedule: Schedule | None = None,
+        weights: WeightBook | None = None,
+    ) -> None:
+        if loss not in LOSSES:
+            raise ConfigError(f"unknown ASAx loss {loss!r}; known: {', '.join(LOSSES)}")
+        if isinstance(experts, str | Path):
+            experts = ExpertSet.load(str(experts))
+        self.experts: ExpertSet = experts or default_experts()
+        self.fractions = lent_fractions(self.experts.m)
+        self.book = weights or WeightBook(len(self.experts), schedule)
+        self.loss = loss
+        self.rng = np.random.default_rng(seed)
+        self.decisions: list[LendingDecision] = []
+        self.weight_history: list[tuple[float, str, list[float]]] = []
+        """(time, application class, weights) after each update of a class's weights."""
+        self._asked: set[tuple[int, int]] = set()
+        self._awaiting: dict[int, list[_Pending]] = {}
+
+    # -- deciding -----------------------------------------------------------
+    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
+        measured = [h for h in hosts if h.usage is not None and (guest.id, h.id) not in self._asked]
+        for host in sorted(measured, key=lambda h: (h.usage.cpu if h.usage else 1.0, h.id)):
+            self._asked.add((guest.id, host.id))
+            features = self.features(host, view.now)
+            dists = self.experts.predict_all(features)
+            app_class = host.stage or "unknown"
+            weights = self.book.get(app_class)
+            action = weights.choose(dists, self.rng)
+            decision = LendingDecision(
+                time=view.now,
+                guest=guest.id,
+                host=host.id,
+                app_class=app_class,
+                features={
+                    "cpu": features.cpu,
+                    "mem": features.mem,
+                    "parallel": features.parallel,
+                    "progress": features.progress,
+                    "happiness": features.happiness,
+                },
+                experts=list(self.experts.names),
+                distributions=dists.round(6).tolist(),
+                weights=[float(a) for a in weights.alpha],
+                action=action,
+                fraction=float(self.fractions[action]),
+            )
+            self.decisions.append(decision)
+            self._awaiting.setdefault(host.id, []).append(_Pending(decision, dists))
+            if decision.fraction > 0:
+                return Lending(host, decision.fraction)
+        return None
+
+    @staticmethod
+    def features(job: Job, now: float) -> JobFeatures:
+        """The lender's state, from its latest measured usage."""
+        usage = job.usage
+        assert usage is not None
+        elapsed = max(0.0, now - job.start)
+        left = max(0.0, job.start + job.walltime - now)
+        return JobFeatures(
+            cpu=max(0.0, usage.cpu),
+            mem=min(1.0, max(0.0, usage.mem)),
+            parallel=job.parallel,
+            progress=elapsed / job.walltime,
+            happiness=happiness(left, usage.tasks_done, job.tasks, elapsed) if job.tasks else 1.0,
+        )
+
+    # -- learning -----------------------------------------------------------
+    def observe(self, job: Job, now: float) -> None:
+        pending = self._awaiting.pop(job.id, None)
+        if not pending:
+            return
+        runtime = job.end - job.start
+        loss = self.loss_of(job, runtime)
+        app_class = pending[0].decision.app_class
+        weights = self.book.get(app_class)
+        for item in pending:
+            item.decision.loss = loss
+            item.decision.host_runtime = runtime
+            if weights.observe(item.dists, item.decision.action, loss):
+                self.weight_history.append((now, app_class, [float(a) for a in weights.alpha]))
+
+    def loss_of(self, job: Job, runtime: float) -> float:
+        """Section 3.2: 0 within the walltime, else the overrun over the walltime (capped at 1).
+
+        With `loss="degradation"` (section 4.4), 1 means 50% slower than the job's
+        runtime alone (known in replay; the walltime stands in for it otherwise).
+        """
+        if self.loss == "walltime":
+            return walltime_loss(runtime, job.walltime)
+        baseline = job.runtime if job.runtime else job.walltime
+        return degradation_loss(runtime, baseline)
+
+    def explain(self, job_id: int) -> list[LendingDecision]:
+        """Every decision in which `job_id` was the guest or the lender."""
+        return [d for d in self.decisions if job_id in (d.guest, d.host)]

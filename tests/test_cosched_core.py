@@ -1,0 +1,98 @@
+"""Co-scheduling in the core and the simulated backend, on schedules worked out by hand.
+
+The backend's default rate model is CPU-bound: a job runs at quota / cores of
+its full speed. Every replay here runs through the validating wrapper, which
+checks that guests stay inside their host's cores and that the CPU quotas on
+an allocation never add up to more than its cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cosched.core.events import Colocate, SetQuota
+from cosched.errors import ConfigError
+from cosched.model import Cluster, Job, JobState
+from cosched.policies.cosched import Static
+from cosched.replay.driver import PolicySet, replay
+
+ONE_NODE = Cluster(nodes=1, cores_per_node=4)
+
+
+def job(id: int, submit: float, cores: int, runtime: float, **extra: object) -> Job:
+    return Job(id=id, submit=submit, cores=cores, runtime=runtime, walltime=runtime * 3, **extra)
+
+
+def run(jobs: list[Job], cluster: Cluster = ONE_NODE, cosched: object = "static"):
+    result = replay(jobs, cluster, PolicySet("fcfs", "easy", cosched=cosched), validate=True)
+    return {j.id: j for j in result.jobs}, result
+
+
+def test_guest_borrows_half_and_the_host_gets_it_back() -> None:
+    # A (4 cores, 100 s) fills the node at 0. B (2 cores, 50 s) arrives at 10: Static lends 50%
+    # of A: B's quota = min(0.5 * 4, 2) = 2 CPUs, A keeps 2 of 4 -> A runs at half speed.
+    # A: 10 s of work by t=10, 25 more by t=60 when B ends (B at full speed: 2 CPUs for 2 cores),
+    # then full speed for the last 65: A ends at 125.
+    jobs, result = run([job(1, 0, 4, 100), job(2, 10, 2, 50)])
+    a, b = jobs[1], jobs[2]
+    assert (b.start, b.end) == (10, 60)
+    assert a.end == pytest.approx(125)
+    assert b.host == 1 and b.slots == ((0, 2),)
+    assert a.quota == 4.0  # restored when B left
+    launches = result.validator.launch_log
+    assert launches == [(0, 1), (10, 2)]
+
+
+def test_host_ending_first_leaves_its_guest_the_cores_it_uses() -> None:
+    # A (4 cores, 20 s) from 0; B (2 cores, 100 s) joins at 10 with 2 CPUs: A is halved, so its last
+    # 10 s of work take 20 s: A ends at 30. B keeps its 2 cores (speed 1 throughout): ends at 110.
+    # The other 2 cores come back at 30, where C (2 cores, 10 s, queued since 15) starts at once.
+    jobs, _ = run([job(1, 0, 4, 20), job(2, 10, 2, 100), job(3, 15, 2, 10)], cosched=Static())
+    a, b, c = jobs[1], jobs[2], jobs[3]
+    assert a.end == pytest.approx(30)
+    assert (b.start, b.end) == (10, 110)
+    assert b.host == -1  # adopted: an ordinary job on its own slots after A ended
+    assert c.start == pytest.approx(30) and c.host == -1
+
+
+def test_at_most_two_jobs_share_an_allocation_by_default() -> None:
+    # B borrows from A at 5; C arrives at 6 and, with A already hosting, must wait for cores.
+    jobs, _ = run([job(1, 0, 4, 100), job(2, 5, 2, 500), job(3, 6, 2, 10)])
+    assert jobs[2].start == 5  # a guest at once (adopted as an ordinary job when A ends)
+    assert jobs[3].start >= jobs[1].end
+
+
+def test_memory_is_never_oversubscribed() -> None:
+    # 1000 MiB node. A holds 4 x 100 = 400. B needs 2 x 200 = 400: it fits beside A (600 free).
+    # C needs 2 x 400 = 800 > 600: it may not share A's cores, it waits.
+    cluster = Cluster(nodes=1, cores_per_node=4, memory_per_node=1000)
+    jobs, _ = run([job(1, 0, 4, 100, memory=100), job(2, 5, 2, 50, memory=200)], cluster)
+    assert jobs[2].host == 1
+    jobs, _ = run([job(1, 0, 4, 100, memory=100), job(3, 5, 2, 50, memory=400)], cluster)
+    assert jobs[3].host == -1 and jobs[3].start >= jobs[1].end
+
+
+def test_space_sharing_never_lends() -> None:
+    jobs, _ = run([job(1, 0, 4, 100), job(2, 10, 2, 50)], cosched="none")
+    assert jobs[2].start == 100 and jobs[2].host == -1
+
+
+def test_core_emits_quota_then_colocate() -> None:
+    from cosched.core.events import JobSubmitted, Offer
+    from cosched.core.scheduler import Scheduler
+    from cosched.policies.backfill import EASY
+    from cosched.policies.estimate import Requested
+    from cosched.policies.placement import FirstFit
+    from cosched.policies.queue import FCFS
+
+    core = Scheduler(ONE_NODE, FCFS(), EASY(), Requested(), FirstFit(), Static(0.25))
+    a, b = job(1, 0, 4, 100), job(2, 0, 1, 50)
+    actions = core.step(0.0, [Offer(((0, 4),)), JobSubmitted(a), JobSubmitted(b)]).actions
+    # 25% of A's 4 cores is 1 CPU: exactly B's one core.
+    assert actions[1:] == [SetQuota(1, 3.0), Colocate(b, 1, ((0, 1),), 1.0)]
+    assert b.state is JobState.RUNNING and core.guests == {1: [b]}
+
+
+def test_bad_lending_settings() -> None:
+    with pytest.raises(ConfigError, match="fraction"):
+        Static(1.5)
