@@ -57,7 +57,7 @@ def parse_policy_sets(text: str) -> list[PolicySet]:
         fields = item.split(":")
         if not 2 <= len(fields) <= 3 or not all(fields):
             raise ConfigError(f"bad policy set {item!r}; expected queue:backfill[:estimate]")
-        sets.append(PolicySet(*fields))
+        sets.append(PolicySet(**dict(zip(("queue", "backfill", "estimate"), fields, strict=False))))
     if not sets:
         raise ConfigError("no policy sets given")
     return sets
