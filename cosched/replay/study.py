@@ -57,7 +57,8 @@ def parse_policy_sets(text: str) -> list[PolicySet]:
         fields = item.split(":")
         if not 2 <= len(fields) <= 3 or not all(fields):
             raise ConfigError(f"bad policy set {item!r}; expected queue:backfill[:estimate]")
-        sets.append(PolicySet(**dict(zip(("queue", "backfill", "estimate"), fields, strict=False))))
+        queue, backfill, *estimate = fields
+        sets.append(PolicySet(queue, backfill, estimate[0] if estimate else "requested"))
     if not sets:
         raise ConfigError("no policy sets given")
     return sets
