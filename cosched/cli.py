@@ -108,7 +108,99 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress bar (default: on a terminal, for long replays)",
     )
     rp.set_defaults(handler=_replay)
+
+    ex = commands.add_parser("experiment", help="reproduce a paper's experiment in replay")
+    which = ex.add_subparsers(dest="experiment", required=True, parser_class=_Parser)
+    asax = which.add_parser("asax", help="the ASAx paper's section 4.4 experiment (Tables 2 and 3)")
+    asax.add_argument("--sizes", type=_int_list, default=[64, 128, 256], help="cluster sizes in cores")
+    asax.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (ASAx's sampling)")
+    asax.add_argument("--repeats", type=_positive, default=3, help="times the 15-workflow set is submitted")
+    asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
+    asax.set_defaults(handler=_experiment_asax)
+
+    xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
+    xp.add_argument("job", type=_non_negative, help="job id")
+    xp.add_argument("--log", type=Path, required=True, help="decisions.jsonl from `cosched experiment asax --out`")
+    xp.set_defaults(handler=_explain)
+
+    ep = commands.add_parser("experts", help="inspect or fit ASAx expert sets")
+    verbs = ep.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    show = verbs.add_parser("show", help="print an expert set's trees")
+    show.add_argument("file", nargs="?", type=Path, help="expert set (JSON); default: the shipped set")
+    show.set_defaults(handler=_experts_show)
+    fit = verbs.add_parser("fit", help="fit decision-tree experts from recorded decisions and losses")
+    fit.add_argument("log", type=Path, help="JSON Lines of decisions (e.g. training.jsonl)")
+    fit.add_argument("--out", type=Path, required=True, help="where to write the expert set")
+    fit.add_argument("--depth", type=_positive, default=3, help="maximum tree depth")
+    fit.add_argument("--seed", type=_non_negative, default=0)
+    fit.set_defaults(handler=_experts_fit)
     return parser
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative whole numbers, got {text!r}")
+    return values
+
+
+def _experiment_asax(args: argparse.Namespace) -> int:
+    from cosched.experiments import asax_report
+    from cosched.experiments.asax import run_experiment
+
+    bad = [s for s in args.sizes if s % 8 or s < 64]
+    if bad:
+        raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
+    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats)
+    print(asax_report.table2(experiment))
+    print()
+    print(asax_report.table3(experiment))
+    print()
+    print(asax_report.format_goals(asax_report.goals(experiment)))
+    if args.out:
+        for path in asax_report.write_outputs(experiment, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from cosched.experiments.asax_report import explain
+
+    if not args.log.is_file():
+        raise ConfigError(f"decision log not found: {args.log}")
+    try:
+        text = explain(args.log, args.job)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    print(text or f"no co-scheduling decision involves job {args.job}")
+    return 0
+
+
+def _experts_show(args: argparse.Namespace) -> int:
+    from experts.default import default_experts
+    from experts.fit import describe
+    from experts.tree import ExpertSet
+
+    print(describe(ExpertSet.load(str(args.file)) if args.file else default_experts()))
+    return 0
+
+
+def _experts_fit(args: argparse.Namespace) -> int:
+    from experts.fit import fit_experts, read_log
+
+    records = read_log(args.log)
+    if not records:
+        raise ConfigError(f"{args.log}: no decisions to fit")
+    try:
+        expert_set = fit_experts(records, max_depth=args.depth, seed=args.seed)
+    except ImportError:
+        raise ConfigError("fitting needs scikit-learn: pip install 'cosched[learn]'") from None
+    expert_set.save(str(args.out))
+    print(f"fitted {len(expert_set)} experts from {len(records)} decisions: {args.out}", file=sys.stderr)
+    return 0
 
 
 def _replay(args: argparse.Namespace) -> int:

@@ -88,8 +88,10 @@ class Job:
 class Usage:
     """What a backend measured of a running job: the co-scheduler's view of it.
 
-    `cpu` and `mem` are fractions of what the job was allocated (CPU% of its
-    cores, Mem% of its memory); `tasks_done` counts finished tasks.
+    `cpu` is the CPU it used over the CPU it was granted (its quota), so a job
+    throttled by a small quota reads as busy, not idle: what matters for lending
+    is whether it has granted CPU to spare. `mem` is the fraction of its memory
+    in use; `tasks_done` counts finished tasks.
     """
 
     cpu: float

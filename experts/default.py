@@ -74,8 +74,8 @@ def cpu_expert(m: int) -> Expert:
                 "cpu",
                 0.75,
                 _by_happiness(m, behind=0.0, no_slack=0.1, slack=0.3),  # 25% < cpu <= 75%
-                _by_happiness(m, behind=0.0, no_slack=0.0, slack=0.1),
-            ),  # cpu > 75%: busy
+                Leaf(peaked(m, 0.0, width=0.04)),
+            ),  # cpu > 75%: busy, nothing idle to give whatever the slack
         ),
         "CPU% x Hp (paper Fig. 2): lend the cycles a job leaves idle, only when it has slack",
     )

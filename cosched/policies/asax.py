@@ -11,6 +11,12 @@ weights move when a round's risk passes 1 (line 12).
 Each (guest, lender) pair is decided once: asking again at every pass until a
 non-zero fraction came up would lend far more often than the sampled
 distribution says. Every decision is kept for `cosched explain`.
+
+One addition to the paper: a fraction that would give the guest less than
+`min_guest_share` of its requested cores is not carried out. The paper's loss
+is the lender's alone, so nothing would ever teach the experts that a guest
+starved on 10% of a host's CPU is a bad co-location; such a decision changes
+nothing for the lender, so it is logged but not learned from.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class LendingDecision:
     fraction: float
     loss: float | None = None
     host_runtime: float | None = None
+    executed: bool = True
+    """False when the fraction was too small to help the guest (`min_guest_share`): not carried out."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +83,11 @@ class ASAx(CoschedulePolicy):
         loss: str = "walltime",
         schedule: Schedule | None = None,
         weights: WeightBook | None = None,
+        min_guest_share: float = 0.5,
     ) -> None:
+        if not 0.0 <= min_guest_share <= 1.0:
+            raise ConfigError(f"min_guest_share must be in [0, 1], got {min_guest_share}")
+        self.min_guest_share = min_guest_share
         if loss not in LOSSES:
             raise ConfigError(f"unknown ASAx loss {loss!r}; known: {', '.join(LOSSES)}")
         if isinstance(experts, str | Path):
@@ -120,9 +132,19 @@ class ASAx(CoschedulePolicy):
                 fraction=float(self.fractions[action]),
             )
             self.decisions.append(decision)
+            lent = decision.fraction * host.cores
+            if 0 < lent < self.min_guest_share * guest.cores:
+                decision.executed = False  # the guest would crawl; nothing happens, nothing to learn
+                continue
+            if decision.fraction == 0:
+                # Lending nothing co-allocates nothing: its loss is 0, known now. Charging it
+                # the host's later degradation (caused by another decision) would punish the
+                # experts that advised against lending.
+                decision.loss = 0.0
+                weights.observe(dists, action, 0.0)
+                continue
             self._awaiting.setdefault(host.id, []).append(_Pending(decision, dists))
-            if decision.fraction > 0:
-                return Lending(host, decision.fraction)
+            return Lending(host, decision.fraction)
         return None
 
     @staticmethod

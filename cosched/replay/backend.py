@@ -214,6 +214,7 @@ class SimulatedBackend:
             speed = self._speed.get(job.id, 1.0)
             quota = self._quota.get(job.id, float(job.cores))
             cpu, mem = self.rates.usage(job, quota, speed)
+            cpu = cpu * job.cores / quota if quota > 0 else 1.0  # of the quota granted
             natural = self._natural_end.get(job.id, self._end_at.get(job.id, now))
             total = job.runtime if job.runtime else job.walltime
             done = 1.0 - max(0.0, (natural - now) * speed) / total if total > 0 else 1.0
