@@ -115,6 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     asax.add_argument("--sizes", type=_int_list, default=[64, 128, 256], help="cluster sizes in cores")
     asax.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (ASAx's sampling)")
     asax.add_argument("--repeats", type=_positive, default=3, help="times the 15-workflow set is submitted")
+    asax.add_argument(
+        "--min-guest-share",
+        type=float,
+        default=0.5,
+        help="ASAx refuses lendings that give a guest less than this share of its cores",
+    )
     asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     asax.set_defaults(handler=_experiment_asax)
 
@@ -154,7 +160,9 @@ def _experiment_asax(args: argparse.Namespace) -> int:
     bad = [s for s in args.sizes if s % 8 or s < 64]
     if bad:
         raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
-    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats)
+    if not 0.0 <= args.min_guest_share <= 1.0:
+        raise ConfigError(f"--min-guest-share must be in [0, 1], got {args.min_guest_share}")
+    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats, min_guest_share=args.min_guest_share)
     print(asax_report.table2(experiment))
     print()
     print(asax_report.table3(experiment))

@@ -156,6 +156,7 @@ class Run:
             "cpu_pct": 100 * cpu / sum(a.quota_seconds for a in accounts),
             "cluster_cpu_pct": 100 * cpu / (self.size * self.makespan),
             "makespan_h": self.makespan / 3600,
+            "failed": float(sum(1 for w in self.workflows if w.failed_stage is not None)),
         }
 
 
@@ -165,12 +166,12 @@ def requested_memory(workflow: Workflow, profiles: dict[str, StageProfile]) -> i
     return min(PAPER_MEMORY_PER_CORE, math.ceil(used * MEMORY_HEADROOM * PAPER_MEMORY_PER_CORE))
 
 
-def make_policy(strategy: str, seed: int) -> CoschedulePolicy:
+def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5) -> CoschedulePolicy:
     if strategy == "slurm":
         return SpaceSharing()
     if strategy == "static":
         return Static(0.5)
-    return ASAx(seed=seed, loss="degradation")
+    return ASAx(seed=seed, loss="degradation", min_guest_share=min_guest_share)
 
 
 def run_once(
@@ -242,10 +243,12 @@ def run_experiment(
     seeds: Sequence[int] = (1, 2, 3),
     strategies: Sequence[str] = STRATEGIES,
     repeats: int = 3,
+    min_guest_share: float = 0.5,
 ) -> Experiment:
     experiment = Experiment()
     for size in sizes:
         for seed in seeds:
             for strategy in strategies:
-                experiment.runs.append(run_once(size, strategy, seed, repeats=repeats))
+                policy = make_policy(strategy, seed, min_guest_share)
+                experiment.runs.append(run_once(size, strategy, seed, repeats=repeats, policy=policy))
     return experiment

@@ -79,6 +79,7 @@ def table3(experiment: Experiment) -> str:
                     "degradation %": "-"
                     if strategy == "slurm"
                     else f"{100 * experiment.degradation(size, strategy):.1f}",
+                    "failed workflows": int(sum(o["failed"] for o in overall)),
                 }
             )
     return format_table(rows, title="Table 3: per strategy (workflow wait and response; mean ± std over seeds)")
