@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-"""Real Parallel Workloads Archive traces, beside the checkout (absent: tests skip)."""

@@ -11,32 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from swf_lines import TRACES, job_line, write_text
 
 from cosched.cli import main
 from cosched.report import CSV_COLUMNS
 from cosched.swf import write_swf
-from cosched.trace import SWF_FIELDS
 from workloads.lublin import generate
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("utilization.png", "queue_length.png", "wait_distribution.png")
 # argparse reports usage errors under the subcommand's name ("cosched replay: error: ...").
 ERROR_LINE = re.compile(r"^cosched(?: replay)?: error: \S")
-
-
-def job_line(job_id: int, **fields: float | str) -> str:
-    """One SWF job line: a finished 4-processor job submitted at 10 * job_id, overridable by field."""
-    values: dict[str, float | str] = {name: -1 for name in SWF_FIELDS}
-    values.update(job_id=job_id, submit=10 * job_id, wait=0, runtime=50)
-    values.update(alloc_procs=4, req_procs=4, req_time=100, status=1)
-    values.update(fields)
-    return " ".join(str(values[name]) for name in SWF_FIELDS)
-
-
-def write_text(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 GOOD_LINES = ["; MaxProcs: 8", *(job_line(i) for i in range(1, 6))]

@@ -8,27 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from swf_lines import job_line, write_text
 
 from cosched.errors import ConfigError, CoschedError, TraceError
 from cosched.model import Allocation
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import cluster_for, cut, load_workload, parse_policy_sets, run_study
 from cosched.swf import write_swf
-from cosched.trace import SWF_FIELDS, Trace
-
-
-def job_line(job_id: int, **fields: float | str) -> str:
-    """One SWF job line: a finished 4-processor job submitted at 10 * job_id, overridable by field."""
-    values: dict[str, float | str] = {name: -1 for name in SWF_FIELDS}
-    values.update(job_id=job_id, submit=10 * job_id, wait=0, runtime=50)
-    values.update(alloc_procs=4, req_procs=4, req_time=100, status=1)
-    values.update(fields)
-    return " ".join(str(values[name]) for name in SWF_FIELDS)
-
-
-def write_text(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from cosched.trace import Trace
 
 
 def simple_trace(n: int, *, first_submit: float = 1000.0) -> Trace:

@@ -7,28 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from swf_lines import TRACES, job_line, write_text
 
 import cosched.swf as swf
 from cosched.errors import TraceError
 from cosched.model import Job, JobState
 from cosched.swf import read_swf, write_swf
 from cosched.trace import SWF_FIELDS, SwfHeader, Trace
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-
-
-def job_line(job_id: int, **fields: float | str) -> str:
-    """One SWF job line: a sane finished job, with `fields` overriding by name."""
-    values: dict[str, float | str] = {name: -1 for name in SWF_FIELDS}
-    values.update(job_id=job_id, submit=10 * job_id, wait=0, runtime=50)
-    values.update(alloc_procs=4, req_procs=4, req_time=100, status=1)
-    values.update(fields)
-    return " ".join(str(values[name]) for name in SWF_FIELDS)
-
-
-def write_text(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def real_trace(name: str) -> Path:
