@@ -96,3 +96,17 @@ def test_core_emits_quota_then_colocate() -> None:
 def test_bad_lending_settings() -> None:
     with pytest.raises(ConfigError, match="fraction"):
         Static(1.5)
+
+
+def test_every_queued_job_in_the_window_is_offered() -> None:
+    # Two 8-core hosts run; three 1-core jobs queue behind a blocked 16-core head. Static lends
+    # each host once (two jobs per allocation), so exactly two of the three small jobs become
+    # guests in the same pass: the second must not be skipped when the first leaves the queue.
+    cluster = Cluster(nodes=2, cores_per_node=8)
+    jobs, result = run(
+        [job(1, 0, 8, 100), job(2, 0, 8, 100), job(3, 1, 16, 10), job(4, 2, 1, 5), job(5, 2, 1, 5), job(6, 2, 1, 5)],
+        cluster,
+    )
+    guests_at_2 = [jid for t, jid in result.validator.launch_log if t == 2]
+    assert guests_at_2 == [4, 5]
+    assert {jobs[4].slots, jobs[5].slots} == {((0, 1),), ((1, 1),)}  # one in each host

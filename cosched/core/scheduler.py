@@ -266,25 +266,22 @@ class Scheduler:
     def _coschedule(self, view: SchedulerView, order: Sequence[Job], now: float, actions: list[Action]) -> None:
         """Offer the first queued jobs that did not start to the co-scheduling policy."""
         assert self.cosched is not None
-        offered = 0
-        for guest in order:
-            if guest.state is not JobState.PENDING:
-                continue
+        # A snapshot: co-locating a guest removes it from the queue `order` may be.
+        window = [job for job in order if job.state is JobState.PENDING][: self.window]
+        for guest in window:
             hosts = [h for h in self.running if self._can_host(h, guest)]
             if hosts:
                 lending = self.cosched.lend(view, guest, hosts)
                 if lending is not None:
                     self._colocate(guest, lending.host, lending.fraction, now, actions)
-            offered += 1
-            if offered == self.window:
-                break
 
     def _can_host(self, host: Job, guest: Job) -> bool:
         if host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
             return False
-        memory = slot_memory(self.cluster, guest, _share(host.slots, guest.cores))
+        share = _share(host.slots, guest.cores)
+        memory = slot_memory(self.cluster, guest, share)
         return memory is None or all(
-            self.pool.free_mem[node] >= mib for (node, _), mib in zip(host.slots, memory, strict=False)
+            self.pool.free_mem[node] >= mib for (node, _), mib in zip(share, memory, strict=True)
         )
 
     def _colocate(self, guest: Job, host: Job, fraction: float, now: float, actions: list[Action]) -> None:
