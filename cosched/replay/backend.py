@@ -84,6 +84,8 @@ class SimulatedBackend:
         self._ends: list[tuple[float, int, Job]] = []
         self._end_at: dict[int, float] = {}
         self._seq = 0
+        self._stale = 0
+        """Heap entries superseded since pushed (upper bound): next_time skips them."""
         self._memory_tracked = cluster.memory_per_node > 0
         # Only jobs whose rate ever changed are tracked here.
         self._speed: dict[int, float] = {}
@@ -167,23 +169,34 @@ class SimulatedBackend:
 
     # -- time ---------------------------------------------------------------
     def next_time(self) -> float:
-        ends, end_at = self._ends, self._end_at
-        while ends and end_at.get(ends[0][2].id) != ends[0][0]:
-            heapq.heappop(ends)  # superseded by a rate change or a kill
+        ends = self._ends
+        if self._stale:  # some ends were superseded by a rate change or a kill: skip those
+            end_at = self._end_at
+            while ends and end_at.get(ends[0][2].id) != ends[0][0]:
+                heapq.heappop(ends)
+                self._stale -= 1
         return ends[0][0] if ends else math.inf
 
     def pop(self, now: float) -> list[Event]:
         """Events for every job ending at or before `now`, with the offers they free."""
-        ends, end_at = self._ends, self._end_at
+        ends, end_at, running = self._ends, self._end_at, self.running
         events: list[Event] = []
+        # Plain replays never share cores: their ends need none of the co-location bookkeeping.
+        shared = bool(self._speed or self._host or self._guests)
+        memory_of = slot_memory if self._memory_tracked else None
         while ends and ends[0][0] <= now:
             at, _, job = heapq.heappop(ends)
             if end_at.get(job.id) != at:
+                self._stale -= 1
                 continue
             del end_at[job.id]
-            del self.running[job.id]
+            del running[job.id]
             if self.account:
                 self.accounts[job.id].close(at)
+            if not shared:
+                events.append(JobEnded(job.id))
+                events.append(Offer(job.slots, memory_of(self.cluster, job, job.slots) if memory_of else None))
+                continue
             killed = self._natural_end.get(job.id, at) > at + 1e-9
             events.append(JobEnded(job.id, failed=killed))
             offer = self._released(job)
@@ -236,6 +249,8 @@ class SimulatedBackend:
             self._schedule_end(job, now)
 
     def _schedule_end(self, job: Job, at: float) -> None:
+        if job.id in self._end_at:
+            self._stale += 1  # its earlier heap entry is now out of date
         self._end_at[job.id] = at
         self._seq += 1
         heapq.heappush(self._ends, (at, self._seq, job))
