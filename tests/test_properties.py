@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from cosched.model import Allocation, Cluster, Job
 from cosched.policies.backfill import EASY
+from cosched.policies.conservative import Conservative
 from cosched.policies.registry import available
 from cosched.replay.driver import PolicySet, ReplayResult, replay
 
@@ -134,3 +135,20 @@ def test_replay_is_deterministic(workload) -> None:
     first = run(cluster, spec, "wfp3", "easy", "requested")
     again = run(cluster, spec, "wfp3", "easy", "requested")
     assert [(j.id, j.start, j.slots) for j in first.jobs] == [(j.id, j.start, j.slots) for j in again.jobs]
+
+
+@pytest.mark.parametrize("queue", ["fcfs", "sjf", "wfp3"])
+@SETTINGS
+@given(workload=workloads())
+def test_conservative_reusing_its_plan_decides_as_a_full_replan(workload, queue: str) -> None:
+    """Conservative keeps its profile while capacity is as planned; that must change nothing."""
+
+    class Replan(Conservative):
+        def plan(self, view, head):
+            self._profile = None  # never reuse
+            return super().plan(view, head)
+
+    cluster, spec = workload
+    fast = replay(make_jobs(spec), cluster, PolicySet(queue, Conservative()))
+    slow = replay(make_jobs(spec), cluster, PolicySet(queue, Replan()))
+    assert {j.id: j.start for j in fast.jobs} == {j.id: j.start for j in slow.jobs}
