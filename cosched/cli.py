@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
@@ -126,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
     xp.add_argument("job", type=_non_negative, help="job id")
-    xp.add_argument("--log", type=Path, required=True, help="decisions.jsonl from `cosched experiment asax --out`")
+    xp.add_argument("--log", type=Path, help="decisions.jsonl of `cosched experiment asax --out` (else: the daemon)")
+    add_explain_options(xp)
     xp.set_defaults(handler=_explain)
+    add_commands(commands, _Parser)
 
     ep = commands.add_parser("experts", help="inspect or fit ASAx expert sets")
     verbs = ep.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -177,6 +180,8 @@ def _experiment_asax(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from cosched.experiments.asax_report import explain
 
+    if args.log is None:
+        return explain_live(args)
     if not args.log.is_file():
         raise ConfigError(f"decision log not found: {args.log}")
     try:

@@ -20,7 +20,7 @@ Workflow TOML format (`load_workflow`)
 
     [workflow]
     name = "blast-16"            # unique name of this submission (Job.workflow)
-    app = "blast"                # one of APPS
+    app = "blast"                # the application (APPS: the paper's four)
     cores = 16                   # every stage's job asks for this many cores
     memory_per_core = 3840       # MiB per core, optional (0 = not tracked)
 
@@ -108,7 +108,7 @@ class Workflow:
     """A named submission of one application: stages, each a job of `cores` cores.
 
     Construction validates (ConfigError, one line naming the workflow and field):
-    app in APPS, cores > 0, memory_per_core >= 0, at least one stage, unique stage
+    a non-empty app, cores > 0, memory_per_core >= 0, at least one stage, unique stage
     names, known dependencies, no dependency cycle, tasks >= 1.
     """
 
@@ -133,8 +133,8 @@ class Workflow:
     def _validate_fields(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"workflow {self.name!r}: name must be a non-empty string")
-        if self.app not in APPS:
-            raise self._error(f"app must be one of {', '.join(APPS)}, got {self.app!r}")
+        if not isinstance(self.app, str) or not self.app:
+            raise self._error(f"app must be a non-empty string, got {self.app!r}")
         if not _is_int(self.cores) or self.cores <= 0:
             raise self._error(f"cores must be a positive integer, got {self.cores!r}")
         if not _is_int(self.memory_per_core) or self.memory_per_core < 0:

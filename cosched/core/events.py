@@ -75,6 +75,17 @@ class UsageReported:
 
 
 @dataclass(slots=True)
+class JobAdopted:
+    """A job found already running when the framework (re)started: the daemon's
+    containers survive the daemon. The job carries its `slots`, `start`, `quota`
+    and `host` (a guest names its host, adopted before it); the resources it holds
+    are not part of any offer.
+    """
+
+    job: Job
+
+
+@dataclass(slots=True)
 class Launch:
     """Start `job` on `slots`: the job's whole gang, taken from held offers."""
 
@@ -116,7 +127,7 @@ class Reject:
     reason: str
 
 
-Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported
+Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported | JobAdopted
 Action = Launch | Colocate | SetQuota | Kill | Reject
 
 

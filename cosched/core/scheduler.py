@@ -22,6 +22,7 @@ from cosched.core.events import (
     Colocate,
     Decision,
     Event,
+    JobAdopted,
     JobCancelled,
     JobEnded,
     JobSubmitted,
@@ -91,6 +92,7 @@ class Scheduler:
             Offer: self._on_offer,
             Rescind: self._on_rescind,
             UsageReported: self._on_usage,
+            JobAdopted: self._on_adopted,
         }
         self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool)
         self._capacity = cluster.capacity_units
@@ -198,6 +200,26 @@ class Scheduler:
         job = self.jobs.get(event.job_id)
         if job is not None and job.state is JobState.RUNNING:
             job.usage = event.usage
+
+    def _on_adopted(self, event: JobAdopted, now: float, actions: list[Action]) -> None:
+        job = event.job
+        if job.id in self.jobs:
+            raise SchedulingError(f"job {job.id} adopted twice")
+        job.need = self.cluster.units_for(job)
+        job.estimate = self.estimator.estimate(job)
+        job.expected_end = job.start + job.estimate
+        job.state = JobState.RUNNING
+        self.jobs[job.id] = job
+        if job.host >= 0:
+            if job.host not in self.jobs:
+                raise SchedulingError(f"guest {job.id} adopted before its host {job.host}")
+            self.guests.setdefault(job.host, []).append(job)
+            memory = slot_memory(self.cluster, job, job.slots)
+            if memory is not None:
+                self.pool.take_memory([node for node, _ in job.slots], memory)
+        else:
+            insort(self.running, job, key=_expected_end)
+        self._view.epoch += 1
 
     def _guest_ended(self, guest: Job, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""

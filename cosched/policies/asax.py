@@ -30,7 +30,7 @@ import numpy as np
 
 from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError
-from cosched.model import Job
+from cosched.model import Job, JobState
 from cosched.policies.base import CoschedulePolicy, Lending
 from experts.default import default_experts
 from experts.features import JobFeatures, happiness
@@ -180,13 +180,31 @@ class ASAx(CoschedulePolicy):
     def loss_of(self, job: Job, runtime: float) -> float:
         """Section 3.2: 0 within the walltime, else the overrun over the walltime (capped at 1).
 
+        A lender killed at its walltime ran exactly its walltime, which the formula
+        would score 0; it is scored 1, the overrun a kill hides.
+
         With `loss="degradation"` (section 4.4), 1 means 50% slower than the job's
         runtime alone (known in replay; the walltime stands in for it otherwise).
         """
+        if job.state is JobState.FAILED and runtime >= job.walltime * (1 - 1e-9):
+            return 1.0  # killed at its walltime: it never finished, the worst outcome
         if self.loss == "walltime":
             return walltime_loss(runtime, job.walltime)
         baseline = job.runtime if job.runtime else job.walltime
         return degradation_loss(runtime, baseline)
+
+    def restore(self, decisions: Sequence[LendingDecision]) -> None:
+        """Take back the decisions an earlier run of the daemon made (from its store).
+
+        An executed lending whose loss is not known yet waits again for its
+        lender's end, so a restart loses no learning and asks no pair twice.
+        """
+        for decision in decisions:
+            self.decisions.append(decision)
+            self._asked.add((decision.guest, decision.host))
+            if decision.loss is None and decision.executed and decision.fraction > 0:
+                pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
+                self._awaiting.setdefault(decision.host, []).append(pending)
 
     def explain(self, job_id: int) -> list[LendingDecision]:
         """Every decision in which `job_id` was the guest or the lender."""

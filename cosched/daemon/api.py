@@ -1,0 +1,177 @@
+"""The daemon's HTTP API (FastAPI): submissions, queries, cancellation, metrics.
+
+FastAPI because the request models double as validation (a 422 naming the
+field) and as the OpenAPI description at `/openapi.json`, which is what the
+API's fuzz tests are generated from. Every error body is `{"error": "..."}`:
+one line naming the problem, as everywhere else in cosched.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cosched.daemon import views
+from cosched.daemon.docker_backend import EngineUnavailable
+from cosched.daemon.metrics import CONTENT_TYPE
+from cosched.daemon.service import Daemon, Rejected
+from cosched.daemon.specs import JobSpec, WorkflowSpec
+
+
+class Submitted(BaseModel):
+    id: int
+
+
+class WorkflowSubmitted(BaseModel):
+    id: int
+    jobs: list[int]
+
+
+class Cancelled(BaseModel):
+    id: int
+    state: str
+
+
+class BodyLimit:
+    """Refuse request bodies over `limit` bytes with 413, before they are read into memory."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.limit):
+            await _too_large(self.limit, scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _TooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            await _too_large(self.limit, scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _too_large(limit: int, scope: Scope, receive: Receive, send: Send) -> None:
+    response = JSONResponse({"error": f"request body: larger than the limit of {limit} bytes"}, status_code=413)
+    await response(scope, receive, send)
+
+
+def create_app(daemon: Daemon) -> FastAPI:
+    """The API of one daemon."""
+    token = daemon.config.api.token
+    app = FastAPI(
+        title="cosched",
+        version="1",
+        description="HPC co-scheduler daemon: jobs and workflows in containers, CPU lent between them by ASAx.",
+    )
+    app.add_middleware(BodyLimit, limit=daemon.config.api.max_body)
+
+    def authorised(request: Request) -> None:
+        if not token:
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token")
+
+    guard = [Depends(authorised)]
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+        return JSONResponse(
+            {"error": f"{where}: {first.get('msg', 'invalid')}", "fields": [_field(e) for e in errors[:20]]},
+            status_code=422,
+        )
+
+    @app.exception_handler(Rejected)
+    async def rejected(request: Request, exc: Rejected) -> JSONResponse:
+        return JSONResponse({"error": str(exc), "fields": [exc.field]}, status_code=422)
+
+    @app.exception_handler(EngineUnavailable)
+    async def engine_down(request: Request, exc: EngineUnavailable) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.post("/v1/jobs", status_code=201, response_model=Submitted, dependencies=guard)
+    def submit_job(spec: JobSpec) -> Submitted:
+        return Submitted(id=daemon.submit_job(spec))
+
+    @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted, dependencies=guard)
+    def submit_workflow(spec: WorkflowSpec) -> WorkflowSubmitted:
+        workflow_id, jobs = daemon.submit_workflow(spec)
+        return WorkflowSubmitted(id=workflow_id, jobs=jobs)
+
+    @app.get("/v1/queue", dependencies=guard)
+    def queue() -> list[dict[str, Any]]:
+        return views.queue(daemon)
+
+    @app.get("/v1/jobs/{job_id}", dependencies=guard)
+    def job(job_id: int) -> dict[str, Any]:
+        status = views.job_status(daemon, job_id)
+        if status is None:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        return status
+
+    @app.delete("/v1/jobs/{job_id}", response_model=Cancelled, dependencies=guard)
+    def cancel(job_id: int) -> Cancelled:
+        state = daemon.cancel(job_id)
+        if not state:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        return Cancelled(id=job_id, state=state)
+
+    @app.get("/v1/jobs/{job_id}/explain", dependencies=guard)
+    def explain(job_id: int) -> list[dict[str, Any]]:
+        if daemon.store.job(job_id) is None:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        return views.explain(daemon, job_id)
+
+    @app.get("/v1/workflows/{workflow_id}", dependencies=guard)
+    def workflow(workflow_id: int) -> dict[str, Any]:
+        status = views.workflow_status(daemon, workflow_id)
+        if status is None:
+            raise HTTPException(404, f"workflow {workflow_id}: no such workflow")
+        return status
+
+    @app.get("/v1/nodes", dependencies=guard)
+    def nodes() -> list[dict[str, Any]]:
+        return views.nodes(daemon)
+
+    @app.get("/v1/health")
+    def health() -> dict[str, Any]:
+        return {"engine_up": daemon.engine_up, "instance": daemon.instance, "jobs": daemon.store.count_jobs()}
+
+    @app.get("/metrics", dependencies=guard)
+    def metrics() -> Response:
+        return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
+
+    return app
+
+
+def _field(error: Any) -> str:
+    return ".".join(str(part) for part in error.get("loc", ()) if part != "body")

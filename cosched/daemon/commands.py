@@ -1,0 +1,261 @@
+"""The operator's commands, shaped like Slurm's: submit, queue, status, cancel, explain, nodes.
+
+Each is a thin call to the daemon's API; `--json` prints the API's answer as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from cosched.daemon.client import Client
+from cosched.errors import ConfigError
+from cosched.report import format_table
+
+
+def add_commands(commands: Any, parser_class: type) -> None:
+    def common(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--url", help="daemon API (default: $COSCHED_URL or http://127.0.0.1:6817)")
+        parser.add_argument("--token", help="API token (default: $COSCHED_TOKEN)")
+        parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+
+    dp = commands.add_parser("daemon", help="run the co-scheduling daemon on the local Docker engine")
+    dp.add_argument("--config", type=Path, help="TOML settings (default: the embedded defaults)")
+    dp.set_defaults(handler=_daemon)
+
+    sp = commands.add_parser("submit", help="submit a job (image and command) or a workflow (TOML file)")
+    sp.add_argument("--workflow", type=Path, help="a workflow TOML file instead of a single job")
+    sp.add_argument("--image", help="container image in the local engine")
+    sp.add_argument("--cores", type=int, default=1)
+    sp.add_argument("--memory", type=int, help="MiB for the whole job (default: its cores' share of a node)")
+    sp.add_argument("--walltime", type=float, default=3600.0, help="seconds; the job is killed after it")
+    sp.add_argument("--app-class", default="unknown", help="application class ASAx learns about")
+    sp.add_argument("--tasks", type=int, default=1, help="tasks the job reports progress in")
+    sp.add_argument("--serial", action="store_true", help="the job uses one core at a time")
+    sp.add_argument("--name", default="job")
+    sp.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
+    sp.add_argument("--data-dir", action="append", default=[], help="host directory to mount (under a data root)")
+    sp.add_argument("command", nargs="*", help="command and arguments (after --)")
+    common(sp)
+    sp.set_defaults(handler=_submit)
+
+    qp = commands.add_parser("queue", help="pending and running jobs, with pending reason and expected start")
+    common(qp)
+    qp.set_defaults(handler=_queue)
+
+    st = commands.add_parser("status", help="one job (or --workflow one workflow) in full")
+    st.add_argument("id", type=int)
+    st.add_argument("--workflow", action="store_true", help="the id is a workflow's")
+    common(st)
+    st.set_defaults(handler=_status)
+
+    cp = commands.add_parser("cancel", help="cancel jobs (running ones are killed)")
+    cp.add_argument("ids", type=int, nargs="+")
+    common(cp)
+    cp.set_defaults(handler=_cancel)
+
+    np_ = commands.add_parser("nodes", help="nodes: CPUs, allocated cores, lent quota, CPU used, jobs")
+    common(np_)
+    np_.set_defaults(handler=_nodes)
+
+
+def add_explain_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help="daemon API (without --log)")
+    parser.add_argument("--token")
+    parser.add_argument("--json", action="store_true")
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url, args.token)
+
+
+def _daemon(args: argparse.Namespace) -> int:
+    from cosched.daemon.config import load_config
+    from cosched.daemon.run import serve
+
+    serve(load_config(args.config))
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.workflow is not None:
+        try:
+            document = tomllib.loads(args.workflow.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{args.workflow}: {exc}") from None
+        body = _workflow_body(document)
+        answer = client.call("POST", "/v1/workflows", body)
+        print(json.dumps(answer) if args.json else f"Submitted workflow {answer['id']} (first jobs {answer['jobs']})")
+        return 0
+    if not args.image or not args.command:
+        raise ConfigError("submit needs --image and a command (or --workflow FILE)")
+    env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--env expects KEY=VALUE, got {item!r}")
+        env[key] = value
+    body = {
+        "name": args.name,
+        "image": args.image,
+        "command": args.command,
+        "cores": args.cores,
+        "walltime": args.walltime,
+        "app_class": args.app_class,
+        "tasks": args.tasks,
+        "parallel": not args.serial,
+        "env": env,
+        "data_dirs": args.data_dir,
+    }
+    if args.memory is not None:
+        body["memory_mib"] = args.memory
+    answer = client.call("POST", "/v1/jobs", body)
+    print(json.dumps(answer) if args.json else f"Submitted job {answer['id']}")
+    return 0
+
+
+def _workflow_body(document: dict[str, Any]) -> dict[str, Any]:
+    """A workflow TOML file ([workflow] table plus [[stage]] tables) as the API's JSON."""
+    if not isinstance(document.get("workflow"), dict):
+        raise ConfigError("workflow file: missing [workflow] table")
+    body = dict(document["workflow"])
+    body["stages"] = document.get("stage", [])
+    unknown = set(document) - {"workflow", "stage"}
+    if unknown:
+        raise ConfigError(f"workflow file: unknown table(s) {', '.join(sorted(unknown))}")
+    return body
+
+
+def _when(stamp: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp)) if stamp else "N/A"
+
+
+def _queue(args: argparse.Namespace) -> int:
+    rows = _client(args).call("GET", "/v1/queue")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [
+        {
+            "JOBID": r["id"],
+            "NAME": r["name"],
+            "STATE": r["state"].upper(),
+            "CORES": r["cores"],
+            "QUOTA": "" if r["quota"] is None else f"{r['quota']:g}",
+            "START_TIME": _when(r["start"]),
+            "NODELIST(REASON)": r["reason"] if r["state"] == "running" else f"({r['reason']})",
+        }
+        for r in rows
+    ]
+    print(format_table(table) if table else "no jobs")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    path = f"/v1/workflows/{args.id}" if args.workflow else f"/v1/jobs/{args.id}"
+    status = _client(args).call("GET", path)
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    if args.workflow:
+        print(f"Workflow {status['id']} {status['name']}: {status['state']}")
+        for stage, info in status["stages"].items():
+            print(f"  {stage:<20} {info['state']:<10} job {info['job'] if info['job'] is not None else '-'}")
+        return 0
+    for key in (
+        "id",
+        "name",
+        "state",
+        "reason",
+        "image",
+        "command",
+        "cores",
+        "cpus",
+        "quota",
+        "host",
+        "walltime",
+        "app_class",
+        "workflow",
+        "stage",
+        "exit_code",
+        "runtime",
+        "usage",
+    ):
+        value = status.get(key)
+        if value not in (None, "", []):
+            print(f"{key:>10}: {' '.join(value) if key == 'command' else value}")
+    for key in ("submit", "start", "end"):
+        print(f"{key:>10}: {_when(status.get(key))}")
+    if status.get("log_tail"):
+        print("  log tail:")
+        for line in status["log_tail"].rstrip().splitlines():
+            print(f"    {line}")
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    client = _client(args)
+    for job_id in args.ids:
+        answer = client.call("DELETE", f"/v1/jobs/{job_id}")
+        print(json.dumps(answer) if args.json else f"job {job_id}: was {answer['state']}, cancel requested")
+    return 0
+
+
+def _nodes(args: argparse.Namespace) -> int:
+    rows = _client(args).call("GET", "/v1/nodes")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [
+        {
+            "NODE": f"node{r['node']}",
+            "CPUS": _ranges(r["cpus"]),
+            "ALLOC": f"{r['allocated']}/{r['cores']}",
+            "LENT": r["lent"],
+            "USED": r["used"],
+            "JOBS": " ".join(f"{j['id']}({j['quota']:g})" for j in r["jobs"]) or "-",
+        }
+        for r in rows
+    ]
+    print(format_table(table))
+    return 0
+
+
+def explain_live(args: argparse.Namespace) -> int:
+    decisions = _client(args).call("GET", f"/v1/jobs/{args.job}/explain")
+    if args.json:
+        print(json.dumps(decisions, indent=2))
+        return 0
+    if not decisions:
+        print(f"no co-scheduling decision involves job {args.job}")
+        return 0
+    for d in decisions:
+        role = "guest" if d["guest"] == args.job else "lender"
+        status = "carried out" if d["executed"] else "not carried out (guest would get too little)"
+        if d["fraction"] == 0:
+            status = "nothing lent"
+        loss = "pending" if d["loss"] is None else f"{d['loss']:.3f}"
+        print(
+            f"{_when(d['time'])} job {args.job} as {role}: lend {d['fraction']:.0%} of job {d['host']} "
+            f"({d['app_class']}) to job {d['guest']}, {status}; loss {loss}"
+        )
+        features = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in d["features"].items())
+        print(f"    lender state: {features}")
+        top = sorted(zip(d["weights"], d["experts"], strict=True), reverse=True)[:3]
+        print("    heaviest experts: " + ", ".join(f"{name} {w:.2f}" for w, name in top))
+    return 0
+
+
+def _ranges(cpus: list[int]) -> str:
+    if not cpus:
+        return "-"
+    return (
+        f"{cpus[0]}-{cpus[-1]}"
+        if cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 1
+        else ",".join(map(str, cpus))
+    )

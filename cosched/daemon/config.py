@@ -1,0 +1,235 @@
+"""The daemon's settings: one TOML file, every key known, every default embedded.
+
+With no file the daemon runs on its embedded default: the local Docker engine,
+this host's CPUs as one node, state in a per-user directory. A key the daemon
+does not know is an error naming it, so a typo never silently falls back to a
+default. Example (every key, with its default)::
+
+    [daemon]
+    state_dir = "~/.local/state/cosched"   # /var/lib/cosched when run as root
+    instance = ""                 # label value that marks this daemon's containers ("" = from state)
+
+    [api]
+    host = "127.0.0.1"
+    port = 6817
+    token = ""                    # required when host is not a loopback address
+    max_body = 1048576            # bytes; a larger request is refused with 413
+
+    [cluster]
+    nodes = 1                     # virtual nodes, each a disjoint cpuset of this host
+    cores = 0                     # CPUs to use (0 = every CPU this process may run on)
+    memory_mib = 0                # memory to schedule (0 = 90% of the host's)
+    default_memory_per_core = 1024  # MiB per core for a job that does not say (Slurm's DefMemPerCPU)
+
+    [docker]
+    base_url = ""                 # "" = DOCKER_HOST or the local socket
+    cpu_period = 100000           # CFS period, microseconds
+    data_roots = []               # host directories jobs may mount (and their subdirectories)
+    log_tail = 20                 # lines of a finished job's log kept
+
+    [intervals]                   # seconds
+    schedule = 1.0                # scheduling pass: ends, submissions, launches
+    sample = 2.0                  # CPU%, Mem% and progress of running jobs
+    review = 5.0                  # walltime limits, quota verification
+    reconcile = 30.0              # the store against what Docker reports
+
+    [policies]
+    queue = "fcfs"
+    backfill = "easy"
+    estimate = "requested"
+    placement = "first-fit"
+    cosched = "asax"
+    sharing = 2
+    window = 32
+    seed = 0                      # ASAx's action sampling
+    loss = "walltime"             # or "degradation"
+    min_guest_share = 0.5
+    experts = ""                  # an expert set JSON file ("" = the shipped experts)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from cosched.errors import ConfigError
+
+
+def _default_state_dir() -> str:
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return "/var/lib/cosched"
+    return str(Path(os.environ.get("XDG_STATE_HOME", "~/.local/state")).expanduser() / "cosched")
+
+
+@dataclass(frozen=True)
+class DaemonSection:
+    state_dir: str = field(default_factory=_default_state_dir)
+    instance: str = ""
+
+
+@dataclass(frozen=True)
+class ApiSection:
+    host: str = "127.0.0.1"
+    port: int = 6817
+    token: str = ""
+    max_body: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class ClusterSection:
+    nodes: int = 1
+    cores: int = 0
+    memory_mib: int = 0
+    default_memory_per_core: int = 1024
+
+
+@dataclass(frozen=True)
+class DockerSection:
+    base_url: str = ""
+    cpu_period: int = 100_000
+    data_roots: tuple[str, ...] = ()
+    log_tail: int = 20
+
+
+@dataclass(frozen=True)
+class IntervalSection:
+    schedule: float = 1.0
+    sample: float = 2.0
+    review: float = 5.0
+    reconcile: float = 30.0
+
+
+@dataclass(frozen=True)
+class PolicySection:
+    queue: str = "fcfs"
+    backfill: str = "easy"
+    estimate: str = "requested"
+    placement: str = "first-fit"
+    cosched: str = "asax"
+    sharing: int = 2
+    window: int = 32
+    seed: int = 0
+    loss: str = "walltime"
+    min_guest_share: float = 0.5
+    experts: str = ""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything `cosched daemon` reads from its TOML file."""
+
+    daemon: DaemonSection = field(default_factory=DaemonSection)
+    api: ApiSection = field(default_factory=ApiSection)
+    cluster: ClusterSection = field(default_factory=ClusterSection)
+    docker: DockerSection = field(default_factory=DockerSection)
+    intervals: IntervalSection = field(default_factory=IntervalSection)
+    policies: PolicySection = field(default_factory=PolicySection)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.daemon.state_dir).expanduser()
+
+    def cpus(self) -> list[int]:
+        """The host CPUs the cluster's nodes are made of."""
+        allowed = (
+            sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        )
+        if self.cluster.cores > len(allowed):
+            raise ConfigError(f"cluster.cores: {self.cluster.cores} CPUs asked, this host lets us use {len(allowed)}")
+        cpus = allowed[: self.cluster.cores] if self.cluster.cores else allowed
+        if len(cpus) < self.cluster.nodes:
+            raise ConfigError(f"cluster.nodes: {self.cluster.nodes} nodes need at least as many CPUs, have {len(cpus)}")
+        return cpus
+
+    def memory_mib(self) -> int:
+        return self.cluster.memory_mib or int(psutil.virtual_memory().total * 0.9) // (1 << 20)
+
+
+_SECTIONS = {f.name: f for f in fields(DaemonConfig)}
+
+
+def load_config(path: str | Path | None) -> DaemonConfig:
+    """The config in `path`, or the embedded default; ConfigError naming any bad key or value."""
+    if path is None:
+        return validate(DaemonConfig())
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    return validate(from_dict(document))
+
+
+def from_dict(document: dict[str, Any]) -> DaemonConfig:
+    """Build a config from nested tables, refusing unknown sections and keys."""
+    config = DaemonConfig()
+    for section, table in document.items():
+        if section not in _SECTIONS:
+            raise ConfigError(f"unknown config section [{section}] (known: {', '.join(_SECTIONS)})")
+        if not isinstance(table, dict):
+            raise ConfigError(f"config [{section}] must be a table")
+        current = getattr(config, section)
+        known = {f.name: f for f in fields(current)}
+        values: dict[str, Any] = {}
+        for key, value in table.items():
+            if key not in known:
+                raise ConfigError(f"unknown config key {section}.{key} (known: {', '.join(known)})")
+            values[key] = _coerce(f"{section}.{key}", getattr(current, key), value)
+        config = replace(config, **{section: replace(current, **values)})
+    return config
+
+
+def _coerce(name: str, default: Any, value: Any) -> Any:
+    """Check a value against its default's type (ints are accepted where floats are)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        if type(value) is not type(default):
+            raise ConfigError(f"config key {name}: expected {type(default).__name__}, got {value!r}")
+        return value
+    if isinstance(default, float) and isinstance(value, int | float):
+        return float(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"config key {name}: expected a list of strings, got {value!r}")
+        return tuple(value)
+    if not isinstance(value, type(default)):
+        raise ConfigError(f"config key {name}: expected {type(default).__name__}, got {value!r}")
+    return value
+
+
+def validate(config: DaemonConfig) -> DaemonConfig:
+    """Range checks the types cannot express."""
+    api, cluster, intervals = config.api, config.cluster, config.intervals
+    if not 0 < api.port < 65536:
+        raise ConfigError(f"config key api.port: must be in 1..65535, got {api.port}")
+    if api.max_body < 1024:
+        raise ConfigError(f"config key api.max_body: must be >= 1024 bytes, got {api.max_body}")
+    if not _is_loopback(api.host) and not api.token:
+        raise ConfigError(f"config key api.token: required when api.host ({api.host}) is not a loopback address")
+    if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:
+        raise ConfigError("config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4")
+    if not 1000 <= config.docker.cpu_period <= 1_000_000:
+        raise ConfigError(f"config key docker.cpu_period: must be in 1000..1000000 us, got {config.docker.cpu_period}")
+    for root in config.docker.data_roots:
+        if not os.path.isabs(root):
+            raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
+    for f in fields(intervals):
+        if getattr(intervals, f.name) <= 0:
+            raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")
+    return config
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

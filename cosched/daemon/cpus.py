@@ -1,0 +1,58 @@
+"""Which host CPUs each job's container is pinned to.
+
+The core allocates counts, `(node, cores)` slots; a container needs CPU numbers
+for its cpuset. The host's CPUs are cut into `nodes` equal, disjoint ranges
+(virtual nodes, as the ASAx paper's 288-core NumaScale host was one machine
+with many NUMA nodes), and a job gets the lowest free CPUs of each node in its
+slots. A guest runs on the first CPUs of its host's allocation, the same share
+the core gives it (`_share`), so slots and cpusets always agree.
+"""
+
+from __future__ import annotations
+
+from cosched.core.events import Slots
+from cosched.errors import SchedulingError
+
+
+class CpuMap:
+    """Free CPUs per virtual node."""
+
+    def __init__(self, cpus: list[int], nodes: int) -> None:
+        self.cores_per_node = len(cpus) // nodes
+        self.node_cpus = [cpus[n * self.cores_per_node : (n + 1) * self.cores_per_node] for n in range(nodes)]
+        self._free = [set(group) for group in self.node_cpus]
+        self._node_of = {cpu: n for n, group in enumerate(self.node_cpus) for cpu in group}
+
+    def take(self, slots: Slots) -> list[int]:
+        """The lowest free CPUs on each slot's node; SchedulingError if a node lacks them."""
+        chosen: list[int] = []
+        for node, cores in slots:
+            free = sorted(self._free[node])
+            if len(free) < cores:
+                raise SchedulingError(f"node {node} has {len(free)} free CPUs, {cores} asked")
+            chosen.extend(free[:cores])
+        self.claim(chosen)
+        return chosen
+
+    def claim(self, cpus: list[int]) -> None:
+        """Mark exactly these CPUs used (a job adopted after a restart)."""
+        for cpu in cpus:
+            self._free[self._node_of[cpu]].discard(cpu)
+
+    def give(self, cpus: list[int]) -> None:
+        for cpu in cpus:
+            self._free[self._node_of[cpu]].add(cpu)
+
+    def free_count(self, node: int) -> int:
+        return len(self._free[node])
+
+    def node_of(self, cpu: int) -> int:
+        return self._node_of[cpu]
+
+
+def share_of(host_cpus: list[int], share: Slots, cpu_map: CpuMap) -> list[int]:
+    """A guest's CPUs: on each node of `share`, the first `cores` of its host's CPUs there."""
+    chosen: list[int] = []
+    for node, cores in share:
+        chosen.extend([cpu for cpu in host_cpus if cpu_map.node_of(cpu) == node][:cores])
+    return chosen

@@ -1,0 +1,373 @@
+"""Jobs as Docker containers: launch, re-quota, sample, collect; nothing else.
+
+The backend is deliberately thin and stateless about scheduling: it does what
+the daemon tells it and reports what the engine and the kernel say. Every
+container it makes carries labels naming the daemon instance and the job, so
+a restarted daemon finds its own containers (and only its own) by label.
+
+Safety rules the operator can rely on: no container is privileged, none gets
+extra capabilities, and the only host paths mounted are the job's declared
+data directories, which must lie under the configured `data_roots`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from cosched.daemon.cgroups import PROC, CgroupFiles
+from cosched.errors import CoschedError
+
+log = logging.getLogger("cosched.docker")
+
+LABEL_INSTANCE = "cosched.instance"
+LABEL_JOB = "cosched.job"
+PROGRESS_PATH = "/tmp/cosched-progress"
+"""Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
+
+_ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError)
+
+
+class EngineUnavailable(CoschedError):
+    """The Docker engine cannot be reached (not running, restarting, no permission)."""
+
+
+class QuotaMismatch(CoschedError):
+    """The kernel enforces a different CPU quota than the one Docker was asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    """What the engine reports of one of our containers."""
+
+    id: str
+    job_id: int
+    state: str
+    """created, running, paused, restarting, exited, dead, removing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Exit:
+    """How a container ended."""
+
+    code: int
+    started: float
+    finished: float
+    oom: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One measurement: CPU used over CPU granted, memory used over limit, progress."""
+
+    cpu: float
+    mem: float
+    done: int
+    total: int
+
+
+class DockerBackend:
+    """The daemon's hands on one Docker engine."""
+
+    def __init__(self, instance: str, *, base_url: str = "", cpu_period: int = 100_000, log_tail: int = 20) -> None:
+        self.instance = instance
+        self.cpu_period = cpu_period
+        self.log_tail = log_tail
+        self._base_url = base_url
+        self._client: docker.DockerClient | None = None
+        self._images: set[str] = set()
+        self._pids: dict[str, int] = {}
+        self._cgroups: dict[str, CgroupFiles] = {}
+        self._last_cpu: dict[str, tuple[float, float]] = {}
+
+    # -- connection ---------------------------------------------------------
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self.connect()
+        assert self._client is not None
+        return self._client
+
+    def connect(self) -> None:
+        """Reach the engine; EngineUnavailable with the address and reason if it does not answer."""
+        where = self._base_url or os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        try:
+            client = docker.DockerClient(base_url=self._base_url) if self._base_url else docker.from_env()
+            client.ping()
+        except _ENGINE_ERRORS as exc:
+            self._client = None
+            raise EngineUnavailable(f"cannot reach the Docker engine at {where}: {_reason(exc)}") from None
+        self._client = client
+
+    def ping(self) -> bool:
+        try:
+            self.client.ping()
+            return True
+        except (EngineUnavailable, *_ENGINE_ERRORS):
+            self._client = None
+            return False
+
+    # -- images -------------------------------------------------------------
+    def has_image(self, name: str) -> bool:
+        """Whether the engine has `name` locally (no registry is ever asked)."""
+        if name in self._images:
+            return True
+        try:
+            self.client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code in (400, 404):
+                return False
+            raise EngineUnavailable(f"Docker engine error looking up image {name!r}: {_reason(exc)}") from None
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"cannot reach the Docker engine: {_reason(exc)}") from None
+        self._images.add(name)
+        return True
+
+    # -- containers ---------------------------------------------------------
+    def name_of(self, job_id: int) -> str:
+        return f"cosched-{self.instance}-{job_id}"
+
+    def launch(
+        self,
+        job_id: int,
+        spec: dict[str, Any],
+        cpus: list[int],
+        quota: float,
+        memory_mib: int,
+    ) -> str:
+        """Create and start a job's container; returns its id.
+
+        A container with the job's name may already exist if the daemon died
+        between creating it and recording that: then it is that container.
+        """
+        env = dict(spec.get("env") or {})
+        env.update(
+            COSCHED_JOB_ID=str(job_id),
+            COSCHED_CORES=str(spec["cores"]),
+            COSCHED_PROGRESS=PROGRESS_PATH,
+        )
+        volumes = {path: {"bind": path, "mode": "rw"} for path in spec.get("data_dirs") or ()}
+        try:
+            try:
+                container = self.client.containers.create(
+                    spec["image"],
+                    spec["command"],
+                    name=self.name_of(job_id),
+                    labels={LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id)},
+                    environment=env,
+                    cpu_period=self.cpu_period,
+                    cpu_quota=self._quota_us(quota),
+                    cpuset_cpus=",".join(map(str, cpus)),
+                    mem_limit=memory_mib * (1 << 20),
+                    memswap_limit=memory_mib * (1 << 20),
+                    volumes=volumes,
+                    privileged=False,
+                    network_mode="none",
+                    detach=True,
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+                container = self.client.containers.get(self.name_of(job_id))
+            if container.status == "created":
+                container.start()
+            container.reload()
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"launching job {job_id}: {_reason(exc)}") from None
+        self._remember(container.id, int(container.attrs["State"].get("Pid") or 0))
+        return str(container.id)
+
+    def containers(self) -> dict[int, ContainerInfo]:
+        """Every container of this instance, by job id."""
+        try:
+            listed = self.client.api.containers(all=True, filters={"label": f"{LABEL_INSTANCE}={self.instance}"})
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"listing containers: {_reason(exc)}") from None
+        found: dict[int, ContainerInfo] = {}
+        for item in listed:
+            try:
+                job_id = int(item["Labels"][LABEL_JOB])
+            except (KeyError, ValueError):
+                continue
+            found[job_id] = ContainerInfo(item["Id"], job_id, item.get("State", ""))
+        return found
+
+    def adopt(self, container_id: str) -> None:
+        """Learn a running container's process (after a daemon restart)."""
+        attrs = self._inspect(container_id)
+        self._remember(container_id, int(attrs["State"].get("Pid") or 0))
+
+    def exit_of(self, container_id: str) -> Exit:
+        state = self._inspect(container_id)["State"]
+        return Exit(
+            code=int(state.get("ExitCode", -1)),
+            started=_timestamp(state.get("StartedAt")),
+            finished=_timestamp(state.get("FinishedAt")),
+            oom=bool(state.get("OOMKilled")),
+        )
+
+    def logs(self, container_id: str) -> str:
+        try:
+            raw = self.client.api.logs(container_id, stdout=True, stderr=True, tail=self.log_tail)
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"reading logs of {container_id[:12]}: {_reason(exc)}") from None
+        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+    def kill(self, container_id: str) -> None:
+        try:
+            self.client.api.kill(container_id)
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (404, 409):  # gone, or not running: already what we want
+                raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self.client.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"removing {container_id[:12]}: {_reason(exc)}") from None
+        self._forget(container_id)
+
+    # -- quotas -------------------------------------------------------------
+    def set_quota(self, container_id: str, cpus: float) -> None:
+        """Change a running container's CFS quota, then check the kernel enforces it."""
+        try:
+            self.client.api.update_container(container_id, cpu_quota=self._quota_us(cpus), cpu_period=self.cpu_period)
+        except docker.errors.APIError as exc:
+            if exc.status_code in (404, 409) or "is not running" in str(exc):
+                return  # it ended meanwhile; its end is collected by the next pass
+            raise EngineUnavailable(f"updating the quota of {container_id[:12]}: {_reason(exc)}") from None
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"updating the quota of {container_id[:12]}: {_reason(exc)}") from None
+        self.verify_quota(container_id, cpus)
+
+    def verify_quota(self, container_id: str, cpus: float) -> bool:
+        """True if the cgroup shows `cpus`; QuotaMismatch if it shows something else;
+        False if the cgroup cannot be read (the container ended)."""
+        files = self._files(container_id)
+        if files is None:
+            return False
+        try:
+            quota, period = files.quota()
+        except OSError:
+            return False
+        expected = self._quota_us(cpus)
+        if quota != expected or period != self.cpu_period:
+            raise QuotaMismatch(
+                f"container {container_id[:12]}: cgroup shows quota {quota}/{period} us, "
+                f"expected {expected}/{self.cpu_period}"
+            )
+        return True
+
+    def applied_quota(self, container_id: str) -> float | None:
+        """The quota the kernel enforces, in CPUs (None if unlimited or unreadable)."""
+        files = self._files(container_id)
+        try:
+            quota, period = files.quota() if files else (-1, 1)
+        except OSError:
+            return None
+        return None if quota < 0 else quota / period
+
+    def _quota_us(self, cpus: float) -> int:
+        return max(1000, round(cpus * self.cpu_period))
+
+    # -- monitoring ---------------------------------------------------------
+    def sample(self, container_id: str, quota: float, now: float) -> Sample | None:
+        """CPU used over the quota granted since the last sample, memory over limit, progress."""
+        files = self._files(container_id)
+        if files is None:
+            return None
+        try:
+            used = files.cpu_seconds()
+            memory, limit = files.memory_bytes()
+        except OSError:
+            return None
+        previous = self._last_cpu.get(container_id)
+        self._last_cpu[container_id] = (now, used)
+        cpu = 0.0
+        if previous is not None and now > previous[0] and quota > 0:
+            cpu = (used - previous[1]) / ((now - previous[0]) * quota)
+        mem = memory / limit if limit > 0 else 0.0
+        done, total = self._progress(container_id)
+        return Sample(max(0.0, cpu), min(1.0, mem), done, total)
+
+    def _progress(self, container_id: str) -> tuple[int, int]:
+        """`done/total` from the job's progress file, read through its root in /proc."""
+        pid = self._pids.get(container_id, 0)
+        if pid <= 0:
+            return 0, 0
+        try:
+            text = (PROC / str(pid) / "root" / PROGRESS_PATH.lstrip("/")).read_text(errors="replace")
+            done, total = text.strip().split("/", 1)
+            return max(0, int(done)), max(0, int(total))
+        except (OSError, ValueError):
+            return 0, 0
+
+    # -- internals ----------------------------------------------------------
+    def _inspect(self, container_id: str) -> dict[str, Any]:
+        try:
+            return dict(self.client.api.inspect_container(container_id))
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"inspecting {container_id[:12]}: {_reason(exc)}") from None
+
+    def _remember(self, container_id: str, pid: int) -> None:
+        self._pids[container_id] = pid
+        files = CgroupFiles.of_pid(pid) if pid > 0 else None
+        if files is not None:
+            self._cgroups[container_id] = files
+
+    def _forget(self, container_id: str) -> None:
+        self._pids.pop(container_id, None)
+        self._cgroups.pop(container_id, None)
+        self._last_cpu.pop(container_id, None)
+
+    def _files(self, container_id: str) -> CgroupFiles | None:
+        files = self._cgroups.get(container_id)
+        if files is None:
+            pid = self._pids.get(container_id, 0)
+            files = CgroupFiles.of_pid(pid) if pid > 0 else None
+            if files is not None:
+                self._cgroups[container_id] = files
+        return files if files is not None and files.cpu.exists() else None
+
+
+def _timestamp(text: str | None) -> float:
+    """Docker's RFC 3339 times (nanoseconds, Z) as epoch seconds; 0 for the zero time."""
+    if not text or text.startswith("0001-"):
+        return 0.0
+    head, _, frac = text.rstrip("Z").partition(".")
+    if "+" in frac or "-" in frac:
+        frac = frac.split("+")[0].split("-")[0]
+    stamp = datetime.fromisoformat(head + "+00:00").timestamp()
+    return stamp + (float("0." + frac) if frac else 0.0)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text[:300]
+
+
+def data_dirs_allowed(paths: list[str], roots: tuple[str, ...]) -> str:
+    """'' if every path is an existing directory under one of `roots`, else the problem."""
+    for path in paths:
+        if not os.path.isabs(path):
+            return f"{path!r} is not an absolute path"
+        real = Path(os.path.realpath(path))
+        if not any(real == Path(root) or Path(root) in real.parents for root in map(os.path.realpath, roots)):
+            return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
+        if not real.is_dir():
+            return f"{path!r} is not an existing directory"
+    return ""

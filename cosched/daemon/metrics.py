@@ -1,0 +1,87 @@
+"""Prometheus metrics of one daemon, in its own registry (`/metrics`).
+
+Gauges are refreshed at the end of each scheduling pass from the core's state,
+so a scrape costs nothing and never takes the scheduling lock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class DaemonMetrics:
+    """Queue, cores (allocated, used, lent), ASAx decisions and weights, pass latency."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.queue_length = Gauge("cosched_queue_length", "Jobs waiting in the queue", registry=r)
+        self.running = Gauge("cosched_running_jobs", "Jobs running (hosts and guests)", registry=r)
+        self.cores_total = Gauge("cosched_cores_total", "Cores of the cluster", registry=r)
+        self.cores_allocated = Gauge("cosched_cores_allocated", "Cores allocated to running jobs", registry=r)
+        self.cores_used = Gauge("cosched_cores_used", "CPUs running jobs used at the last sample", registry=r)
+        self.cores_lent = Gauge("cosched_cores_lent", "CPU quota lent by hosts to co-scheduled guests", registry=r)
+        self.engine_up = Gauge("cosched_engine_up", "1 while the Docker engine answers", registry=r)
+        self.submitted = Counter("cosched_jobs_submitted", "Jobs accepted", registry=r)
+        self.launched = Counter("cosched_jobs_launched", "Containers started", registry=r)
+        self.decisions = Counter(
+            "cosched_lending_decisions",
+            "ASAx decisions, by the expert that gave the chosen action most weight",
+            ["expert", "app_class"],
+            registry=r,
+        )
+        self.weights = Gauge("cosched_expert_weight", "ASAx expert weights", ["app_class", "expert"], registry=r)
+        self.pass_seconds = Histogram(
+            "cosched_pass_seconds",
+            "Scheduling pass latency",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
+        self.quota_latency = Histogram(
+            "cosched_quota_apply_seconds",
+            "From a quota decision to the cgroup showing it",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.quota_mismatches = Counter(
+            "cosched_quota_mismatches", "Cgroup quotas found different from decided", registry=r
+        )
+        self.engine_up.set(1)
+        self.cpu_used: dict[int, float] = {}
+        self._counted = 0
+
+    def observe_pass(self, daemon: Daemon, seconds: float) -> None:
+        core = daemon.core
+        self.pass_seconds.observe(seconds)
+        self.queue_length.set(len(core.queue))
+        running = [job for job in core.jobs.values() if job.state.value == "running"]
+        self.running.set(len(running))
+        self.cores_total.set(daemon.cluster.cores)
+        self.cores_allocated.set(sum(job.cores for job in running if job.host < 0))
+        self.cores_lent.set(sum(job.quota for job in running if job.host >= 0))
+        live = {job.id for job in running}
+        self.cpu_used = {job_id: used for job_id, used in self.cpu_used.items() if job_id in live}
+        self.cores_used.set(sum(self.cpu_used.values()))
+        asax = daemon.asax
+        if asax is None:
+            return
+        for decision in asax.decisions[self._counted :]:
+            scores = [
+                w * dist[decision.action] for w, dist in zip(decision.weights, decision.distributions, strict=True)
+            ]
+            best = max(range(len(scores)), key=scores.__getitem__)
+            self.decisions.labels(decision.experts[best], decision.app_class).inc()
+        self._counted = len(asax.decisions)
+        names = asax.experts.names
+        for app_class in asax.book.classes():
+            for name, alpha in zip(names, asax.book.get(app_class).alpha, strict=True):
+                self.weights.labels(app_class, name).set(float(alpha))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

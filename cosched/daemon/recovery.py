@@ -1,0 +1,150 @@
+"""Start-up: rebuild the core from the store and what Docker reports.
+
+The rules, each safe whatever instant the previous run died at:
+- `launching` with no container: the container was never made, so the job
+  goes back to the queue (it never ran; nothing runs twice).
+- `launching` or `running` with a container that was created but never
+  started: removed, and the job goes back to the queue.
+- a started container (running or exited): adopted; an exited one is then
+  collected by the first pass like any other end.
+- `running` with no container at all: it was removed behind our back; the job
+  failed ("container lost").
+- containers of ours for jobs the store calls finished: leftovers of a pass
+  that recorded the end but died before removing them; removed now.
+Adopted jobs get the quota the store last decided, applied and read back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from cosched.core.events import Event, JobAdopted, JobCancelled, Offer
+from cosched.core.pool import slot_memory
+from cosched.daemon import workflow_stages
+from cosched.policies.asax import LendingDecision
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+log = logging.getLogger("cosched.daemon")
+
+
+def recover(daemon: Daemon) -> None:
+    store, backend = daemon.store, daemon.backend
+    listed = backend.containers()
+    live = store.jobs(("pending", "launching", "running"))
+    adopted, queued, lost = [], [], []
+    for record in live:
+        info = listed.pop(record["id"], None)
+        if record["state"] == "pending":
+            queued.append(record)
+        elif info is not None and info.state != "created":
+            adopted.append((record, info.id))
+        elif info is not None or record["state"] == "launching":
+            if info is not None:
+                backend.remove(info.id)
+            queued.append(record)
+        else:
+            lost.append(record)
+    for info in listed.values():  # ours, for jobs already finished (or unknown): leftovers
+        log.info("removing leftover container %s of job %d", info.id[:12], info.job_id)
+        backend.remove(info.id)
+
+    now = daemon.clock()
+    with store.transaction() as db:
+        for record in queued:
+            store.update_job(db, record["id"], state="pending", start=None, slots=None, cpus=None, quota=None, host=-1)
+        for record in lost:
+            store.update_job(
+                db, record["id"], state="failed", end=now, reason="container lost while the daemon was down"
+            )
+            if record["workflow"] is not None:
+                workflow_stages.fail(store, db, record["workflow"], record["stage"] or "")
+
+    jobs = {}
+    for record, container in adopted:
+        job = daemon.job_from(record["id"], record["spec"], record["submit"], record["workflow"])
+        job.start = record["start"]
+        job.slots = tuple((int(n), int(c)) for n, c in record["slots"])
+        job.host = record["host"]
+        job.quota = float(record["quota"] if record["quota"] is not None else job.cores)
+        jobs[job.id] = job
+        daemon.specs[job.id] = record["spec"]
+        daemon.containers[job.id] = container
+        daemon.cpus_of[job.id] = list(record["cpus"])
+        daemon.cpu_map.claim(daemon.cpus_of[job.id])
+        backend.adopt(container)
+    for job in jobs.values():  # a guest whose host is gone keeps its share as its own job
+        if job.host >= 0 and job.host not in jobs:
+            job.host = -1
+            job.quota = float(job.cores)
+    for job in jobs.values():  # a host's quota is its cores less what its guests hold now
+        if job.host < 0:
+            lent = sum(g.quota for g in jobs.values() if g.host == job.id)
+            job.quota = float(job.cores) - lent
+
+    events: list[Event] = [_free_offer(daemon, jobs)]
+    events += [JobAdopted(job) for job in sorted(jobs.values(), key=lambda j: (j.host >= 0, j.id))]
+    for record in queued:
+        daemon._queue(record["id"], record["spec"], record["submit"], record["workflow"])
+        if record["cancel"]:
+            daemon.inbox.append(JobCancelled(record["id"]))
+    for job in jobs.values():
+        if store.job(job.id)["cancel"]:
+            daemon.kill_reason[job.id] = "cancelled by user"
+            daemon.inbox.append(JobCancelled(job.id))
+    _restore_learning(daemon, set(jobs))
+    daemon.core.step(now, events)
+    for job in jobs.values():
+        daemon.apply_quota(job.id, job.quota)
+    _resume_workflows(daemon, now)
+    log.info(
+        "recovered: %d running adopted, %d queued, %d lost, instance %s",
+        len(jobs),
+        len(queued),
+        len(lost),
+        daemon.instance,
+    )
+
+
+def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
+    """Every node's cores and memory less what adopted hosts hold (guests share their host's)."""
+    cluster = daemon.cluster
+    cores = [cluster.cores_per_node] * cluster.nodes
+    memory = [cluster.memory_per_node] * cluster.nodes
+    for job in jobs.values():
+        if job.host >= 0:
+            continue
+        held = slot_memory(cluster, job, job.slots) or (0,) * len(job.slots)
+        for (node, count), mib in zip(job.slots, held, strict=True):
+            cores[node] -= count
+            memory[node] -= mib
+    return Offer(tuple(enumerate(cores)), tuple(memory))
+
+
+def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
+    """Decisions come back; a lending whose guest never started is marked not carried out."""
+    if daemon.asax is None:
+        return
+    decisions = []
+    for body in daemon.store.decisions():
+        decision = LendingDecision(**body)
+        if decision.loss is None and decision.executed and decision.fraction > 0:
+            guest = daemon.store.job(decision.guest)
+            if guest is None or guest["state"] == "pending":
+                decision.executed = False
+        decisions.append(decision)
+    daemon.asax.restore(decisions)
+    daemon._saved_decisions = len(decisions)
+
+
+def _resume_workflows(daemon: Daemon, now: float) -> None:
+    """Stages that became ready just before a crash (their predecessor's end was recorded)."""
+    store = daemon.store
+    rows = store._conn().execute("SELECT id FROM workflows WHERE state = 'running'").fetchall()
+    for (workflow_id,) in rows:
+        with store.transaction() as db:
+            released = workflow_stages.release(store, db, workflow_id, now)
+        for job_id, document in released:
+            daemon._queue(job_id, document, now, workflow_id)

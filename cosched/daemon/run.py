@@ -1,0 +1,81 @@
+"""`cosched daemon`: open the state, bind the port, reach Docker, then serve until SIGTERM.
+
+The checks run in the order an operator fixes them, each failing with one line:
+a bad config key, a state directory that cannot be written, a port in use, an
+engine that does not answer. The periodic work (scheduling pass, usage
+sampling, review of walltimes and quotas, reconciliation with Docker) runs on
+APScheduler in background threads; the HTTP API runs on uvicorn in the main
+thread, which turns SIGTERM and SIGINT into a graceful stop. Running
+containers are left running: the next start adopts them.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime
+
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from cosched.daemon.api import create_app
+from cosched.daemon.config import DaemonConfig
+from cosched.daemon.service import Daemon
+from cosched.errors import ConfigError
+
+log = logging.getLogger("cosched.daemon")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The API's listening socket, made here so that a taken port is a clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (port in use? set api.port)"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def periodic(daemon: Daemon) -> BackgroundScheduler:
+    """The four periodic jobs, never overlapping themselves, skipped rather than queued when late."""
+    intervals = daemon.config.intervals
+    scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
+    now = datetime.now()
+    scheduler.add_job(daemon.schedule, "interval", seconds=intervals.schedule, id="schedule", next_run_time=now)
+    scheduler.add_job(daemon.sample, "interval", seconds=intervals.sample, id="sample", next_run_time=now)
+    scheduler.add_job(daemon.review, "interval", seconds=intervals.review, id="review")
+    scheduler.add_job(daemon.reconcile, "interval", seconds=intervals.reconcile, id="reconcile")
+    return scheduler
+
+
+def serve(config: DaemonConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    daemon = Daemon(config)
+    sock = bind(config.api.host, config.api.port)
+    daemon.start()
+    scheduler = periodic(daemon)
+    scheduler.start()
+    log.info(
+        "cosched daemon %s: %d node(s) x %d cores, API on http://%s:%d, state in %s",
+        daemon.instance,
+        daemon.cluster.nodes,
+        daemon.cluster.cores_per_node,
+        config.api.host,
+        config.api.port,
+        config.state_dir,
+    )
+    server = uvicorn.Server(uvicorn.Config(create_app(daemon), log_level="warning", access_log=False, lifespan="off"))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        scheduler.shutdown(wait=True)
+        daemon.store.close()
+        log.info("cosched daemon stopped; running containers keep running")

@@ -1,0 +1,129 @@
+"""What a user may submit: a job or a workflow, checked field by field.
+
+Pydantic models, so the API rejects a bad field with a message naming it and
+the OpenAPI description is generated from the same definitions. Checks that
+need the running daemon (is the image there, does the cluster have that many
+cores) are in `Daemon.check_*`, not here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cosched.errors import ConfigError
+from workloads.workflows import Stage, Workflow
+
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
+AppClass = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
+Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]
+MAX_WALLTIME = 366 * 86400.0
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+
+def _command(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split command: {exc}") from None
+    return value
+
+
+class Container(_Strict):
+    """What runs: an image from the local engine, a command, environment, data directories."""
+
+    image: Image | None = None
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=256)
+    env: dict[
+        Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+        Annotated[str, Field(max_length=4096)],
+    ] = Field(default_factory=dict, max_length=128)
+    data_dirs: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(default_factory=list, max_length=16)
+
+    _split = field_validator("command", mode="before")(_command)
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("must not be empty")
+        return value
+
+
+class JobSpec(Container):
+    """One rigid job: `cores` CPUs (its gang), `memory_mib` in all, killed at `walltime` seconds."""
+
+    name: Name = "job"
+    image: Image  # type: ignore[assignment]
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(min_length=1, max_length=256)  # type: ignore[assignment]
+    cores: int = Field(gt=0, le=1 << 16)
+    memory_mib: int | None = Field(None, gt=0, le=1 << 30)
+    walltime: float = Field(gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
+    app_class: AppClass = "unknown"
+    tasks: int = Field(1, ge=1, le=1 << 30)
+    parallel: bool = True
+
+
+class StageSpec(Container):
+    """A workflow stage: its own job once `depends` have succeeded."""
+
+    name: Name
+    app_class: AppClass | None = None
+    walltime: float | None = Field(None, gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
+    parallel: bool = True
+    tasks: int = Field(1, ge=1, le=1 << 30)
+    depends: list[Name] = Field(default_factory=list, max_length=256)
+
+
+class WorkflowSpec(Container):
+    """Stages sharing `cores` and `memory_mib`; image, command, walltime default to the workflow's."""
+
+    name: Name
+    app: Name = "custom"
+    cores: int = Field(gt=0, le=1 << 16)
+    memory_mib: int | None = Field(None, gt=0, le=1 << 30)
+    walltime: float | None = Field(None, gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
+    stages: list[StageSpec] = Field(min_length=1, max_length=1024)
+
+    @model_validator(mode="after")
+    def _complete(self) -> WorkflowSpec:
+        for stage in self.stages:
+            for field in ("image", "command", "walltime"):
+                if getattr(stage, field) is None and getattr(self, field) is None:
+                    raise ValueError(f"stages.{stage.name}.{field}: missing (and no workflow default)")
+        try:
+            self.dag()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    def dag(self) -> Workflow:
+        """The stages as a validated DAG (unique names, known dependencies, no cycle)."""
+        stages = tuple(
+            Stage(s.name, s.app_class or f"{self.app}.{s.name}", s.parallel, s.tasks, tuple(s.depends))
+            for s in self.stages
+        )
+        return Workflow(self.name, self.app, self.cores, 0, stages)
+
+    def job_spec(self, stage_name: str) -> JobSpec:
+        """The job one stage is submitted as."""
+        stage = next(s for s in self.stages if s.name == stage_name)
+        return JobSpec(
+            name=f"{self.name}.{stage.name}",
+            image=stage.image or self.image,
+            command=stage.command or self.command,
+            cores=self.cores,
+            memory_mib=self.memory_mib,
+            walltime=stage.walltime or self.walltime,
+            app_class=stage.app_class or f"{self.app}.{stage.name}",
+            tasks=stage.tasks,
+            parallel=stage.parallel,
+            env={**self.env, **stage.env},
+            data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
+        )

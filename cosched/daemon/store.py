@@ -1,0 +1,232 @@
+"""The daemon's durable state: one SQLite file in WAL mode.
+
+Why SQLite and why "write first": the daemon may be killed at any instant.
+Every fact is committed *before* the action it describes is taken (a job is
+`launching`, with its cpuset and quota, before its container is created; a
+quota change is logged before Docker is asked), so a restarted daemon can
+compare the store with what Docker reports and finish or undo each half-done
+step (see `reconcile`). WAL with `synchronous=NORMAL` survives the process
+being killed at any point; a power loss may lose the last commits, which
+`synchronous=FULL` (the `durable_power` option) trades speed to avoid.
+
+Each thread gets its own connection: the API's threads accept submissions
+while the scheduling thread works, and WAL lets readers and one writer
+proceed together.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cosched.errors import ConfigError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS workflows (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    submitted REAL NOT NULL,
+    state TEXT NOT NULL,
+    failed_stage TEXT
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submit REAL NOT NULL,
+    start REAL,
+    end REAL,
+    slots TEXT,
+    cpus TEXT,
+    quota REAL,
+    host INTEGER NOT NULL DEFAULT -1,
+    container TEXT,
+    exit_code INTEGER,
+    reason TEXT,
+    log_tail TEXT,
+    cancel INTEGER NOT NULL DEFAULT 0,
+    launches INTEGER NOT NULL DEFAULT 0,
+    workflow INTEGER REFERENCES workflows(id),
+    stage TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
+CREATE TABLE IF NOT EXISTS quotas (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    job_id INTEGER NOT NULL,
+    cpus REAL NOT NULL,
+    applied REAL
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    guest INTEGER NOT NULL,
+    host INTEGER NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_guest ON decisions(guest);
+CREATE INDEX IF NOT EXISTS decisions_host ON decisions(host);
+"""
+
+LIVE = ("pending", "launching", "running")
+FINAL = ("done", "failed", "cancelled")
+
+
+class Store:
+    """Typed access to the state file; every write inside `transaction()`."""
+
+    def __init__(self, path: str | Path, *, durable_power: bool = False) -> None:
+        self.path = Path(path)
+        self._sync = "FULL" if durable_power else "NORMAL"
+        self._local = threading.local()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn().executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._sync}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write: all of it is on disk when the block ends, or none of it."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- meta ---------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def set_meta(self, db: sqlite3.Connection, key: str, value: Any) -> None:
+        db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    # -- jobs ---------------------------------------------------------------
+    def add_job(
+        self,
+        db: sqlite3.Connection,
+        spec: dict[str, Any],
+        submit: float,
+        workflow: int | None = None,
+        stage: str | None = None,
+    ) -> int:
+        cursor = db.execute(
+            "INSERT INTO jobs(spec, state, submit, workflow, stage) VALUES (?, 'pending', ?, ?, ?)",
+            (json.dumps(spec), submit, workflow, stage),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def update_job(self, db: sqlite3.Connection, job_id: int, **columns: Any) -> None:
+        for key in ("slots", "cpus"):
+            if key in columns and not isinstance(columns[key], str | None):
+                columns[key] = json.dumps(columns[key])
+        names = ", ".join(f"{name} = ?" for name in columns)
+        db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*columns.values(), job_id))
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job_row(row) if row is not None else None
+
+    def jobs(self, states: tuple[str, ...] | None = None, workflow: int | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM jobs", []
+        where = []
+        if states:
+            where.append(f"state IN ({', '.join('?' * len(states))})")
+            args.extend(states)
+        if workflow is not None:
+            where.append("workflow = ?")
+            args.append(workflow)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [_job_row(row) for row in self._conn().execute(sql + " ORDER BY id", args)]
+
+    def count_jobs(self) -> dict[str, int]:
+        rows = self._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
+        return {state: n for state, n in rows}
+
+    # -- workflows ----------------------------------------------------------
+    def add_workflow(self, db: sqlite3.Connection, name: str, spec: dict[str, Any], submitted: float) -> int:
+        cursor = db.execute(
+            "INSERT INTO workflows(name, spec, submitted, state) VALUES (?, ?, ?, 'running')",
+            (name, json.dumps(spec), submitted),
+        )
+        return int(cursor.lastrowid or 0)
+
+    def update_workflow(
+        self, db: sqlite3.Connection, workflow_id: int, state: str, failed_stage: str | None = None
+    ) -> None:
+        db.execute("UPDATE workflows SET state = ?, failed_stage = ? WHERE id = ?", (state, failed_stage, workflow_id))
+
+    def workflow(self, workflow_id: int) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+        if row is None:
+            return None
+        record = dict(row)
+        record["spec"] = json.loads(record["spec"])
+        return record
+
+    # -- quota log ----------------------------------------------------------
+    def log_quota(self, db: sqlite3.Connection, job_id: int, cpus: float, at: float) -> int:
+        cursor = db.execute("INSERT INTO quotas(at, job_id, cpus) VALUES (?, ?, ?)", (at, job_id, cpus))
+        return int(cursor.lastrowid or 0)
+
+    def quota_applied(self, seq: int, at: float) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE quotas SET applied = ? WHERE seq = ?", (at, seq))
+
+    def quota_changes(self, job_id: int) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT * FROM quotas WHERE job_id = ? ORDER BY seq", (job_id,))
+        return [dict(row) for row in rows]
+
+    # -- lending decisions --------------------------------------------------
+    def save_decision(self, db: sqlite3.Connection, seq: int, body: dict[str, Any]) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO decisions(seq, guest, host, body) VALUES (?, ?, ?, ?)",
+            (seq, body["guest"], body["host"], json.dumps(body)),
+        )
+
+    def decisions(self, job_id: int | None = None) -> list[dict[str, Any]]:
+        if job_id is None:
+            rows = self._conn().execute("SELECT body FROM decisions ORDER BY seq")
+        else:
+            rows = self._conn().execute(
+                "SELECT body FROM decisions WHERE guest = ? OR host = ? ORDER BY seq", (job_id, job_id)
+            )
+        return [json.loads(row[0]) for row in rows]
+
+
+def _job_row(row: sqlite3.Row) -> dict[str, Any]:
+    record = dict(row)
+    record["spec"] = json.loads(record["spec"])
+    for key in ("slots", "cpus"):
+        if record[key] is not None:
+            record[key] = json.loads(record[key])
+    return record

@@ -1,0 +1,186 @@
+"""What operators ask the daemon: the queue, one job, the nodes, a job's lending decisions.
+
+Plain dictionaries, so the API returns them as JSON and the CLI prints them as
+tables; the wording follows Slurm's (`squeue --start` reasons, `scontrol show`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING, Any
+
+from cosched.daemon import workflow_stages
+from cosched.model import JobState
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+
+def queue(daemon: Daemon) -> list[dict[str, Any]]:
+    """Pending and running jobs: pending ones in the order they will be considered,
+    with Slurm's reason (Resources for the blocked head, Priority behind it) and
+    the start the backfill policy reserved, where it reserved one."""
+    with daemon.lock:
+        now = daemon.clock()
+        order = list(daemon.core.view(now).queue) if daemon.core.queue else []
+        running = [job for job in daemon.core.jobs.values() if job.state is JobState.RUNNING]
+        reservations = estimated_starts(now, running, order, daemon.cluster.cores)
+        reservations.update(daemon.reservations)
+        arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
+    rows = []
+    for position, job in enumerate(order):
+        rows.append(
+            _row(daemon, job, "pending", "Resources" if position == 0 else "Priority", reservations.get(job.id))
+        )
+    rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
+    for job in sorted(running, key=lambda j: j.start):
+        rows.append(
+            _row(
+                daemon,
+                job,
+                "running",
+                f"on {_nodelist(job.slots)}" + (f" (guest of {job.host})" if job.host >= 0 else ""),
+                None,
+            )
+        )
+    return rows
+
+
+def estimated_starts(now: float, running: list[Any], order: list[Any], cores: int) -> dict[int, float]:
+    """When each pending job would start if every job ran to its estimate and the queue
+    were served in order with no backfilling: a no-later-than bound, like `squeue --start`."""
+    releases = [(job.expected_end, job.cores) for job in running if job.host < 0]
+    heapq.heapify(releases)
+    free = cores - sum(c for _, c in releases)
+    clock = now
+    starts = {}
+    for job in order:
+        while free < job.cores and releases:
+            end, freed = heapq.heappop(releases)
+            clock = max(clock, end)
+            free += freed
+        if free < job.cores:
+            break
+        starts[job.id] = clock
+        free -= job.cores
+        heapq.heappush(releases, (clock + job.estimate, job.cores))
+    return starts
+
+
+def _row(daemon: Daemon, job: Any, state: str, reason: str, start: float | None) -> dict[str, Any]:
+    spec = daemon.specs.get(job.id, {})
+    return {
+        "id": job.id,
+        "name": spec.get("name", ""),
+        "state": state,
+        "cores": job.cores,
+        "walltime": job.walltime,
+        "submit": job.submit,
+        "start": job.start if state == "running" else start,
+        "quota": job.quota if state == "running" else None,
+        "reason": reason,
+        "app_class": job.stage,
+        "workflow": job.workflow,
+    }
+
+
+def _nodelist(slots: Any) -> str:
+    return ",".join(f"node{node}:{cores}" for node, cores in slots if cores)
+
+
+def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
+    record = daemon.store.job(job_id)
+    if record is None:
+        return None
+    spec = record["spec"]
+    status = {
+        "id": record["id"],
+        "name": spec.get("name", ""),
+        "state": record["state"],
+        "image": spec["image"],
+        "command": spec["command"],
+        "cores": spec["cores"],
+        "memory_mib": spec.get("memory_mib"),
+        "walltime": spec["walltime"],
+        "app_class": spec.get("app_class"),
+        "submit": record["submit"],
+        "start": record["start"],
+        "end": record["end"],
+        "runtime": (record["end"] - record["start"]) if record["end"] and record["start"] else None,
+        "cpus": record["cpus"],
+        "quota": record["quota"],
+        "host": record["host"] if record["host"] >= 0 else None,
+        "exit_code": record["exit_code"],
+        "reason": record["reason"],
+        "log_tail": record["log_tail"],
+        "workflow": record["workflow"],
+        "stage": record["stage"],
+        "quota_changes": daemon.store.quota_changes(job_id),
+    }
+    with daemon.lock:
+        job = daemon.core.jobs.get(job_id)
+        if job is not None and job.usage is not None:
+            status["usage"] = {
+                "cpu": job.usage.cpu,
+                "mem": job.usage.mem,
+                "tasks_done": job.usage.tasks_done,
+                "tasks": job.tasks,
+            }
+    return status
+
+
+def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
+    record = daemon.store.workflow(workflow_id)
+    if record is None:
+        return None
+    jobs = {row["stage"]: row["id"] for row in daemon.store.jobs(workflow=workflow_id)}
+    return {
+        "id": workflow_id,
+        "name": record["name"],
+        "state": record["state"],
+        "failed_stage": record["failed_stage"],
+        "submitted": record["submitted"],
+        "stages": {
+            stage: {"state": state, "job": jobs.get(stage)}
+            for stage, state in workflow_stages.stage_states(daemon.store, workflow_id).items()
+        },
+    }
+
+
+def nodes(daemon: Daemon) -> list[dict[str, Any]]:
+    """Per virtual node: CPUs, allocated cores, quota lent to guests, CPU used, jobs."""
+    with daemon.lock:
+        running = [job for job in daemon.core.jobs.values() if job.state is JobState.RUNNING]
+        used = dict(daemon.metrics.cpu_used)
+        cpus_of = dict(daemon.cpus_of)
+    rows = []
+    for node, cpus in enumerate(daemon.cpu_map.node_cpus):
+        here = [job for job in running if any(n == node and c for n, c in job.slots)]
+        allocated = sum(c for job in here if job.host < 0 for n, c in job.slots if n == node)
+        lent = sum(job.quota for job in here if job.host >= 0)
+        rows.append(
+            {
+                "node": node,
+                "cpus": cpus,
+                "cores": len(cpus),
+                "allocated": allocated,
+                "lent": round(lent, 3),
+                "used": round(sum(used.get(job.id, 0.0) for job in here), 3),
+                "memory_mib": daemon.cluster.memory_per_node,
+                "jobs": [
+                    {
+                        "id": job.id,
+                        "quota": job.quota,
+                        "host": job.host if job.host >= 0 else None,
+                        "cpus": cpus_of.get(job.id),
+                    }
+                    for job in here
+                ],
+            }
+        )
+    return rows
+
+
+def explain(daemon: Daemon, job_id: int) -> list[dict[str, Any]]:
+    """Every lending decision in which the job was the guest or the lender."""
+    return daemon.store.decisions(job_id)

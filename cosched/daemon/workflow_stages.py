@@ -1,0 +1,56 @@
+"""Workflows in the daemon: a stage is submitted when its predecessors succeed.
+
+The same model as replay's `WorkflowRuns`, kept in the store instead of memory
+so that a restart loses no progress: which stages exist is which job rows
+exist, and a stage's end and the submission of the stages it unblocks are
+written in one transaction.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from cosched.daemon.specs import WorkflowSpec
+from cosched.daemon.store import Store
+
+
+def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) -> list[tuple[int, dict[str, Any]]]:
+    """Submit every stage of a workflow that is ready and not yet submitted: [(job id, spec)]."""
+    record = store.workflow(workflow_id)
+    if record is None or record["state"] != "running":
+        return []
+    spec = WorkflowSpec.model_validate(record["spec"])
+    rows = {row["stage"]: row for row in _stage_rows(db, workflow_id)}
+    done = {stage for stage, row in rows.items() if row["state"] == "done"}
+    if len(done) == len(spec.stages):
+        store.update_workflow(db, workflow_id, "done")
+        return []
+    submitted = []
+    for stage in spec.dag().ready(done):
+        if stage.name in rows:
+            continue
+        job_spec = spec.job_spec(stage.name).model_dump()
+        job_id = store.add_job(db, job_spec, now, workflow_id, stage.name)
+        submitted.append((job_id, job_spec))
+    return submitted
+
+
+def fail(store: Store, db: sqlite3.Connection, workflow_id: int, stage: str) -> None:
+    """A stage failed or was cancelled: the workflow fails; its dependants are never submitted."""
+    store.update_workflow(db, workflow_id, "failed", stage)
+
+
+def stage_states(store: Store, workflow_id: int) -> dict[str, str]:
+    """Every stage's state; stages never submitted are 'waiting', or 'cancelled' once the workflow failed."""
+    record = store.workflow(workflow_id)
+    if record is None:
+        return {}
+    spec = WorkflowSpec.model_validate(record["spec"])
+    rows = {row["stage"]: row["state"] for row in store.jobs(workflow=workflow_id)}
+    unsubmitted = "cancelled" if record["state"] == "failed" else "waiting"
+    return {stage.name: rows.get(stage.name, unsubmitted) for stage in spec.stages}
+
+
+def _stage_rows(db: sqlite3.Connection, workflow_id: int) -> list[sqlite3.Row]:
+    return list(db.execute("SELECT stage, state FROM jobs WHERE workflow = ?", (workflow_id,)))
