@@ -164,7 +164,7 @@ def test_bad_cores(cores: object) -> None:
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"app": "lammps"}, "app"),
+        ({"app": ""}, "app"),
         ({"memory_per_core": -1}, "memory_per_core"),
         ({"stages": ()}, "stages"),
     ],

@@ -298,9 +298,10 @@ class Daemon:
                 ends.append(_End(job, True, now, None, "container disappeared", "", None))
             elif info.state in ("exited", "dead"):
                 exit = self.backend.exit_of(container)
-                reason = self.kill_reason.get(job_id) or (
-                    "out of memory" if exit.oom else ("" if exit.code == 0 else f"exit code {exit.code}")
-                )
+                if exit.code == 0:
+                    reason = ""  # it finished before a kill took effect
+                else:
+                    reason = self.kill_reason.get(job_id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
                 at = exit.finished if exit.finished > 0 else now
                 ends.append(_End(job, exit.code != 0, at, exit.code, reason, self.backend.logs(container), container))
         return ends

@@ -1,0 +1,127 @@
+"""The daemon on the real Docker engine: ASAx lends from idle jobs to CPU-hungry ones.
+
+On this 2-core machine an idle 2-core job holds every core while 1-core
+CPU-hungry jobs wait; ASAx lends part of the idle job's quota. The test reads
+the quotas from the kernel's cgroup files itself and compares them with what
+the daemon says it decided. Then lenders that turn CPU-hungry after an idle
+start are pushed past their walltime by lending: their losses are 1, and the
+weights of their application class move and are persisted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from experts.weights import WeightBook
+from daemon_support import DaemonProcess, cgroup_quota, require_engine
+from workloads.images import busybox_image
+
+LOOP = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"
+
+
+def idle(seconds: int) -> list[str]:
+    return ["sh", "-c", f"for i in $(seq 1 {seconds}); do echo $i/{seconds} > $COSCHED_PROGRESS; sleep 1; done"]
+
+
+def hungry(n: int) -> list[str]:
+    return ["sh", "-c", LOOP.format(n=n)]
+
+
+def idle_then_parallel(n: int) -> list[str]:
+    loop = LOOP.format(n=n)
+    return ["sh", "-c", f"echo 2/4 > $COSCHED_PROGRESS; sleep 1.2; ( {loop} ) & ( {loop} ) & wait; echo 4/4 > $COSCHED_PROGRESS"]
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return busybox_image(require_engine())
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, image: str):
+    client = require_engine()
+    process = DaemonProcess(tmp_path, extra="[policies]\nseed = 7\n")
+    process.start()
+    yield process
+    process.cleanup(client)
+
+
+def _loop_seconds(daemon: DaemonProcess, image: str, n: int) -> float:
+    """How long the loop takes alone on one core here (the machine's speed sets the walltimes)."""
+    job_id = daemon.submit(image=image, command=hungry(n), cores=1, walltime=120, app_class="calibrate")
+    job = daemon.wait_final([job_id], 120)[job_id]
+    assert job["state"] == "done", job
+    return float(job["runtime"])
+
+
+def test_asax_lends_idle_quota_and_learns(daemon: DaemonProcess, image: str) -> None:
+    client = require_engine()
+    instance = daemon.instance()
+
+    # Lending: an idle 2-core job holds the machine; three 1-core CPU-hungry jobs wait.
+    host = daemon.submit(image=image, command=idle(10), cores=2, walltime=60, app_class="idle.sleep", tasks=10)
+    guests = [daemon.submit(image=image, command=hungry(300000), cores=1, walltime=60, app_class="cpu.loop") for _ in range(3)]
+    checked = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and checked < 3:
+        for row in daemon.client.call("GET", "/v1/queue"):
+            if row["state"] != "running" or not row["reason"].endswith(f"(guest of {host})"):
+                continue
+            guest = daemon.job(row["id"])
+            host_status = daemon.job(host)
+            try:
+                guest_quota = cgroup_quota(client, f"cosched-{instance}-{guest['id']}")
+                host_quota = cgroup_quota(client, f"cosched-{instance}-{host}")
+            except Exception:
+                continue  # it ended between the two reads
+            if guest_quota is None or host_quota is None or guest["state"] != "running":
+                continue
+            assert guest_quota == pytest.approx(guest["quota"], abs=1e-3)
+            assert host_quota == pytest.approx(host_status["quota"], abs=1e-3)
+            assert guest_quota + host_quota == pytest.approx(2.0, abs=1e-3)  # lent, never created
+            checked += 1
+        time.sleep(0.05)
+    jobs = daemon.wait_final([host, *guests], 90)
+    assert all(j["state"] == "done" for j in jobs.values()), jobs
+    lent = [d for d in daemon.client.call("GET", f"/v1/jobs/{host}/explain") if d["executed"] and d["fraction"] > 0]
+    assert lent, "ASAx lent nothing from an idle job"
+    assert checked >= 1, "no guest was seen running to compare its cgroup quota"
+    assert all(d["loss"] == 0.0 for d in lent)  # the idle lender finished within its walltime
+    assert all(daemon.job(d["guest"])["host"] == host for d in lent)
+
+    # Learning: lenders that turn CPU-hungry after an idle start; lending pushes them past their walltime.
+    n = 600000
+    walltime = round(1.2 + 1.2 * _loop_seconds(daemon, image, n) + 0.5, 1)  # alone fits; 30% lent does not
+    lenders = []
+    for _ in range(8):
+        lender = daemon.submit(
+            image=image, command=idle_then_parallel(n), cores=2, walltime=walltime, app_class="phased", tasks=4
+        )
+        guest = daemon.submit(image=image, command=hungry(n), cores=1, walltime=60, app_class="cpu.loop")
+        daemon.wait_final([lender, guest], 60)
+        lenders.append(lender)
+    decisions = [d for lender in lenders for d in daemon.client.call("GET", f"/v1/jobs/{lender}/explain")]
+    summary = [(d["host"], d["fraction"], d["executed"], d["loss"], daemon.job(d["host"])["state"]) for d in decisions]
+    assert all(d["loss"] is not None for d in decisions if d["executed"]), f"a loss is missing: {summary}"
+    for d in decisions:  # a lending's loss is 1 exactly when its lender was killed at its walltime
+        lender = daemon.job(d["host"])
+        killed = lender["state"] == "failed" and lender["reason"] == "walltime exceeded"
+        if d["executed"]:
+            assert d["loss"] == (1.0 if killed and d["fraction"] > 0 else 0.0), (d, lender)
+        else:
+            assert d["loss"] is None
+    with daemon.db() as db:
+        state = json.loads(db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()[0])
+    book = WeightBook.from_state(state)
+    assert "phased" in book
+    alpha = book.get("phased").alpha
+    risk_spent = sum(d["loss"] or 0.0 for d in decisions)
+    if risk_spent > 2:  # enough loss for at least one of Algorithm 1's rounds to close
+        assert max(alpha) - min(alpha) > 1e-6, f"weights did not move after losses {risk_spent}"
+    assert risk_spent > 0, f"no lending hurt a lender: the learning phase tested nothing: {summary}"
+    metrics = daemon.client.call("GET", "/v1/health")
+    assert metrics["engine_up"] is True
