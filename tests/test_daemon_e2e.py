@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from daemon_support import DaemonProcess, cgroup_quota, require_engine
 
 from experts.weights import WeightBook
-from daemon_support import DaemonProcess, cgroup_quota, require_engine
 from workloads.images import busybox_image
 
 LOOP = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"
@@ -33,7 +33,8 @@ def hungry(n: int) -> list[str]:
 
 def idle_then_parallel(n: int) -> list[str]:
     loop = LOOP.format(n=n)
-    return ["sh", "-c", f"echo 2/4 > $COSCHED_PROGRESS; sleep 1.2; ( {loop} ) & ( {loop} ) & wait; echo 4/4 > $COSCHED_PROGRESS"]
+    script = f"echo 2/4 > $COSCHED_PROGRESS; sleep 1.2; ( {loop} ) & ( {loop} ) & wait; echo 4/4 > $COSCHED_PROGRESS"
+    return ["sh", "-c", script]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +65,9 @@ def test_asax_lends_idle_quota_and_learns(daemon: DaemonProcess, image: str) -> 
 
     # Lending: an idle 2-core job holds the machine; three 1-core CPU-hungry jobs wait.
     host = daemon.submit(image=image, command=idle(10), cores=2, walltime=60, app_class="idle.sleep", tasks=10)
-    guests = [daemon.submit(image=image, command=hungry(300000), cores=1, walltime=60, app_class="cpu.loop") for _ in range(3)]
+    guests = [
+        daemon.submit(image=image, command=hungry(300000), cores=1, walltime=60, app_class="cpu.loop") for _ in range(3)
+    ]
     checked = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and checked < 3:

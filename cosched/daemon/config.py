@@ -214,7 +214,9 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     if not _is_loopback(api.host) and not api.token:
         raise ConfigError(f"config key api.token: required when api.host ({api.host}) is not a loopback address")
     if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:
-        raise ConfigError("config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4")
+        raise ConfigError(
+            "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"
+        )
     if not 1000 <= config.docker.cpu_period <= 1_000_000:
         raise ConfigError(f"config key docker.cpu_period: must be in 1000..1000000 us, got {config.docker.cpu_period}")
     for root in config.docker.data_roots:
