@@ -84,6 +84,11 @@ def recover(daemon: Daemon) -> None:
             lent = sum(g.quota for g in jobs.values() if g.host == job.id)
             job.quota = float(job.cores) - lent
 
+    with store.transaction() as db:  # what recovery settled is the store's truth from now on
+        for job in jobs.values():
+            store.update_job(
+                db, job.id, state="running", container=daemon.containers[job.id], quota=job.quota, host=job.host
+            )
     events: list[Event] = [_free_offer(daemon, jobs)]
     events += [JobAdopted(job) for job in sorted(jobs.values(), key=lambda j: (j.host >= 0, j.id))]
     for record in queued:
