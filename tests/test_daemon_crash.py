@@ -31,11 +31,8 @@ def image() -> str:
 
 def job_command(runs: Path, seconds: float, busy: bool) -> list[str]:
     work = "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done" if busy else f"sleep {seconds}"
-    return [
-        "sh",
-        "-c",
-        f"echo $COSCHED_JOB_ID >> {runs}/starts; echo 1/2 > $COSCHED_PROGRESS; {work}; echo $COSCHED_JOB_ID >> {runs}/ends",
-    ]
+    script = f"echo $COSCHED_JOB_ID >> {runs}/starts; echo 1/2 > $COSCHED_PROGRESS; {work}"
+    return ["sh", "-c", f"{script}; echo $COSCHED_JOB_ID >> {runs}/ends"]
 
 
 def check_quotas(daemon: DaemonProcess, client: object) -> int:

@@ -58,7 +58,8 @@ def test_engine_restart_mid_run(tmp_path: Path) -> None:
     try:
         short = [daemon.submit(image=image, command=["sleep", "2"], cores=1, walltime=60) for _ in range(2)]
         long = [daemon.submit(image=image, command=["sleep", "6"], cores=1, walltime=60) for _ in range(2)]
-        wait_for(lambda: sum(r["state"] == "running" for r in daemon.client.call("GET", "/v1/queue")) == 2, 30, "starts")
+        running = lambda: sum(r["state"] == "running" for r in daemon.client.call("GET", "/v1/queue"))  # noqa: E731
+        wait_for(lambda: running() == 2, 30, "two jobs to start")
 
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, "dockerd to stop")

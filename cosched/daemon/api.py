@@ -9,12 +9,13 @@ one line naming the problem, as everywhere else in cosched.
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cosched.daemon import views
@@ -22,6 +23,9 @@ from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon, Rejected
 from cosched.daemon.specs import JobSpec, WorkflowSpec
+
+# A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
+Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
 class Submitted(BaseModel):
@@ -59,7 +63,7 @@ class BodyLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _TooLarge()
+                raise _TooLarge(self.limit)
             return message
 
         try:
@@ -68,8 +72,11 @@ class BodyLimit:
             await _too_large(self.limit, scope, receive, send)
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(StarletteHTTPException):
+    """Raised while the app reads the body; an HTTPException so FastAPI passes it on rather than making it a 400."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body: larger than the limit of {limit} bytes")
 
 
 async def _too_large(limit: int, scope: Scope, receive: Receive, send: Send) -> None:
@@ -100,9 +107,8 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
         return JSONResponse(
-            {"error": f"{where}: {first.get('msg', 'invalid')}", "fields": [_field(e) for e in errors[:20]]},
+            {"error": _message(first), "fields": [_field(e) for e in errors[:20]]},
             status_code=422,
         )
 
@@ -114,7 +120,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def engine_down(request: Request, exc: EngineUnavailable) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503)
 
-    @app.exception_handler(HTTPException)
+    @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
@@ -132,27 +138,27 @@ def create_app(daemon: Daemon) -> FastAPI:
         return views.queue(daemon)
 
     @app.get("/v1/jobs/{job_id}", dependencies=guard)
-    def job(job_id: int) -> dict[str, Any]:
+    def job(job_id: Id) -> dict[str, Any]:
         status = views.job_status(daemon, job_id)
         if status is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         return status
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled, dependencies=guard)
-    def cancel(job_id: int) -> Cancelled:
+    def cancel(job_id: Id) -> Cancelled:
         state = daemon.cancel(job_id)
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)
 
     @app.get("/v1/jobs/{job_id}/explain", dependencies=guard)
-    def explain(job_id: int) -> list[dict[str, Any]]:
+    def explain(job_id: Id) -> list[dict[str, Any]]:
         if daemon.store.job(job_id) is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         return views.explain(daemon, job_id)
 
     @app.get("/v1/workflows/{workflow_id}", dependencies=guard)
-    def workflow(workflow_id: int) -> dict[str, Any]:
+    def workflow(workflow_id: Id) -> dict[str, Any]:
         status = views.workflow_status(daemon, workflow_id)
         if status is None:
             raise HTTPException(404, f"workflow {workflow_id}: no such workflow")
@@ -174,4 +180,18 @@ def create_app(daemon: Daemon) -> FastAPI:
 
 
 def _field(error: Any) -> str:
-    return ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    """What a validation error is about: its location less `body`; a model-level check names its field first."""
+    if error.get("type") == "json_invalid":
+        return "body"  # the location's number is a character offset, not a field
+    where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    if not where and error.get("type") == "value_error":
+        where = str(error.get("ctx", {}).get("error", "")).partition(": ")[0]
+    return where or "body"
+
+
+def _message(error: Any) -> str:
+    """`<field>: <problem>`, without pydantic's "Value error, " in front of a model-level check's own message."""
+    own = error.get("ctx", {}).get("error") if error.get("type") == "value_error" else None
+    if own is not None and not [part for part in error.get("loc", ()) if part != "body"]:
+        return str(own)
+    return f"{_field(error)}: {error.get('msg', 'invalid')}"

@@ -1,4 +1,4 @@
-"""Which host CPUs each job's container is pinned to.
+"""Which cores, and so which host CPUs, each job's container is pinned to.
 
 The core allocates counts, `(node, cores)` slots; a container needs CPU numbers
 for its cpuset. The host's CPUs are cut into `nodes` equal, disjoint ranges
@@ -18,8 +18,10 @@ class CpuMap:
     """Free CPUs per virtual node."""
 
     def __init__(self, cpus: list[int], nodes: int) -> None:
+        self.host_cpus = cpus
+        """Core k (the numbers this map hands out) runs on host CPU `host_cpus[k]`."""
         self.cores_per_node = len(cpus) // nodes
-        self.node_cpus = [cpus[n * self.cores_per_node : (n + 1) * self.cores_per_node] for n in range(nodes)]
+        self.node_cpus = [list(range(n * self.cores_per_node, (n + 1) * self.cores_per_node)) for n in range(nodes)]
         self._free = [set(group) for group in self.node_cpus]
         self._node_of = {cpu: n for n, group in enumerate(self.node_cpus) for cpu in group}
 
@@ -42,6 +44,10 @@ class CpuMap:
     def give(self, cpus: list[int]) -> None:
         for cpu in cpus:
             self._free[self._node_of[cpu]].add(cpu)
+
+    def cpuset(self, cores: list[int]) -> list[int]:
+        """The host CPUs a container on these cores is pinned to."""
+        return sorted({self.host_cpus[core] for core in cores})
 
     def free_count(self, node: int) -> int:
         return len(self._free[node])

@@ -365,9 +365,12 @@ def data_dirs_allowed(paths: list[str], roots: tuple[str, ...]) -> str:
     for path in paths:
         if not os.path.isabs(path):
             return f"{path!r} is not an absolute path"
-        real = Path(os.path.realpath(path))
-        if not any(real == Path(root) or Path(root) in real.parents for root in map(os.path.realpath, roots)):
-            return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
-        if not real.is_dir():
-            return f"{path!r} is not an existing directory"
+        try:
+            real = Path(os.path.realpath(path))
+            if not any(real == Path(root) or Path(root) in real.parents for root in map(os.path.realpath, roots)):
+                return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
+            if not real.is_dir():
+                return f"{path!r} is not an existing directory"
+        except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the filesystem allows
+            return f"{path!r} is not a usable path: {_reason(exc)}"
     return ""

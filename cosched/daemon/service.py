@@ -426,7 +426,7 @@ class Daemon:
         spec = self.specs[job.id]
         memory = job.memory * job.cores
         try:
-            container = self.backend.launch(job.id, spec, cpus, quota, memory)
+            container = self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory)
         except EngineUnavailable:
             raise
         except Exception as exc:  # the engine refused this container (bad command, image gone)

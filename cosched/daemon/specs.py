@@ -100,7 +100,7 @@ class WorkflowSpec(Container):
         try:
             self.dag()
         except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+            raise ValueError(f"stages: {exc}") from None
         return self
 
     def dag(self) -> Workflow:

@@ -107,7 +107,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "start": record["start"],
         "end": record["end"],
         "runtime": (record["end"] - record["start"]) if record["end"] and record["start"] else None,
-        "cpus": record["cpus"],
+        "cpus": daemon.cpu_map.cpuset(record["cpus"]) if record["cpus"] is not None else None,
         "quota": record["quota"],
         "host": record["host"] if record["host"] >= 0 else None,
         "exit_code": record["exit_code"],
@@ -161,7 +161,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
         rows.append(
             {
                 "node": node,
-                "cpus": cpus,
+                "cpus": daemon.cpu_map.cpuset(cpus),
                 "cores": len(cpus),
                 "allocated": allocated,
                 "lent": round(lent, 3),
@@ -172,7 +172,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                         "id": job.id,
                         "quota": job.quota,
                         "host": job.host if job.host >= 0 else None,
-                        "cpus": cpus_of.get(job.id),
+                        "cpus": daemon.cpu_map.cpuset(cpus_of.get(job.id, [])),
                     }
                     for job in here
                 ],

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Make a Docker engine available to cosched, from Debian's packages; safe to run again.
+#
+# Installs docker.io (the engine), busybox-static and debootstrap (images are built
+# without a registry, see workloads/images.py) when missing, enables live-restore so
+# containers outlive an engine restart, and starts dockerd when none answers.
+# Root is needed only when something must be installed or started.
+set -euo pipefail
+
+need=()
+command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+if [ ${#need[@]} -gt 0 ]; then
+    echo "docker-setup: installing ${need[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q "${need[@]}" >/dev/null
+fi
+
+if [ ! -e /etc/docker/daemon.json ]; then
+    mkdir -p /etc/docker
+    echo '{"live-restore": true}' > /etc/docker/daemon.json
+elif ! grep -q '"live-restore": *true' /etc/docker/daemon.json; then
+    echo "docker-setup: /etc/docker/daemon.json does not enable live-restore; containers die with the engine" >&2
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    echo "docker-setup: starting dockerd (log: /var/log/dockerd.log)" >&2
+    nohup dockerd >/var/log/dockerd.log 2>&1 &
+    for _ in $(seq 1 60); do
+        docker info >/dev/null 2>&1 && break
+        sleep 1
+    done
+    docker info >/dev/null 2>&1 || { echo "docker-setup: dockerd did not start; see /var/log/dockerd.log" >&2; exit 1; }
+fi

@@ -1,0 +1,393 @@
+"""The daemon's HTTP API in-process: every bad submission is a 4xx naming the field, and nothing is stored.
+
+Why: the API is the daemon's only door, and what it lets through is written to
+the store and later launched. Here a real `Daemon` (its SQLite store under
+tmp_path, image lookups on the local Docker engine) serves the FastAPI app
+through a TestClient; it is never started and no scheduling pass runs, so no
+container is made. Each bad input must come back as a 4xx whose JSON `error`
+starts with the field at fault, and must leave no job or workflow row behind.
+A hypothesis fuzz test then throws random JSON, random bytes and random ids at
+every endpoint: never a 5xx, and every 4xx is JSON with an `error`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from daemon_support import require_engine
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cosched.daemon.api import create_app
+from cosched.daemon.config import from_dict, validate
+from cosched.daemon.service import Daemon
+from workloads.images import busybox_image
+
+TOKEN = "s3cret-token"
+MAX_BODY = 4096
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return busybox_image(require_engine())
+
+
+def make_daemon(root: Path, **api: Any) -> Daemon:
+    config = validate(
+        from_dict(
+            {
+                "daemon": {"state_dir": str(root / "state"), "instance": "apitest"},
+                "api": {"max_body": MAX_BODY, **api},
+                "cluster": {"nodes": 1, "cores": 2, "memory_mib": 4096},
+                "docker": {"data_roots": [str(root)]},
+            }
+        )
+    )
+    return Daemon(config)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, image: str) -> Iterator[Daemon]:
+    daemon = make_daemon(tmp_path)
+    yield daemon
+    daemon.store.close()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[TestClient]:
+    with TestClient(create_app(daemon)) as client:
+        yield client
+
+
+def rows(daemon: Daemon, table: str) -> int:
+    """Rows in a store table, read through a connection of our own (what is on disk, not in a cache)."""
+    with sqlite3.connect(daemon.config.state_dir / "state.sqlite") as db:
+        return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def nothing_stored(daemon: Daemon) -> bool:
+    return daemon.store.jobs() == [] and rows(daemon, "jobs") == 0 and rows(daemon, "workflows") == 0
+
+
+def error_of(response: httpx.Response) -> str:
+    assert response.headers["content-type"].startswith("application/json"), response.text
+    body = response.json()
+    assert isinstance(body, dict) and isinstance(body.get("error"), str), body
+    return str(body["error"])
+
+
+def job(image: str, /, **changes: Any) -> dict[str, Any]:
+    return {"image": image, "command": ["sleep", "1"], "cores": 1, "walltime": 30, **changes}
+
+
+def workflow(image: str, /, **changes: Any) -> dict[str, Any]:
+    return {
+        "name": "wf",
+        "image": image,
+        "command": "true",
+        "cores": 1,
+        "walltime": 30,
+        "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
+        **changes,
+    }
+
+
+# -- what is accepted -------------------------------------------------------------
+
+
+def test_valid_job_is_stored(client: TestClient, daemon: Daemon, image: str) -> None:
+    response = client.post("/v1/jobs", json=job(image, command="sh -c 'exit 0'", cores=2, name="ok"))
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+    [row] = daemon.store.jobs()
+    assert row["id"] == job_id and row["state"] == "pending"
+    assert row["spec"]["command"] == ["sh", "-c", "exit 0"]
+    assert (row["spec"]["image"], row["spec"]["cores"], row["spec"]["name"]) == (image, 2, "ok")
+    status = client.get(f"/v1/jobs/{job_id}")
+    assert status.status_code == 200 and status.json()["state"] == "pending"
+    assert client.get(f"/v1/jobs/{job_id}/explain").json() == []
+    cancelled = client.delete(f"/v1/jobs/{job_id}")
+    assert cancelled.json() == {"id": job_id, "state": "pending"}
+    assert daemon.store.job(job_id)["cancel"] == 1
+
+
+def test_valid_workflow_is_stored_with_its_first_stage(client: TestClient, daemon: Daemon, image: str) -> None:
+    response = client.post("/v1/workflows", json=workflow(image))
+    assert response.status_code == 201, response.text
+    body = response.json()
+    [row] = daemon.store.jobs()
+    assert body["jobs"] == [row["id"]] and row["stage"] == "a" and row["workflow"] == body["id"]
+    assert rows(daemon, "workflows") == 1
+    status = client.get(f"/v1/workflows/{body['id']}").json()
+    assert status["name"] == "wf" and status["stages"]["a"]["job"] == row["id"]
+
+
+def test_openapi_lists_the_api(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/jobs", "/v1/workflows", "/v1/queue", "/v1/nodes", "/metrics"):
+        assert path in paths
+    assert "post" in paths["/v1/jobs"] and "post" in paths["/v1/workflows"]
+
+
+# -- what is refused ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"cores": -1}, "cores", "greater than 0"),
+        ({"cores": 3}, "cores", "3 cores asked, the cluster has 2"),
+        ({"walltime": 0}, "walltime", "greater than 0"),
+        ({"command": []}, "command", ""),
+        ({"command": "echo 'unclosed"}, "command", "cannot split command"),
+        ({"image": "cosched/not-here:nope"}, "image", "is not in the local Docker engine"),
+        ({"memory_mib": 5000}, "memory_mib", "the cluster has 4096"),
+        ({"data_dirs": ["/etc"]}, "data_dirs", "not under a configured data root"),
+        ({"data_dirs": ["/\x00"]}, "data_dirs", "not a usable path"),
+        ({"env": {"1BAD": "x"}}, "env", ""),
+        ({"colour": "blue"}, "colour", "Extra inputs"),
+    ],
+)
+def test_bad_job_is_refused_naming_the_field(
+    client: TestClient, daemon: Daemon, image: str, changes: dict[str, Any], field: str, words: str
+) -> None:
+    response = client.post("/v1/jobs", json=job(image, **changes))
+    assert response.status_code == 422, response.text
+    error = error_of(response)
+    assert error.startswith(f"{field}"), error
+    assert words in error
+    assert response.json()["fields"][0].startswith(field)
+    assert nothing_stored(daemon)
+
+
+def test_missing_fields_are_all_named(client: TestClient, daemon: Daemon) -> None:
+    response = client.post("/v1/jobs", json={})
+    assert response.status_code == 422
+    assert error_of(response) == "image: Field required"
+    assert set(response.json()["fields"]) == {"image", "command", "cores", "walltime"}
+    assert nothing_stored(daemon)
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        (b"{not json", "application/json"),
+        (b'{"cores": 1,', "application/json"),
+        (b"\xff\xfe\x00", "application/json"),
+        (b"[1, 2]", "application/json"),
+        (b"null", "application/json"),
+        (b"cores=1&walltime=3", "application/x-www-form-urlencoded"),
+        (b"", "application/json"),
+    ],
+)
+def test_non_json_body_is_refused(client: TestClient, daemon: Daemon, content: bytes, content_type: str) -> None:
+    for path in ("/v1/jobs", "/v1/workflows"):
+        response = client.post(path, content=content, headers={"content-type": content_type})
+        # 422 "body: ..." from validation; bytes that are not even UTF-8 are FastAPI's 400 "error parsing the body"
+        assert response.status_code in (400, 422), response.text
+        assert error_of(response).startswith("body: ") or "parsing the body" in error_of(response)
+    assert nothing_stored(daemon)
+
+
+@pytest.mark.parametrize(
+    ("changes", "start", "words"),
+    [
+        (
+            {
+                "stages": [
+                    {"name": "a", "depends": ["c"]},
+                    {"name": "b", "depends": ["a"]},
+                    {"name": "c", "depends": ["b"]},
+                ]
+            },
+            "stages: ",
+            "dependency cycle a -> c -> b -> a",
+        ),
+        ({"stages": [{"name": "a", "depends": ["zz"]}]}, "stages: ", "depends on unknown stage 'zz'"),
+        ({"stages": [{"name": "a"}, {"name": "a"}]}, "stages: ", "duplicate stage name 'a'"),
+        ({"stages": []}, "stages: ", ""),
+        ({"image": None, "stages": [{"name": "a"}]}, "stages.a.image: ", "no workflow default"),
+        ({"walltime": None, "stages": [{"name": "a", "walltime": 0}]}, "stages.0.walltime: ", ""),
+        ({"cores": 3}, "stages.a.cores: ", "3 cores asked, the cluster has 2"),
+        ({"stages": [{"name": "a", "image": "cosched/not-here:nope"}]}, "stages.a.image: ", "not in the local Docker"),
+        ({"name": ""}, "name: ", ""),
+    ],
+)
+def test_bad_workflow_is_refused_naming_the_field(
+    client: TestClient, daemon: Daemon, image: str, changes: dict[str, Any], start: str, words: str
+) -> None:
+    response = client.post("/v1/workflows", json=workflow(image, **changes))
+    assert response.status_code == 422, response.text
+    error = error_of(response)
+    assert error.startswith(start), error
+    assert words in error
+    assert nothing_stored(daemon)
+
+
+def test_oversized_body_is_413(client: TestClient, daemon: Daemon, image: str) -> None:
+    big = job(image, env={"PAD": "x" * MAX_BODY})
+    response = client.post("/v1/jobs", json=big)
+    assert response.status_code == 413
+    assert error_of(response) == f"request body: larger than the limit of {MAX_BODY} bytes"
+    assert client.post("/v1/workflows", json=workflow(image, env={"PAD": "x" * MAX_BODY})).status_code == 413
+    assert nothing_stored(daemon)
+
+
+def test_oversized_body_without_a_length_is_413(client: TestClient, daemon: Daemon, image: str) -> None:
+    """A chunked body has no Content-Length: the limit must hold while it is read, not turn into a 400."""
+    payload = json.dumps(job(image, env={"PAD": "x" * (2 * MAX_BODY)})).encode()
+
+    def chunks() -> Iterator[bytes]:
+        for at in range(0, len(payload), 1000):
+            yield payload[at : at + 1000]
+
+    response = client.post("/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413, response.text
+    assert "larger than the limit" in error_of(response)
+    assert nothing_stored(daemon)
+
+
+def test_token_is_required_when_configured(tmp_path: Path, image: str) -> None:
+    daemon = make_daemon(tmp_path, token=TOKEN)
+    try:
+        with TestClient(create_app(daemon)) as client:
+            for headers in (
+                {},
+                {"authorization": "Bearer wrong"},
+                {"authorization": TOKEN},
+                {"authorization": f"Basic {TOKEN}"},
+            ):
+                for method, path, body in (
+                    ("POST", "/v1/jobs", job(image)),
+                    ("POST", "/v1/workflows", workflow(image)),
+                    ("GET", "/v1/queue", None),
+                    ("GET", "/v1/jobs/1", None),
+                    ("DELETE", "/v1/jobs/1", None),
+                    ("GET", "/metrics", None),
+                ):
+                    response = client.request(method, path, json=body, headers=headers)
+                    assert response.status_code == 401, (method, path, headers, response.text)
+                    assert error_of(response) == "missing or wrong bearer token"
+            assert nothing_stored(daemon)
+            assert client.get("/v1/health").status_code == 200  # the probe stays open
+            good = {"authorization": f"Bearer {TOKEN}"}
+            assert client.post("/v1/jobs", json=job(image), headers=good).status_code == 201
+            assert client.get("/v1/queue", headers=good).status_code == 200
+            assert len(daemon.store.jobs()) == 1
+    finally:
+        daemon.store.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "error"),
+    [
+        ("GET", "/v1/jobs/999", "job 999: no such job"),
+        ("DELETE", "/v1/jobs/999", "job 999: no such job"),
+        ("GET", "/v1/jobs/999/explain", "job 999: no such job"),
+        ("GET", "/v1/workflows/7", "workflow 7: no such workflow"),
+        ("GET", "/v1/nowhere", "Not Found"),
+    ],
+)
+def test_unknown_ids_are_404(client: TestClient, daemon: Daemon, method: str, path: str, error: str) -> None:
+    response = client.request(method, path)
+    assert response.status_code == 404
+    assert error_of(response) == error
+
+
+@pytest.mark.parametrize("job_id", ["abc", "1.5", str(1 << 63), str(-(1 << 63) - 1), "9" * 40])
+def test_ids_that_are_not_ids_are_422(client: TestClient, job_id: str) -> None:
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/explain", f"/v1/workflows/{job_id}"):
+        response = client.get(path)
+        assert response.status_code == 422, (path, response.text)
+        assert error_of(response).startswith("path.")
+    response = client.delete(f"/v1/jobs/{job_id}")
+    assert response.status_code == 422 and error_of(response).startswith("path.job_id: ")
+
+
+# -- fuzz ------------------------------------------------------------------------------
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def job_like(image: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts with JobSpec's keys, each value either a valid one or anything."""
+    valid = job(image, name="fuzz", memory_mib=64, app_class="a.b", tasks=2, parallel=False, env={}, data_dirs=[])
+    return st.fixed_dictionaries({}, optional={key: st.just(value) | values for key, value in valid.items()})
+
+
+def workflow_like(image: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Dicts with WorkflowSpec's keys; stages are lists of stage-like dicts or anything."""
+    names = st.sampled_from(["a", "b", "c", ""]) | st.text(max_size=4)
+    stage = st.fixed_dictionaries(
+        {"name": names},
+        optional={"depends": st.lists(names, max_size=3) | values, "walltime": st.just(5) | values, "image": values},
+    )
+    valid = workflow(image)
+    optional: dict[str, st.SearchStrategy[Any]] = {key: st.just(value) | values for key, value in valid.items()}
+    optional["stages"] = st.lists(stage, max_size=4) | values
+    return st.fixed_dictionaries({}, optional=optional)
+
+
+def check_answer(response: httpx.Response) -> None:
+    event(f"HTTP {response.status_code}")  # --hypothesis-show-statistics: how often each answer came
+    assert response.status_code < 500, response.text
+    if response.status_code >= 400:
+        error_of(response)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_submissions(client: TestClient, daemon: Daemon, image: str, data: st.DataObject) -> None:
+    path = data.draw(st.sampled_from(["/v1/jobs", "/v1/workflows"]))
+    shaped = job_like(image) if path == "/v1/jobs" else workflow_like(image)
+    body = data.draw(values | shaped)
+    before = (rows(daemon, "jobs"), rows(daemon, "workflows"))
+    # json.dumps, not httpx's json=: it writes NaN and Infinity, which the server's parser reads
+    response = client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    check_answer(response)
+    after = (rows(daemon, "jobs"), rows(daemon, "workflows"))
+    if response.status_code >= 400:
+        assert after == before, (body, response.text)
+    elif path == "/v1/jobs":
+        assert response.status_code == 201 and after == (before[0] + 1, before[1])
+    else:
+        assert response.status_code == 201 and after[1] == before[1] + 1
+        assert after[0] - before[0] == len(response.json()["jobs"]) >= 1
+
+
+@FUZZ
+@given(content=st.binary(max_size=300), content_type=st.sampled_from(["application/json", "text/plain", ""]))
+def test_fuzz_raw_bodies(client: TestClient, daemon: Daemon, content: bytes, content_type: str) -> None:
+    for path in ("/v1/jobs", "/v1/workflows"):
+        check_answer(client.post(path, content=content, headers={"content-type": content_type}))
+
+
+@FUZZ
+@given(
+    key=st.integers(min_value=-3, max_value=3) | st.integers() | st.text(max_size=12),
+    route=st.sampled_from(
+        [("GET", "/v1/jobs/{}"), ("GET", "/v1/workflows/{}"), ("GET", "/v1/jobs/{}/explain"), ("DELETE", "/v1/jobs/{}")]
+    ),
+)
+def test_fuzz_ids(client: TestClient, daemon: Daemon, image: str, key: int | str, route: tuple[str, str]) -> None:
+    if not daemon.store.jobs():  # one real job and workflow, so small ids sometimes hit
+        assert client.post("/v1/workflows", json=workflow(image)).status_code == 201
+    method, template = route
+    response = client.request(method, template.format(quote(str(key), safe="")))
+    check_answer(response)
+    if isinstance(key, int) and response.status_code == 200:
+        assert response.json() == [] or response.json()["id"] == key

@@ -1,0 +1,531 @@
+"""The daemon's pieces that need no Docker engine, each checked against answers worked by hand.
+
+Why: the end-to-end tests run the whole daemon on a real engine, where a wrong
+config message, a misread cgroup file or an off-by-one in the CPU map shows up
+(if at all) as a job stuck or a quota mismatch minutes later. Here each piece
+is pinned alone: the config refuses what it must and names the key, the state
+file and the port fail with a clear ConfigError, cgroup v1 and v2 files are
+read from fake trees whose numbers we chose, CPU maps hand out the CPUs we
+expect, submissions are checked field by field, and `estimated_starts` gives
+the starts computed on paper.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pydantic import ValidationError
+
+from cosched.daemon.cgroups import CgroupFiles
+from cosched.daemon.config import DaemonConfig, from_dict, load_config, validate
+from cosched.daemon.cpus import CpuMap, share_of
+from cosched.daemon.run import bind
+from cosched.daemon.specs import JobSpec, WorkflowSpec
+from cosched.daemon.store import Store
+from cosched.daemon.views import estimated_starts
+from cosched.errors import ConfigError, SchedulingError
+
+# -- config -------------------------------------------------------------------
+
+
+def test_empty_document_is_the_embedded_default() -> None:
+    config = validate(from_dict({}))
+    assert config == DaemonConfig()
+    assert config.api.host == "127.0.0.1" and config.api.port == 6817
+
+
+def test_unknown_section_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config section \[apii\]"):
+        from_dict({"apii": {"port": 1}})
+
+
+def test_unknown_key_is_named_with_its_section() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key api\.prot\b"):
+        from_dict({"api": {"prot": 80}})
+
+
+def test_section_must_be_a_table() -> None:
+    with pytest.raises(ConfigError, match=r"config \[cluster\] must be a table"):
+        from_dict({"cluster": 4})
+
+
+@pytest.mark.parametrize(
+    ("document", "key"),
+    [
+        ({"api": {"port": "6817"}}, "api.port"),
+        ({"cluster": {"cores": True}}, "cluster.cores"),  # a bool is not an int here
+        ({"cluster": {"cores": 2.0}}, "cluster.cores"),
+        ({"intervals": {"sample": "2s"}}, "intervals.sample"),
+        ({"docker": {"data_roots": "/data"}}, "docker.data_roots"),
+        ({"docker": {"data_roots": ["/data", 3]}}, "docker.data_roots"),
+        ({"policies": {"queue": 1}}, "policies.queue"),
+    ],
+)
+def test_wrong_type_names_the_key(document: dict[str, dict[str, object]], key: str) -> None:
+    with pytest.raises(ConfigError, match=rf"config key {re.escape(key)}: expected"):
+        from_dict(document)
+
+
+def test_ints_are_accepted_where_floats_are() -> None:
+    config = from_dict({"intervals": {"schedule": 2}, "docker": {"data_roots": ["/data"]}})
+    assert config.intervals.schedule == 2.0 and isinstance(config.intervals.schedule, float)
+    assert config.docker.data_roots == ("/data",)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.org", "::"])
+def test_non_loopback_host_needs_a_token(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"api\.token: required"):
+        validate(from_dict({"api": {"host": host}}))
+    config = validate(from_dict({"api": {"host": host, "token": "s3cret"}}))
+    assert config.api.token == "s3cret"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "localhost"])
+def test_loopback_host_needs_no_token(host: str) -> None:
+    assert validate(from_dict({"api": {"host": host}})).api.host == host
+
+
+@pytest.mark.parametrize(
+    ("document", "match"),
+    [
+        ({"api": {"port": 0}}, r"api\.port"),
+        ({"api": {"port": 65536}}, r"api\.port"),
+        ({"api": {"max_body": 1023}}, r"api\.max_body"),
+        ({"cluster": {"nodes": 0}}, r"\[cluster\]"),
+        ({"cluster": {"cores": -1}}, r"\[cluster\]"),
+        ({"docker": {"cpu_period": 999}}, r"docker\.cpu_period"),
+        ({"docker": {"data_roots": ["relative/dir"]}}, r"docker\.data_roots"),
+        ({"intervals": {"schedule": 0}}, r"intervals\.schedule: must be > 0"),
+        ({"intervals": {"reconcile": -1.5}}, r"intervals\.reconcile: must be > 0"),
+    ],
+)
+def test_out_of_range_values_are_refused(document: dict[str, dict[str, object]], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        validate(from_dict(document))
+
+
+def test_load_config_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "cosched.toml"
+    path.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[api]\nport = 7000\n[intervals]\nsample = 0.5\n')
+    config = load_config(path)
+    assert config.state_dir == tmp_path
+    assert config.api.port == 7000
+    assert config.intervals.sample == 0.5
+    assert config.intervals.schedule == 1.0  # untouched keys keep their default
+
+
+def test_load_config_on_a_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=r"nope\.toml does not exist"):
+        load_config(missing)
+
+
+def test_load_config_on_invalid_toml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[api\nport = = 3\n")
+    with pytest.raises(ConfigError, match=r"config file .*bad\.toml: "):
+        load_config(path)
+
+
+def test_load_config_validates(tmp_path: Path) -> None:
+    path = tmp_path / "open.toml"
+    path.write_text('[api]\nhost = "0.0.0.0"\n')
+    with pytest.raises(ConfigError, match=r"api\.token"):
+        load_config(path)
+
+
+# -- the port and the state file -------------------------------------------------
+
+
+def test_bind_on_a_taken_port() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot listen on 127\.0\.0\.1:{port}: .*port in use"):
+            bind("127.0.0.1", port)
+
+
+def test_bind_on_a_free_port_listens() -> None:
+    sock = bind("127.0.0.1", 0)
+    try:
+        port = sock.getsockname()[1]
+        assert port > 0
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+    finally:
+        sock.close()
+
+
+def test_store_under_a_regular_file_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("not a directory")
+    path = tmp_path / "afile" / "state.sqlite"
+    with pytest.raises(ConfigError, match=r"state file .*afile/state\.sqlite is not usable"):
+        Store(path)
+
+
+def test_store_on_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "state.sqlite").mkdir()
+    with pytest.raises(ConfigError, match=r"is not usable"):
+        Store(tmp_path / "state.sqlite")
+
+
+def test_store_creates_its_directory_and_keeps_what_it_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "state.sqlite"
+    store = Store(path)
+    with store.transaction() as db:
+        job_id = store.add_job(db, {"name": "j", "cores": 1}, 12.5)
+        store.set_meta(db, "instance", "abc")
+    store.close()
+    again = Store(path)
+    assert again.get_meta("instance") == "abc"
+    [job] = again.jobs()
+    assert job["id"] == job_id and job["spec"] == {"name": "j", "cores": 1} and job["state"] == "pending"
+    again.close()
+
+
+# -- cgroup files ------------------------------------------------------------------
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _proc(tmp_path: Path, pid: int, cgroup: str, mountinfo: str) -> Path:
+    proc = tmp_path / "proc"
+    _write(proc, {f"{pid}/cgroup": cgroup, "self/mountinfo": mountinfo})
+    return proc
+
+
+def test_cgroup_v1(tmp_path: Path) -> None:
+    cpu_mount, memory_mount = tmp_path / "v1" / "cpu,cpuacct", tmp_path / "v1" / "memory"
+    mountinfo = (
+        "25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"35 25 0:30 / {cpu_mount} rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpu,cpuacct\n"
+        f"36 25 0:31 / {memory_mount} rw,nosuid,nodev,noexec,relatime shared:16 - cgroup cgroup rw,memory\n"
+        f"37 25 0:32 / {tmp_path / 'unified'} rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw\n"
+    )
+    # hybrid host: the v1 controllers win over the unified hierarchy's empty line
+    cgroup = "12:memory:/docker/abc\n11:cpu,cpuacct:/docker/abc\n3:pids:/docker/abc\n0::/docker/abc\n"
+    proc = _proc(tmp_path, 4242, cgroup, mountinfo)
+    _write(
+        cpu_mount / "docker" / "abc",
+        {"cpu.cfs_quota_us": "150000\n", "cpu.cfs_period_us": "100000\n", "cpuacct.usage": "2500000000\n"},
+    )
+    _write(
+        memory_mount / "docker" / "abc",
+        {
+            "memory.usage_in_bytes": "10485760\n",
+            "memory.limit_in_bytes": "52428800\n",
+            "memory.stat": "cache 7\ninactive_file 999\ntotal_inactive_file 1048576\n",
+        },
+    )
+    files = CgroupFiles.of_pid(4242, proc=proc)
+    assert files is not None
+    assert files.version == 1
+    assert files.cpu == cpu_mount / "docker" / "abc"
+    assert files.cpuacct == cpu_mount / "docker" / "abc"
+    assert files.memory == memory_mount / "docker" / "abc"
+    assert files.quota() == (150000, 100000)
+    assert files.cpu_seconds() == pytest.approx(2.5)
+    assert files.memory_bytes() == (10485760 - 1048576, 52428800)
+
+
+def test_cgroup_v1_unlimited_quota(tmp_path: Path) -> None:
+    mount = tmp_path / "cpu"
+    mountinfo = (
+        f"35 25 0:30 / {mount} rw - cgroup cgroup rw,cpu,cpuacct\n36 25 0:31 / {mount} rw - cgroup cgroup rw,memory\n"
+    )
+    proc = _proc(tmp_path, 7, "4:memory:/\n2:cpu,cpuacct:/\n", mountinfo)
+    _write(mount, {"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n"})
+    files = CgroupFiles.of_pid(7, proc=proc)
+    assert files is not None and files.cpu == mount
+    assert files.quota() == (-1, 100000)
+
+
+def test_cgroup_v2(tmp_path: Path) -> None:
+    mount = tmp_path / "sys" / "fs" / "cgroup"
+    mountinfo = (
+        "25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+        f"30 25 0:26 / {mount} rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
+    proc = _proc(tmp_path, 99, "0::/system.slice/docker-abc.scope\n", mountinfo)
+    directory = mount / "system.slice" / "docker-abc.scope"
+    _write(
+        directory,
+        {
+            "cpu.max": "50000 100000\n",
+            "cpu.stat": "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n",
+            "memory.current": "8192\n",
+            "memory.max": "65536\n",
+            "memory.stat": "anon 4096\nactive_inactive_file 1\ninactive_file 2048\n",
+        },
+    )
+    files = CgroupFiles.of_pid(99, proc=proc)
+    assert files == CgroupFiles(2, directory, directory, directory)
+    assert files.quota() == (50000, 100000)
+    assert files.cpu_seconds() == pytest.approx(1.5)
+    assert files.memory_bytes() == (8192 - 2048, 65536)
+
+
+def test_cgroup_v2_unlimited_and_nested_root(tmp_path: Path) -> None:
+    # inside a container's cgroup namespace, the mount's root is the container's own group
+    mount = tmp_path / "cg"
+    mountinfo = f"40 30 0:26 /kubepods {mount} rw,relatime - cgroup2 cgroup2 rw\n"
+    proc = _proc(tmp_path, 5, "0::/kubepods/pod1/ctr\n", mountinfo)
+    directory = mount / "pod1" / "ctr"
+    _write(
+        directory,
+        {
+            "cpu.max": "max 100000\n",
+            "cpu.stat": "usage_usec 0\n",
+            "memory.current": "100\n",
+            "memory.max": "max\n",
+            "memory.stat": "inactive_file 4096\n",
+        },
+    )
+    files = CgroupFiles.of_pid(5, proc=proc)
+    assert files is not None and files.cpu == directory
+    assert files.quota() == (-1, 100000)
+    assert files.memory_bytes() == (0, -1)  # reclaimable cache larger than usage: never negative
+
+
+def test_cgroup_v2_without_usage_is_an_oserror(tmp_path: Path) -> None:
+    mount = tmp_path / "cg"
+    proc = _proc(tmp_path, 5, "0::/a\n", f"30 25 0:26 / {mount} rw - cgroup2 cgroup2 rw\n")
+    _write(mount / "a", {"cpu.stat": "user_usec 3\n"})
+    files = CgroupFiles.of_pid(5, proc=proc)
+    assert files is not None
+    with pytest.raises(OSError, match="usage_usec"):
+        files.cpu_seconds()
+
+
+def test_cgroup_of_a_gone_process_or_without_mounts(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, 1, "0::/a\n", "25 1 8:1 / / rw - ext4 /dev/sda1 rw\n")
+    assert CgroupFiles.of_pid(2, proc=proc) is None  # no /proc/2
+    assert CgroupFiles.of_pid(1, proc=proc) is None  # no cgroup mount to resolve against
+
+
+# -- CPU maps ----------------------------------------------------------------------
+
+
+def test_cpu_map_cuts_nodes_and_takes_the_lowest_free() -> None:
+    cpus = CpuMap(list(range(8)), 2)
+    assert cpus.cores_per_node == 4
+    assert cpus.node_cpus == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert cpus.take(((0, 2), (1, 1))) == [0, 1, 4]
+    assert (cpus.free_count(0), cpus.free_count(1)) == (2, 3)
+    assert cpus.take(((0, 1),)) == [2]
+    cpus.give([0])
+    assert cpus.take(((0, 2),)) == [0, 3]
+    assert cpus.free_count(0) == 0
+
+
+def test_cpu_map_failed_take_claims_nothing() -> None:
+    cpus = CpuMap([0, 1, 2, 3], 2)
+    assert cpus.node_cpus == [[0, 1], [2, 3]]
+    with pytest.raises(SchedulingError, match="node 1 has 2 free CPUs, 3 asked"):
+        cpus.take(((0, 1), (1, 3)))
+    assert (cpus.free_count(0), cpus.free_count(1)) == (2, 2)
+
+
+def test_cpu_map_claim_and_node_of() -> None:
+    cpus = CpuMap([0, 1, 2, 3, 4, 5], 3)
+    assert [cpus.node_of(c) for c in range(6)] == [0, 0, 1, 1, 2, 2]
+    cpus.claim([4])  # a job adopted after a restart
+    assert cpus.free_count(2) == 1
+    assert cpus.take(((2, 1),)) == [5]
+    with pytest.raises(SchedulingError):
+        cpus.take(((2, 1),))
+    cpus.give([4, 5])
+    assert cpus.free_count(2) == 2
+
+
+def test_cpu_map_cores_run_on_the_host_cpus_given() -> None:
+    # cores are numbered 0..n-1; core k runs on the k-th host CPU listed
+    cpus = CpuMap([2, 3, 6, 7], 2)
+    assert cpus.take(((1, 1),)) == [2]
+    assert cpus.cpuset([2]) == [6]
+    assert cpus.cpuset([3, 0]) == [2, 7]
+    # more cores than CPUs (oversubscribed): a container's cpuset names each CPU once
+    shared = CpuMap([0, 1, 0, 1], 2)
+    assert shared.cpuset(shared.take(((0, 2), (1, 2)))) == [0, 1]
+
+
+def test_share_of_takes_the_hosts_first_cpus_per_node() -> None:
+    cpus = CpuMap(list(range(8)), 2)
+    host = cpus.take(((0, 3), (1, 2)))
+    assert host == [0, 1, 2, 4, 5]
+    assert share_of(host, ((0, 1), (1, 2)), cpus) == [0, 4, 5]
+    assert share_of(host, ((1, 1),), cpus) == [4]
+    assert share_of(host, ((0, 0), (1, 1)), cpus) == [4]
+
+
+# -- submissions ---------------------------------------------------------------------
+
+JOB = {"image": "busybox:latest", "command": ["sleep", "1"], "cores": 2, "walltime": 60}
+
+
+def _locs(exc: ValidationError) -> list[tuple[str | int, ...]]:
+    return [tuple(error["loc"]) for error in exc.errors()]
+
+
+def test_valid_job_and_its_defaults() -> None:
+    spec = JobSpec.model_validate(JOB)
+    assert spec.cores == 2 and spec.walltime == 60.0 and spec.command == ["sleep", "1"]
+    assert (spec.name, spec.app_class, spec.tasks, spec.parallel, spec.memory_mib) == ("job", "unknown", 1, True, None)
+    assert spec.env == {} and spec.data_dirs == []
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cores": -1}, "cores"),
+        ({"cores": 0}, "cores"),
+        ({"walltime": 0}, "walltime"),
+        ({"walltime": float("inf")}, "walltime"),
+        ({"command": []}, "command"),
+        ({"command": ""}, "command"),
+        ({"command": "echo 'unclosed"}, "command"),
+        ({"image": ""}, "image"),
+        ({"image": "-flag"}, "image"),
+        ({"memory_mib": 0}, "memory_mib"),
+        ({"tasks": 0}, "tasks"),
+        ({"name": "has space"}, "name"),
+        ({"colour": "blue"}, "colour"),  # extra keys are refused, not ignored
+    ],
+)
+def test_bad_job_field_is_named(change: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec.model_validate({**JOB, **change})
+    assert _locs(caught.value) == [(field,)]
+
+
+@pytest.mark.parametrize("missing", ["image", "command", "cores", "walltime"])
+def test_required_job_fields(missing: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec.model_validate({k: v for k, v in JOB.items() if k != missing})
+    assert _locs(caught.value) == [(missing,)]
+
+
+def test_string_command_is_split_like_a_shell() -> None:
+    spec = JobSpec.model_validate({**JOB, "command": "sh -c 'echo \"hi there\"; exit 3'  "})
+    assert spec.command == ["sh", "-c", 'echo "hi there"; exit 3']
+
+
+def test_unsplittable_command_says_why() -> None:
+    with pytest.raises(ValidationError, match="cannot split command: No closing quotation"):
+        JobSpec.model_validate({**JOB, "command": "echo 'x"})
+
+
+def _workflow(**changes: object) -> dict[str, object]:
+    document: dict[str, object] = {
+        "name": "wf",
+        "app": "blast",
+        "image": "busybox:latest",
+        "command": "true",
+        "cores": 2,
+        "walltime": 30,
+        "stages": [{"name": "split"}, {"name": "align", "depends": ["split"]}],
+    }
+    document.update(changes)
+    return document
+
+
+def test_valid_workflow_and_its_stage_jobs() -> None:
+    spec = WorkflowSpec.model_validate(
+        _workflow(
+            env={"A": "1", "B": "2"},
+            stages=[
+                {"name": "split", "walltime": 5},
+                {"name": "align", "depends": ["split"], "image": "other:1", "env": {"B": "3"}, "app_class": "x.y"},
+            ],
+        )
+    )
+    assert [s.name for s in spec.dag().topological_order()] == ["split", "align"]
+    split, align = spec.job_spec("split"), spec.job_spec("align")
+    assert (split.name, split.image, split.command, split.walltime, split.cores) == (
+        "wf.split",
+        "busybox:latest",
+        ["true"],
+        5.0,
+        2,
+    )
+    assert split.app_class == "blast.split"
+    assert (align.image, align.walltime, align.app_class, align.env) == ("other:1", 30.0, "x.y", {"A": "1", "B": "3"})
+
+
+def test_cyclic_workflow_names_the_cycle() -> None:
+    stages = [
+        {"name": "start"},
+        {"name": "a", "depends": ["start", "b"]},
+        {"name": "b", "depends": ["c"]},
+        {"name": "c", "depends": ["a"]},
+    ]
+    with pytest.raises(ValidationError) as caught:
+        WorkflowSpec.model_validate(_workflow(stages=stages))
+    message = str(caught.value)
+    assert "stages: workflow 'wf': stages: dependency cycle a -> b -> c -> a" in message
+
+
+def test_unknown_dependency_is_named() -> None:
+    with pytest.raises(ValidationError, match="depends on unknown stage 'ghost'"):
+        WorkflowSpec.model_validate(_workflow(stages=[{"name": "a", "depends": ["ghost"]}]))
+
+
+@pytest.mark.parametrize("field", ["image", "command", "walltime"])
+def test_stage_missing_a_field_with_no_workflow_default(field: str) -> None:
+    document = _workflow(stages=[{"name": "only"}])
+    del document[field]
+    with pytest.raises(ValidationError, match=rf"stages\.only\.{field}: missing \(and no workflow default\)"):
+        WorkflowSpec.model_validate(document)
+    document["stages"] = [{"name": "only", field: JOB[field]}]
+    stage_job = WorkflowSpec.model_validate(document).job_spec("only")
+    assert getattr(stage_job, field) == getattr(JobSpec.model_validate(JOB), field)
+
+
+# -- estimated starts ------------------------------------------------------------------
+
+
+def _running(cores: int, end: float, host: int = -1) -> SimpleNamespace:
+    return SimpleNamespace(cores=cores, expected_end=end, host=host)
+
+
+def _pending(job_id: int, cores: int, estimate: float) -> SimpleNamespace:
+    return SimpleNamespace(id=job_id, cores=cores, estimate=estimate)
+
+
+def test_estimated_starts_worked_by_hand() -> None:
+    # 4 cores; 2 busy until 10, 1 until 5; the guest (host 7) holds none of its own.
+    # free 1 -> job 1 (2 cores) waits for 5, runs 5..9; free 0.
+    # job 2 (3 cores): 9 frees 2, 10 frees 2 -> starts at 10, runs to 12; free 1.
+    # job 3 (1 core) fits at 10 (served in order, never earlier than job 2).
+    running = [_running(2, 10.0), _running(1, 5.0), _running(1, 3.0, host=7)]
+    order = [_pending(1, 2, 4.0), _pending(2, 3, 2.0), _pending(3, 1, 1.0)]
+    assert estimated_starts(0.0, running, order, 4) == {1: 5.0, 2: 10.0, 3: 10.0}
+
+
+def test_estimated_starts_on_an_idle_cluster() -> None:
+    # 4 free cores at 20: jobs 1 (2 cores, to 26) and 2 (1 core, to 21) start now; job 3
+    # (2 cores) gets job 2's core back at 21 and runs to 22; job 4 (4 cores) needs job 3's
+    # cores (22) and job 1's (26).
+    order = [_pending(1, 2, 6.0), _pending(2, 1, 1.0), _pending(3, 2, 1.0), _pending(4, 4, 1.0)]
+    assert estimated_starts(20.0, [], order, 4) == {1: 20.0, 2: 20.0, 3: 21.0, 4: 26.0}
+
+
+def test_estimated_starts_overdue_jobs_end_now() -> None:
+    # the running job was expected to end at 10; it is 20 now, so the next start is now, not in the past
+    assert estimated_starts(20.0, [_running(4, 10.0)], [_pending(1, 1, 5.0)], 4) == {1: 20.0}
+
+
+def test_estimated_starts_stop_at_a_job_that_can_never_fit() -> None:
+    order = [_pending(1, 1, 1.0), _pending(2, 5, 1.0), _pending(3, 1, 1.0)]
+    assert estimated_starts(0.0, [_running(2, 3.0)], order, 4) == {1: 0.0}
+    assert estimated_starts(0.0, [], [], 4) == {}
