@@ -117,7 +117,8 @@ def test_valid_job_is_stored(client: TestClient, daemon: Daemon, image: str) -> 
     assert client.get(f"/v1/jobs/{job_id}/explain").json() == []
     cancelled = client.delete(f"/v1/jobs/{job_id}")
     assert cancelled.json() == {"id": job_id, "state": "pending"}
-    assert daemon.store.job(job_id)["cancel"] == 1
+    record = daemon.store.job(job_id)
+    assert record is not None and record["cancel"] == 1
 
 
 def test_valid_workflow_is_stored_with_its_first_stage(client: TestClient, daemon: Daemon, image: str) -> None:
@@ -323,23 +324,52 @@ values = st.recursive(
 )
 
 
+_DROP = object()
+NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,10}", fullmatch=True)
+# values a field would accept (or nearly), so that some fuzzed submissions get through
+GOOD = {
+    "cores": st.integers(1, 2),
+    "walltime": st.floats(0.001, 1e6),
+    "command": st.text(min_size=1, max_size=20),
+    "name": NAME,
+    "app_class": NAME,
+    "memory_mib": st.integers(1, 4096),
+    "tasks": st.integers(1, 100),
+    "parallel": st.booleans(),
+}
+
+
+@st.composite
+def mutated(draw: st.DrawFn, valid: dict[str, Any]) -> dict[str, Any]:
+    """`valid` with up to three keys (its own or unknown ones) changed, spoiled or dropped."""
+    document = dict(valid)
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(sorted(valid)) | st.text(max_size=8))
+        value = draw((GOOD[key] | values if key in GOOD else values) | st.just(_DROP))
+        if value is _DROP:
+            document.pop(key, None)
+        else:
+            document[key] = value
+    return document
+
+
 def job_like(image: str) -> st.SearchStrategy[dict[str, Any]]:
-    """Dicts with JobSpec's keys, each value either a valid one or anything."""
-    valid = job(image, name="fuzz", memory_mib=64, app_class="a.b", tasks=2, parallel=False, env={}, data_dirs=[])
-    return st.fixed_dictionaries({}, optional={key: st.just(value) | values for key, value in valid.items()})
+    """A JobSpec with every key, some of them changed."""
+    return mutated(job(image, name="fuzz", memory_mib=64, app_class="a.b", tasks=2, parallel=False, env={"A": "1"}))
 
 
 def workflow_like(image: str) -> st.SearchStrategy[dict[str, Any]]:
-    """Dicts with WorkflowSpec's keys; stages are lists of stage-like dicts or anything."""
-    names = st.sampled_from(["a", "b", "c", ""]) | st.text(max_size=4)
+    """A WorkflowSpec, some keys changed, or with random stages over a few names (duplicates, cycles, unknowns)."""
+    names = st.sampled_from(["a", "b", "c"]) | st.text(max_size=4)
     stage = st.fixed_dictionaries(
-        {"name": names},
-        optional={"depends": st.lists(names, max_size=3) | values, "walltime": st.just(5) | values, "image": values},
+        {"name": names, "depends": st.lists(names, max_size=2, unique=True)},
+        optional={"walltime": st.just(5) | values, "image": st.just(image) | values, "tasks": st.integers(-1, 3)},
     )
     valid = workflow(image)
-    optional: dict[str, st.SearchStrategy[Any]] = {key: st.just(value) | values for key, value in valid.items()}
-    optional["stages"] = st.lists(stage, max_size=4) | values
-    return st.fixed_dictionaries({}, optional=optional)
+    stages = st.builds(
+        lambda base, stages: {**base, "stages": stages}, mutated(valid), st.lists(stage, min_size=1, max_size=4)
+    )
+    return mutated(valid) | stages
 
 
 def check_answer(response: httpx.Response) -> None:
@@ -354,11 +384,12 @@ def check_answer(response: httpx.Response) -> None:
 def test_fuzz_submissions(client: TestClient, daemon: Daemon, image: str, data: st.DataObject) -> None:
     path = data.draw(st.sampled_from(["/v1/jobs", "/v1/workflows"]))
     shaped = job_like(image) if path == "/v1/jobs" else workflow_like(image)
-    body = data.draw(values | shaped)
+    body = data.draw(shaped if data.draw(st.integers(0, 3)) else values)  # mostly near-valid, some anything
     before = (rows(daemon, "jobs"), rows(daemon, "workflows"))
     # json.dumps, not httpx's json=: it writes NaN and Infinity, which the server's parser reads
     response = client.post(path, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
     check_answer(response)
+    event(f"{path} HTTP {response.status_code}")
     after = (rows(daemon, "jobs"), rows(daemon, "workflows"))
     if response.status_code >= 400:
         assert after == before, (body, response.text)

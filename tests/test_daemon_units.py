@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DaemonConfig, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
+from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.run import bind
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
@@ -489,6 +490,23 @@ def test_stage_missing_a_field_with_no_workflow_default(field: str) -> None:
     document["stages"] = [{"name": "only", field: JOB[field]}]
     stage_job = WorkflowSpec.model_validate(document).job_spec("only")
     assert getattr(stage_job, field) == getattr(JobSpec.model_validate(JOB), field)
+
+
+def test_data_dirs_allowed(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    (root / "in").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (root / "escape").symlink_to(tmp_path / "outside")
+    roots = (str(root),)
+    assert data_dirs_allowed([str(root), str(root / "in")], roots) == ""
+    assert "is not an absolute path" in data_dirs_allowed(["data/in"], roots)
+    assert "not under a configured data root" in data_dirs_allowed([str(tmp_path / "outside")], roots)
+    assert "not under a configured data root" in data_dirs_allowed([str(root / "escape")], roots)  # via a link
+    assert "none configured" in data_dirs_allowed([str(root)], ())
+    assert "is not an existing directory" in data_dirs_allowed([str(root / "missing")], roots)
+    # paths the OS refuses to look at are a refusal too, not an exception (a 500 in the API)
+    assert "not a usable path: embedded null byte" in data_dirs_allowed([f"{root}/in\x00"], roots)
+    assert "not a usable path" in data_dirs_allowed([str(root / ("n" * 300))], roots)
 
 
 # -- estimated starts ------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
@@ -289,9 +290,11 @@ class Scheduler:
         """Offer the first queued jobs that did not start to the co-scheduling policy."""
         assert self.cosched is not None
         # A snapshot: co-locating a guest removes it from the queue `order` may be.
-        window = [job for job in order if job.state is JobState.PENDING][: self.window]
+        pending = (job for job in order if job.state is JobState.PENDING)
+        window = list(islice(pending, self.window))
+        candidates = self.cosched.candidates
         for guest in window:
-            hosts = [h for h in self.running if self._can_host(h, guest)]
+            hosts = [h for h in candidates(guest, self.running) if self._can_host(h, guest)]
             if hosts:
                 lending = self.cosched.lend(view, guest, hosts)
                 if lending is not None:

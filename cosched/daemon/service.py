@@ -459,15 +459,13 @@ class Daemon:
         """Weights and lending decisions, in the pass's transaction: a restart keeps what was learnt."""
         if self.asax is None:
             return
-        decisions = self.asax.decisions
-        ended = {end.job.id for end in ends}
-        changed = [(i, d) for i, d in enumerate(decisions[: self._saved_decisions]) if d.host in ended]
-        changed += list(enumerate(decisions))[self._saved_decisions :]
-        if not changed and not ended:
+        new = self.asax.decisions[self._saved_decisions :]
+        resolved, self.asax.resolved = self.asax.resolved, []
+        if not new and not resolved:
             return
-        for index, decision in changed:
-            self.store.save_decision(db, index + 1, decision.as_dict())
-        self._saved_decisions = len(decisions)
+        for decision in [*resolved, *new]:
+            self.store.save_decision(db, decision.seq + 1, decision.as_dict())
+        self._saved_decisions = len(self.asax.decisions)
         self.store.set_meta(db, "weights", self.asax.book.to_state())
 
     def _stage_of(self, job_id: int) -> str:

@@ -20,13 +20,12 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     """Pending and running jobs: pending ones in the order they will be considered,
     with Slurm's reason (Resources for the blocked head, Priority behind it) and
     the start the backfill policy reserved, where it reserved one."""
-    with daemon.lock:
-        now = daemon.clock()
-        order = list(daemon.core.view(now).queue) if daemon.core.queue else []
-        running = [job for job in daemon.core.jobs.values() if job.state is JobState.RUNNING]
-        reservations = estimated_starts(now, running, order, daemon.cluster.cores)
-        reservations.update(daemon.reservations)
-        arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
+    now = daemon.clock()
+    order, jobs = _snapshot(daemon)
+    running = [job for job in jobs if job.state is JobState.RUNNING]
+    reservations = estimated_starts(now, running, order, daemon.cluster.cores)
+    reservations.update(daemon.reservations)
+    arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
     rows = []
     for position, job in enumerate(order):
         rows.append(
@@ -44,6 +43,18 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
             )
         )
     return rows
+
+
+def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:
+    """The queue (in the order it is kept) and the core's jobs, copied without the scheduling
+    lock: a pass holds it through its Docker calls, and a query must not wait for those.
+    A copy that races a pass's change is simply taken again."""
+    core = daemon.core
+    while True:
+        try:
+            return list(core.queue), list(core.jobs.values())
+        except RuntimeError:  # the dict changed size while being copied
+            continue
 
 
 def estimated_starts(now: float, running: list[Any], order: list[Any], cores: int) -> dict[int, float]:
@@ -117,15 +128,14 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "stage": record["stage"],
         "quota_changes": daemon.store.quota_changes(job_id),
     }
-    with daemon.lock:
-        job = daemon.core.jobs.get(job_id)
-        if job is not None and job.usage is not None:
-            status["usage"] = {
-                "cpu": job.usage.cpu,
-                "mem": job.usage.mem,
-                "tasks_done": job.usage.tasks_done,
-                "tasks": job.tasks,
-            }
+    job = daemon.core.jobs.get(job_id)
+    if job is not None and job.usage is not None:
+        status["usage"] = {
+            "cpu": job.usage.cpu,
+            "mem": job.usage.mem,
+            "tasks_done": job.usage.tasks_done,
+            "tasks": job.tasks,
+        }
     return status
 
 
@@ -149,10 +159,9 @@ def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
 
 def nodes(daemon: Daemon) -> list[dict[str, Any]]:
     """Per virtual node: CPUs, allocated cores, quota lent to guests, CPU used, jobs."""
-    with daemon.lock:
-        running = [job for job in daemon.core.jobs.values() if job.state is JobState.RUNNING]
-        used = dict(daemon.metrics.cpu_used)
-        cpus_of = dict(daemon.cpus_of)
+    running = [job for job in _snapshot(daemon)[1] if job.state is JobState.RUNNING]
+    used = dict(daemon.metrics.cpu_used)
+    cpus_of = dict(daemon.cpus_of)
     rows = []
     for node, cpus in enumerate(daemon.cpu_map.node_cpus):
         here = [job for job in running if any(n == node and c for n, c in job.slots)]

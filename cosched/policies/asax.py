@@ -22,7 +22,7 @@ nothing for the lender, so it is logged but not learned from.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,13 @@ class LendingDecision:
     host_runtime: float | None = None
     executed: bool = True
     """False when the fraction was too small to help the guest (`min_guest_share`): not carried out."""
+    seq: int = 0
+    """Position in the policy's decision log."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        body = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        body["features"] = dict(self.features)
+        return body
 
 
 @dataclass(slots=True)
@@ -101,13 +105,27 @@ class ASAx(CoschedulePolicy):
         self.weight_history: list[tuple[float, str, list[float]]] = []
         """(time, application class, weights) after each update of a class's weights."""
         self._asked: set[tuple[int, int]] = set()
+        self._asked_by: dict[int, set[int]] = {}
+        self.resolved: list[LendingDecision] = []
+        """Decisions whose loss became known, for a caller that persists them (the daemon drains it)."""
         self._awaiting: dict[int, list[_Pending]] = {}
 
     # -- deciding -----------------------------------------------------------
+    def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
+        """Measured running jobs this guest was not yet decided about (set arithmetic, not a scan per pair)."""
+        if len(running) < 64:
+            return running
+        asked = self._asked_by.get(guest.id)
+        if not asked:
+            return [h for h in running if h.usage is not None]
+        by_id = {h.id: h for h in running}
+        return [by_id[i] for i in by_id.keys() - asked if by_id[i].usage is not None]
+
     def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
         measured = [h for h in hosts if h.usage is not None and (guest.id, h.id) not in self._asked]
         for host in sorted(measured, key=lambda h: (h.usage.cpu if h.usage else 1.0, h.id)):
             self._asked.add((guest.id, host.id))
+            self._asked_by.setdefault(guest.id, set()).add(host.id)
             features = self.features(host, view.now)
             dists = self.experts.predict_all(features)
             app_class = host.stage or "unknown"
@@ -131,6 +149,7 @@ class ASAx(CoschedulePolicy):
                 action=action,
                 fraction=float(self.fractions[action]),
             )
+            decision.seq = len(self.decisions)
             self.decisions.append(decision)
             lent = decision.fraction * host.cores
             if 0 < lent < self.min_guest_share * guest.cores:
@@ -174,6 +193,7 @@ class ASAx(CoschedulePolicy):
         for item in pending:
             item.decision.loss = loss
             item.decision.host_runtime = runtime
+            self.resolved.append(item.decision)
             if weights.observe(item.dists, item.decision.action, loss):
                 self.weight_history.append((now, app_class, [float(a) for a in weights.alpha]))
 
@@ -200,8 +220,10 @@ class ASAx(CoschedulePolicy):
         lender's end, so a restart loses no learning and asks no pair twice.
         """
         for decision in decisions:
+            decision.seq = len(self.decisions)
             self.decisions.append(decision)
             self._asked.add((decision.guest, decision.host))
+            self._asked_by.setdefault(decision.guest, set()).add(decision.host)
             if decision.loss is None and decision.executed and decision.fraction > 0:
                 pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
                 self._awaiting.setdefault(decision.host, []).append(pending)

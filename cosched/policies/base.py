@@ -124,5 +124,13 @@ class CoschedulePolicy(ABC):
     def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
         """A host among `hosts` and the fraction of it to lend to `guest`, or None."""
 
+    def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
+        """The running jobs worth checking as hosts for `guest` (all of them by default).
+
+        A policy that decides each (guest, host) pair once narrows this to the pairs
+        it has not seen, so a pass stays cheap with thousands of running jobs.
+        """
+        return running
+
     def observe(self, job: Job, now: float) -> None:  # noqa: B027 - optional hook
         """`job` ended (its `end`, `start` and `state` are set)."""
