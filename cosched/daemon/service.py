@@ -224,9 +224,7 @@ class Daemon:
 
     def job_from(self, job_id: int, spec: dict[str, Any], submit: float, workflow: int | None = None) -> Job:
         cores = int(spec["cores"])
-        memory = (
-            self._memory_mib(JobSpec.model_validate(spec)) if spec.get("memory_mib") is None else spec["memory_mib"]
-        )
+        memory = spec.get("memory_mib") or cores * self.config.cluster.default_memory_per_core
         return Job(
             id=job_id,
             submit=submit,
