@@ -148,7 +148,7 @@ def bench_quota(changes: int = 200) -> dict:
     backend = DockerBackend("bench-quota")
     backend.connect()
     spec = {"image": image, "command": ["sleep", "600"], "cores": 1}
-    container = backend.launch(0, spec, [0], 1.0, 64)
+    container, _ = backend.launch(0, spec, [0], 1.0, 64)
     times = []
     try:
         for k in range(changes):

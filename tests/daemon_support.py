@@ -71,6 +71,8 @@ class DaemonProcess:
         self.client = Client(f"http://127.0.0.1:{self.port}", "", timeout=10)
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "daemon.log"
+        self.image = ""
+        """An image the tests submit (set by the fixture that built it)."""
 
     def start(self, timeout: float = 30.0) -> None:
         with open(self.log, "ab") as log:

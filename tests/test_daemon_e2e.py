@@ -44,23 +44,26 @@ def image() -> str:
 
 
 @pytest.fixture
-def daemon(tmp_path: Path, image: str):
+def daemon(tmp_path: Path, image: str, request: pytest.FixtureRequest):
+    """A daemon on 2 cores; a test may set ASAx's `min_guest_share` with `@pytest.mark.parametrize(indirect)`."""
     client = require_engine()
-    process = DaemonProcess(tmp_path, extra="[policies]\nseed = 7\n")
+    share = getattr(request, "param", 0.5)
+    process = DaemonProcess(tmp_path, extra=f"[policies]\nseed = 7\nmin_guest_share = {share}\n")
     process.start()
+    process.image = image
     yield process
     process.cleanup(client)
 
 
-def _loop_seconds(daemon: DaemonProcess, image: str, n: int) -> float:
-    """How long the loop takes alone on one core here (the machine's speed sets the walltimes)."""
-    job_id = daemon.submit(image=image, command=hungry(n), cores=1, walltime=120, app_class="calibrate")
+def _runtime(daemon: DaemonProcess, command: list[str], cores: int) -> float:
+    """How long a command takes alone here (this machine's speed sets the walltimes)."""
+    job_id = daemon.submit(image=daemon.image, command=command, cores=cores, walltime=120, app_class="calibrate")
     job = daemon.wait_final([job_id], 120)[job_id]
     assert job["state"] == "done", job
     return float(job["runtime"])
 
 
-def test_asax_lends_idle_quota_and_learns(daemon: DaemonProcess, image: str) -> None:
+def test_asax_lends_idle_quota(daemon: DaemonProcess, image: str) -> None:
     client = require_engine()
     instance = daemon.instance()
 
@@ -97,15 +100,23 @@ def test_asax_lends_idle_quota_and_learns(daemon: DaemonProcess, image: str) -> 
     assert all(d["loss"] == 0.0 for d in lent)  # the idle lender finished within its walltime
     assert all(daemon.job(d["guest"])["host"] == host for d in lent)
 
-    # Learning: lenders that turn CPU-hungry after an idle start; lending pushes them past their walltime.
-    n = 600000
-    walltime = round(1.2 + 1.2 * _loop_seconds(daemon, image, n) + 0.5, 1)  # alone fits; 30% lent does not
+
+@pytest.mark.parametrize("daemon", [0.9], indirect=True)
+def test_asax_learns_from_lendings_that_hurt(daemon: DaemonProcess, image: str) -> None:
+    """Lenders idle at first, then CPU-hungry on both cores. Only lendings of 50% or more are
+    carried out (min_guest_share 0.9 of a 1-core guest), and the guest outlasts the lender's
+    compute phase, so a carried-out lending halves the lender's speed and pushes it past its
+    walltime: its runtime alone plus half its compute phase."""
+    n = 500000
+    alone = _runtime(daemon, idle_then_parallel(n), cores=2)
+    compute = alone - _runtime(daemon, idle_then_parallel(0), cores=2)  # the CPU-hungry phase alone
+    walltime = round(alone + 0.5 * compute, 1)  # half the phase to spare; lending >= 50% doubles it
     lenders = []
     for _ in range(12):
         lender = daemon.submit(
             image=image, command=idle_then_parallel(n), cores=2, walltime=walltime, app_class="phased", tasks=4
         )
-        guest = daemon.submit(image=image, command=hungry(n), cores=1, walltime=60, app_class="cpu.loop")
+        guest = daemon.submit(image=image, command=hungry(3 * n), cores=1, walltime=60, app_class="cpu.loop")
         daemon.wait_final([lender, guest], 60)
         lenders.append(lender)
     decisions = [d for lender in lenders for d in daemon.client.call("GET", f"/v1/jobs/{lender}/explain")]

@@ -144,8 +144,8 @@ class DockerBackend:
         cpus: list[int],
         quota: float,
         memory_mib: int,
-    ) -> str:
-        """Create and start a job's container; returns its id.
+    ) -> tuple[str, float]:
+        """Create and start a job's container; returns its id and when it started (epoch s).
 
         A container with the job's name may already exist if the daemon died
         between creating it and recording that: then it is that container.
@@ -185,7 +185,7 @@ class DockerBackend:
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"launching job {job_id}: {_reason(exc)}") from None
         self._remember(container.id, int(container.attrs["State"].get("Pid") or 0))
-        return str(container.id)
+        return str(container.id), _timestamp(container.attrs["State"].get("StartedAt"))
 
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""

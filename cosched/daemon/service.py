@@ -424,7 +424,7 @@ class Daemon:
         spec = self.specs[job.id]
         memory = job.memory * job.cores
         try:
-            container = self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory)
+            container, started = self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory)
         except EngineUnavailable:
             raise
         except Exception as exc:  # the engine refused this container (bad command, image gone)
@@ -432,8 +432,10 @@ class Daemon:
             self.failed_launches[job.id] = f"could not start: {str(exc).splitlines()[0][:300]}"
             return
         self.containers[job.id] = container
+        if started > 0:  # the walltime and the runtime count from the container's start, not the decision's
+            job.start = started
         with self.store.transaction() as db:
-            self.store.update_job(db, job.id, state="running", container=container)
+            self.store.update_job(db, job.id, state="running", container=container, start=job.start)
             db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (job.id,))
         self.metrics.launched.inc()
 
