@@ -96,7 +96,7 @@ def recover(daemon: Daemon) -> None:
         if record["cancel"]:
             daemon.inbox.append(JobCancelled(record["id"]))
     for job in jobs.values():
-        if store.job(job.id)["cancel"]:
+        if (store.job(job.id) or {}).get("cancel"):
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, set(jobs))

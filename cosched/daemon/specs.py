@@ -114,16 +114,18 @@ class WorkflowSpec(Container):
     def job_spec(self, stage_name: str) -> JobSpec:
         """The job one stage is submitted as."""
         stage = next(s for s in self.stages if s.name == stage_name)
-        return JobSpec(
-            name=f"{self.name}.{stage.name}",
-            image=stage.image or self.image,
-            command=stage.command or self.command,
-            cores=self.cores,
-            memory_mib=self.memory_mib,
-            walltime=stage.walltime or self.walltime,
-            app_class=stage.app_class or f"{self.app}.{stage.name}",
-            tasks=stage.tasks,
-            parallel=stage.parallel,
-            env={**self.env, **stage.env},
-            data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
+        return JobSpec.model_validate(
+            dict(
+                name=f"{self.name}.{stage.name}",
+                image=stage.image or self.image,
+                command=stage.command or self.command,
+                cores=self.cores,
+                memory_mib=self.memory_mib,
+                walltime=stage.walltime or self.walltime,
+                app_class=stage.app_class or f"{self.app}.{stage.name}",
+                tasks=stage.tasks,
+                parallel=stage.parallel,
+                env={**self.env, **stage.env},
+                data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
+            )
         )

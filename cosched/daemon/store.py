@@ -156,8 +156,9 @@ class Store:
         return _job_row(row) if row is not None else None
 
     def jobs(self, states: tuple[str, ...] | None = None, workflow: int | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM jobs", []
-        where = []
+        sql = "SELECT * FROM jobs"
+        args: list[Any] = []
+        where: list[str] = []
         if states:
             where.append(f"state IN ({', '.join('?' * len(states))})")
             args.extend(states)
