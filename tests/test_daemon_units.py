@@ -547,3 +547,36 @@ def test_estimated_starts_stop_at_a_job_that_can_never_fit() -> None:
     order = [_pending(1, 1, 1.0), _pending(2, 5, 1.0), _pending(3, 1, 1.0)]
     assert estimated_starts(0.0, [_running(2, 3.0)], order, 4) == {1: 0.0}
     assert estimated_starts(0.0, [], [], 4) == {}
+
+
+def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> None:
+    """`cosched daemon` with no engine at the configured address: exit 2, one line, the address named."""
+    import subprocess
+    import sys
+
+    from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable
+
+    socket_path = tmp_path / "no-engine.sock"
+    with pytest.raises(EngineUnavailable, match="no-engine.sock"):
+        DockerBackend("x", base_url=f"unix://{socket_path}").connect()
+    config = tmp_path / "cosched.toml"
+    config.write_text(
+        f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[api]\nport = {_free_port()}\n'
+        f'[docker]\nbase_url = "unix://{socket_path}"\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cosched.cli", "daemon", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("cosched: error: cannot reach the Docker engine at unix://"), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
