@@ -557,7 +557,7 @@ def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> No
     from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable
 
     socket_path = tmp_path / "no-engine.sock"
-    with pytest.raises(EngineUnavailable, match="no-engine.sock"):
+    with pytest.raises(EngineUnavailable, match=r"no-engine\.sock"):
         DockerBackend("x", base_url=f"unix://{socket_path}").connect()
     config = tmp_path / "cosched.toml"
     config.write_text(
