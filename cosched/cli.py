@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
+from cosched.workload_commands import add_workload_commands
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
     DEFAULT_WORKLOAD,
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_options(xp)
     xp.set_defaults(handler=_explain)
     add_commands(commands, _Parser)
+    add_workload_commands(commands, _Parser)
 
     ep = commands.add_parser("experts", help="inspect or fit ASAx expert sets")
     verbs = ep.add_subparsers(dest="verb", required=True, parser_class=_Parser)

@@ -166,6 +166,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"Workflow {status['id']} {status['name']}: {status['state']}")
         for stage, info in status["stages"].items():
             print(f"  {stage:<20} {info['state']:<10} job {info['job'] if info['job'] is not None else '-'}")
+        failure = status.get("failure")
+        if failure:
+            print(f"Stage {status['failed_stage']} (job {failure['job']}) exit code {failure['exit_code']}; log tail:")
+            for line in (failure["log_tail"] or "").rstrip().splitlines():
+                print(f"    {line}")
         return 0
     for key in (
         "id",

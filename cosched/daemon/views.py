@@ -143,12 +143,18 @@ def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
     record = daemon.store.workflow(workflow_id)
     if record is None:
         return None
-    jobs = {row["stage"]: row["id"] for row in daemon.store.jobs(workflow=workflow_id)}
+    rows = {row["stage"]: row for row in daemon.store.jobs(workflow=workflow_id)}
+    jobs = {stage: row["id"] for stage, row in rows.items()}
+    failed = rows.get(record["failed_stage"]) if record["failed_stage"] else None
     return {
         "id": workflow_id,
         "name": record["name"],
         "state": record["state"],
         "failed_stage": record["failed_stage"],
+        # Why it failed, where the operator looks first: the stage's exit status and last lines.
+        "failure": None
+        if failed is None
+        else {"job": failed["id"], "exit_code": failed["exit_code"], "log_tail": failed["log_tail"]},
         "submitted": record["submitted"],
         "stages": {
             stage: {"state": state, "job": jobs.get(stage)}

@@ -1,0 +1,116 @@
+"""The four workflows as the daemon runs them: stage programs in the workflow image.
+
+The replay's DAGs (`workloads.workflows`) say which stages exist and how they
+depend on each other; this module turns one into a workflow submission whose
+stages are real programs (`workloads.stages`) sharing one data directory. A
+first stage, `generate`, makes the workflow's input data: the paper's runs read
+existing data sets, and generating them inside the workflow keeps every run
+self-contained and its cost visible (it is profiled like any other stage).
+
+The result is the API's JSON body (`WorkflowSpec`), or TOML for
+``cosched submit --workflow`` (`spec_to_toml`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from cosched.errors import ConfigError
+from workloads.workflows import APPS, paper_workflows
+
+GENERATE = "generate"
+STAGE_WALLTIME = 3600.0
+"""Default per-stage walltime (s): generous, since real stage times depend on the host."""
+
+
+def stage_module(app: str) -> ModuleType:
+    """The stage programs of one application (ConfigError naming the known ones)."""
+    if app not in APPS:
+        raise ConfigError(f"unknown application {app!r} (known: {', '.join(APPS)})")
+    return importlib.import_module(f"workloads.stages.{app}")
+
+
+def size_params(app: str, size: str = "test", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A named size's parameters (`SIZES` of the app's module), with overrides applied and checked."""
+    module = stage_module(app)
+    if size not in module.SIZES:
+        raise ConfigError(f"unknown size {size!r} for {app} (known: {', '.join(module.SIZES)})")
+    params = dict(module.SIZES[size])
+    for key, value in (overrides or {}).items():
+        if key not in params:
+            raise ConfigError(f"unknown {app} parameter {key!r} (known: {', '.join(params)})")
+        params[key] = type(params[key])(value)
+    return params
+
+
+def stage_dag(app: str) -> list[tuple[str, bool, tuple[str, ...]]]:
+    """(stage, parallel, depends) in order: `generate`, then the paper's stages after it."""
+    stages = paper_workflows(1)[app].stages
+    dag = [(GENERATE, False, ())]
+    for stage in stages:
+        dag.append((stage.name, stage.parallel, stage.depends or (GENERATE,)))
+    return dag
+
+
+def real_workflow(
+    app: str,
+    *,
+    cores: int,
+    data_dir: str | Path,
+    image: str,
+    size: str = "test",
+    overrides: dict[str, Any] | None = None,
+    name: str | None = None,
+    walltime: float = STAGE_WALLTIME,
+    memory_mib: int | None = None,
+) -> dict[str, Any]:
+    """The submission (API JSON) of one workflow at `cores` cores, its data in `data_dir`."""
+    params = size_params(app, size, overrides)
+    tasks = stage_module(app).tasks(params)
+    data_dir = str(data_dir)
+    if not Path(data_dir).is_absolute():
+        raise ConfigError(f"data directory must be an absolute path, got {data_dir!r}")
+    settings = [arg for key, value in params.items() for arg in ("--set", f"{key}={value}")]
+    stages = []
+    for stage, parallel, depends in stage_dag(app):
+        stages.append(
+            {
+                "name": stage,
+                "app_class": f"{app}.{stage}",
+                "parallel": parallel,
+                "tasks": int(tasks[stage]),
+                "depends": list(depends),
+                "command": ["python3", "-m", "workloads.stages", app, stage, "--dir", data_dir, *settings],
+            }
+        )
+    spec: dict[str, Any] = {
+        "name": name or f"{app}-{cores}",
+        "app": app,
+        "cores": cores,
+        "image": image,
+        "walltime": walltime,
+        "data_dirs": [data_dir],
+        "stages": stages,
+    }
+    if memory_mib is not None:
+        spec["memory_mib"] = memory_mib
+    return spec
+
+
+def verify(app: str, data_dir: str | Path, size: str = "test", overrides: dict[str, Any] | None = None) -> list[str]:
+    """Problems in a finished workflow's outputs (empty: the outputs are right)."""
+    return list(stage_module(app).verify(Path(data_dir), size_params(app, size, overrides)))
+
+
+def spec_to_toml(spec: dict[str, Any]) -> str:
+    """A submission as the TOML `cosched submit --workflow` reads: [workflow] and [[stage]] tables."""
+    lines = ["[workflow]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in spec.items() if key != "stages"]
+    for stage in spec["stages"]:
+        lines += ["", "[[stage]]"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in stage.items()]
+    return "\n".join(lines) + "\n"
