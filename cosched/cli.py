@@ -15,7 +15,6 @@ from typing import NoReturn
 
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
-from cosched.workload_commands import add_workload_commands
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
     DEFAULT_WORKLOAD,
@@ -26,6 +25,7 @@ from cosched.replay.study import (
     parse_policy_sets,
     run_study,
 )
+from cosched.workload_commands import add_real_options, add_workload_commands, experiment_real
 
 DEFAULT_COMPARISON = "fcfs:easy,fcfs:easy:actual,sjf:easy,sjf:easy:actual,wfp3:easy,f1:easy"
 SUMMARY_COLUMNS = ("jobs", "mean_wait", "mean_response", "mean_bsld", "bsld_p99", "utilization", "mean_queue_length")
@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     asax = which.add_parser("asax", help="the ASAx paper's section 4.4 experiment (Tables 2 and 3)")
     asax.add_argument("--sizes", type=_int_list, default=[64, 128, 256], help="cluster sizes in cores")
     asax.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (ASAx's sampling)")
-    asax.add_argument("--repeats", type=_positive, default=3, help="times the 15-workflow set is submitted")
+    asax.add_argument(
+        "--repeats", type=_positive, help="times the 15-workflow set is submitted (default 3; 1 with --real)"
+    )
     asax.add_argument(
         "--min-guest-share",
         type=float,
@@ -124,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="ASAx refuses lendings that give a guest less than this share of its cores",
     )
     asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
+    add_real_options(asax)
     asax.set_defaults(handler=_experiment_asax)
 
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
@@ -162,12 +165,14 @@ def _experiment_asax(args: argparse.Namespace) -> int:
     from cosched.experiments import asax_report
     from cosched.experiments.asax import run_experiment
 
+    if args.real:
+        return experiment_real(args)
     bad = [s for s in args.sizes if s % 8 or s < 64]
     if bad:
         raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
     if not 0.0 <= args.min_guest_share <= 1.0:
         raise ConfigError(f"--min-guest-share must be in [0, 1], got {args.min_guest_share}")
-    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats, min_guest_share=args.min_guest_share)
+    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats or 3, min_guest_share=args.min_guest_share)
     print(asax_report.table2(experiment))
     print()
     print(asax_report.table3(experiment))

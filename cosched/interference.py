@@ -78,6 +78,7 @@ __all__ = [
     "InterferenceParams",
     "StageProfile",
     "alone_totals",
+    "cpu_rate",
     "load_params",
     "load_profiles",
     "runtime_alone",
@@ -276,7 +277,7 @@ def _soft_min1(x: float, k: float) -> float:
     return x * (1.0 + x**k) ** (-1.0 / k)
 
 
-def _cpu_rate(profile: StageProfile, cores: int, quota: float, k: float) -> float:
+def cpu_rate(profile: StageProfile, cores: int, quota: float, k: float) -> float:
     """Compute rate under `quota` CPUs relative to full quota: g(q/u) / g(c/u), in [0, 1]."""
     if quota <= 0:
         return 0.0
@@ -314,10 +315,10 @@ def speed(
         neighbour_q = min(float(neighbour_quota), float(cores))
         wanted = min(neighbour_q, neighbour.demand(cores))
         quota = min(quota, max(cores - wanted, cores / 2))
-        activity = 1.0 / _slowdown(neighbour, _cpu_rate(neighbour, cores, neighbour_q, p.throttle_sharpness), 1, 1)
+        activity = 1.0 / _slowdown(neighbour, cpu_rate(neighbour, cores, neighbour_q, p.throttle_sharpness), 1, 1)
         f_io += p.beta_io * profile.io * neighbour.io * activity
         f_mem += p.beta_mem * profile.mem * neighbour.mem * activity
-    rate = _cpu_rate(profile, cores, quota, p.throttle_sharpness)
+    rate = cpu_rate(profile, cores, quota, p.throttle_sharpness)
     if rate <= 0.0:
         return 0.0
     return min(1.0, 1.0 / _slowdown(profile, rate, f_io, f_mem))

@@ -40,6 +40,132 @@ def add_workload_commands(commands: Any, parser_class: type) -> None:
     write.set_defaults(handler=_workloads_write)
     verify.set_defaults(handler=_workloads_verify)
 
+    cp = commands.add_parser("calibrate", help="measure the real stages and write the replay's profiles")
+    cp.add_argument("--size", default="small", help="workflow size to measure (default small)")
+    cp.add_argument("--apps", type=_apps, default=list(APPS), help="comma-separated (default: all four)")
+    cp.add_argument("--out", type=Path, default=Path("profiles-host.toml"), help="profiles file to write")
+    cp.add_argument("--dir", type=Path, help="scratch directory for the stages' data (default: a temporary one)")
+    cp.add_argument("--no-pairs", action="store_true", help="skip the co-located pairs (keep the shipped betas)")
+    cp.set_defaults(handler=_calibrate)
+
+
+def add_real_options(parser: argparse.ArgumentParser) -> None:
+    """`cosched experiment asax --real` and its options."""
+    parser.add_argument("--real", action="store_true", help="run the mix on the local Docker engine")
+    parser.add_argument("--size", default="small", help="with --real: workflow size (default small)")
+    parser.add_argument(
+        "--profiles", type=Path, help="with --real: calibrated profiles (default: workloads/profiles-host.toml)"
+    )
+    parser.add_argument(
+        "--strategies", type=_strategies, default=["slurm", "static", "asax"], help="with --real: which to run"
+    )
+
+
+def _apps(text: str) -> list[str]:
+    apps = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = [app for app in apps if app not in APPS]
+    if unknown or not apps:
+        raise argparse.ArgumentTypeError(f"unknown application(s) {unknown} (known: {', '.join(APPS)})")
+    return apps
+
+
+def _strategies(text: str) -> list[str]:
+    known = ("slurm", "static", "asax")
+    chosen = [part.strip() for part in text.split(",") if part.strip()]
+    if not chosen or any(s not in known for s in chosen):
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(known)}, got {text!r}")
+    return chosen
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _scratch(path: Path | None, prefix: str) -> Path:
+    """A directory containers may mount: the one given, or a fresh one under /var/tmp."""
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        return path.resolve()
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp" if Path("/var/tmp").is_dir() else None))
+
+
+def _engine() -> Any:
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise ConfigError(f"cannot reach the Docker engine: {exc}") from None
+    return client
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from datetime import date
+
+    from cosched.calibration import calibrate, machine_description, profiles_toml
+    from cosched.experiments.asax_real import host_cpus
+    from workloads.images import workflow_image
+
+    client = _engine()
+    image = workflow_image(client, log=_say)
+    cpus = host_cpus()
+    root = _scratch(args.dir, "cosched-calibrate-")
+    result = calibrate(client, image, root, cpus, size=args.size, apps=args.apps, pairs=not args.no_pairs, log=_say)
+    header = [
+        f"Stage profiles measured by `cosched calibrate --size {args.size}` on {date.today().isoformat()}:",
+        machine_description(cpus) + ".",
+        f"Image {image}; {len(result.stages)} stages, {len(result.pairs)} pairs, {result.seconds:.0f} s of runs.",
+        "Each stage ran alone on all CPUs, on one CPU (parallel stages) and under half its measured",
+        "CPU demand; pairs ran together on all CPUs at half quota each. See cosched/calibration.py.",
+        "The [interference] betas come from the pairs (least squares on log runtimes).",
+    ]
+    args.out.write_text(profiles_toml(result.profiles, result.params, header))
+    print(
+        f"wrote {args.out} ({len(result.profiles)} profiles, beta_io {result.params.beta_io}, "
+        f"beta_mem {result.params.beta_mem})"
+    )
+    return 0
+
+
+def experiment_real(args: argparse.Namespace) -> int:
+    """`cosched experiment asax --real`: the mix on this host under each strategy, replay beside it."""
+    from cosched.experiments import asax_real_report as report
+    from cosched.experiments.asax_real import host_cpus, predict, run_real, scaled_mix
+    from cosched.interference import load_params, load_profiles
+    from workloads.images import workflow_image
+
+    profiles_path = args.profiles or Path(__file__).resolve().parents[1] / "workloads" / "profiles-host.toml"
+    profiles, params = load_profiles(profiles_path), load_params(profiles_path)
+    client = _engine()
+    image = workflow_image(client, log=_say)
+    host = len(host_cpus())
+    mix = scaled_mix(host, args.repeats or 1)
+    root = _scratch(args.out, "cosched-real-")
+    real, predicted = {}, {}
+    for strategy in args.strategies:
+        seed = args.seeds[0] if args.seeds else 0
+        predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seed=seed)
+        _say(f"{strategy}: {len(mix)} workflows on {host} cores (replay predicts {predicted[strategy].makespan:.0f} s)")
+        real[strategy] = run_real(strategy, mix, image, root / strategy, host, size=args.size, seed=seed, log=_say)
+    print(report.table2(real, predicted))
+    print()
+    print(report.table3(real, predicted))
+    print()
+    print(report.format_agreement(report.agreement(real, predicted)))
+    report.write_json(real, predicted, root / "summary.json")
+    _say(f"wrote {root / 'summary.json'}")
+    failed = sum(1 for run in real.values() for w in run.workflows if not w.ok)
+    if failed:
+        for run in real.values():
+            for w in run.workflows:
+                if not w.ok:
+                    _say(f"{run.strategy} {w.name}: {'; '.join(w.problems)}")
+    return 1 if failed else 0
+
 
 def _overrides(items: list[str]) -> dict[str, str]:
     overrides = {}

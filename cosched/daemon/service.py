@@ -77,7 +77,7 @@ class _End:
 class _Plan:
     """What one pass decided, written to the store before it is carried out."""
 
-    launches: list[tuple[Job, list[int], float]] = field(default_factory=list)
+    launches: list[tuple[Job, list[int], float, int | None]] = field(default_factory=list)
     quotas: list[tuple[int, float, int]] = field(default_factory=list)
     kills: list[int] = field(default_factory=list)
     submitted: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -368,11 +368,13 @@ class Daemon:
                 if isinstance(action, Launch):
                     cpus = self.cpu_map.take(action.slots)
                     self._mark_launching(db, action.job, cpus, now)
-                    plan.launches.append((action.job, cpus, float(action.job.cores)))
+                    plan.launches.append((action.job, cpus, float(action.job.cores), None))
                 elif isinstance(action, Colocate):
                     cpus = share_of(self.cpus_of[action.host_id], action.slots, self.cpu_map)
                     self._mark_launching(db, action.guest, cpus, now)
-                    plan.launches.append((action.guest, cpus, action.quota))
+                    # A guest starts on a lent quota: logged, so its quota history is complete.
+                    seq = store.log_quota(db, action.guest.id, action.quota, now)
+                    plan.launches.append((action.guest, cpus, action.quota, seq))
                 elif isinstance(action, SetQuota):
                     seq = store.log_quota(db, action.job_id, action.cpus, now)
                     store.update_job(db, action.job_id, quota=action.cpus)
@@ -406,7 +408,7 @@ class Daemon:
                 self.kill_reason.pop(end.job.id, None)
                 if end.container is not None:
                     self.backend.remove(end.container)
-            launches = {job.id: (job, cpus, quota) for job, cpus, quota in plan.launches}
+            launches = {launch[0].id: launch for launch in plan.launches}
             quotas = {job_id: (cpus, seq) for job_id, cpus, seq in plan.quotas}
             for action in actions:  # in the core's order: a host shrinks before its guest starts
                 if isinstance(action, SetQuota) and action.job_id in self.containers:
@@ -420,7 +422,7 @@ class Daemon:
         except EngineUnavailable as exc:
             self._engine_lost(exc)
 
-    def _launch(self, job: Job, cpus: list[int], quota: float) -> None:
+    def _launch(self, job: Job, cpus: list[int], quota: float, quota_seq: int | None) -> None:
         spec = self.specs[job.id]
         memory = job.memory * job.cores
         try:
@@ -437,6 +439,8 @@ class Daemon:
         with self.store.transaction() as db:
             self.store.update_job(db, job.id, state="running", container=container, start=job.start)
             db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (job.id,))
+        if quota_seq is not None:
+            self.store.quota_applied(quota_seq, job.start)
         self.metrics.launched.inc()
 
     def apply_quota(self, job_id: int, cpus: float, seq: int | None = None) -> None:
@@ -544,7 +548,7 @@ class Daemon:
             else:
                 if info is not None:
                     self.backend.remove(info.id)
-                self._launch(job, self.cpus_of[job.id], job.quota)
+                self._launch(job, self.cpus_of[job.id], job.quota, None)
 
     # -- the engine ---------------------------------------------------------
     def _engine_lost(self, exc: Exception) -> None:

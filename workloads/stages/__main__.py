@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 from pathlib import Path
 
 from .common import Progress, StageError, fail
+from .usage import PeakMemory, record
 
 APPS = ("montage", "blast", "statistics", "synthetic")
 
@@ -33,12 +35,15 @@ def main(argv: list[str] | None = None) -> None:
             params[key] = type(params[key])(value)
         except ValueError:
             fail(f"bad --set {item!r}: {key} must be a {type(params[key]).__name__}", 2)
+    started = time.time()
+    memory = PeakMemory().start()
     try:
         args.dir.mkdir(parents=True, exist_ok=True)
         progress = Progress(module.tasks(params)[args.stage])
         module.STAGES[args.stage](args.dir, params, progress)
     except StageError as exc:
         fail(f"{args.app}.{args.stage}: {exc}")
+    record(args.dir, args.stage, started, memory.stop())
     print(f"{args.app}.{args.stage}: done", file=sys.stderr)
 
 

@@ -1,0 +1,326 @@
+"""`cosched calibrate`: measure the real stages and fit the replay's interference model.
+
+Why measure this way
+--------------------
+The replay's model (`cosched.interference`) has, per application class, a CPU
+share, a memory share, an I/O share, an amount of work and a serial fraction,
+and two contention strengths for co-located pairs. Each is fitted from runs
+chosen so that it alone explains a difference:
+
+- alone on all ``C`` host cores at full quota: the runtime, the busy CPUs (the
+  container's cgroup CPU seconds over its runtime) and the peak memory;
+- parallel stages alone on one core: with the run on ``C`` cores, Amdahl's
+  serial fraction;
+- alone under a quota of half its measured CPU demand: how much of the stage
+  slows with its CPU (the compute share, ``1 - io``), since a stage waiting on
+  files or messages barely notices a smaller quota;
+- pairs of stages from different workflows (and two copies of one) on the same
+  cores, each under half of them, as Static lending runs them: what remains of
+  their slowdown after the quota is contention (``beta_io``, ``beta_mem``).
+
+Every run is a container of the workflow image with a cpuset, a CFS quota and a
+memory limit, as the daemon starts them; runtimes come from the engine's start
+and finish times, CPU and memory from the container's cgroup (`workloads.stages.usage`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from itertools import combinations_with_replacement
+from pathlib import Path
+from typing import Any
+
+from cosched.errors import ConfigError
+from cosched.interference import InterferenceParams, StageProfile, cpu_rate, shipped_params, speed
+from workloads.real import size_params, stage_dag, stage_module
+from workloads.workflows import APPS
+
+MEMORY_PER_CORE_MIB = 1024
+"""Memory per allocated core, as the daemon grants by default (`cluster.default_memory_per_core`)."""
+LABEL = "cosched.calibrate"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One container run: seconds from start to finish, cgroup CPU seconds, peak anonymous memory."""
+
+    wall: float
+    cpu_seconds: float
+    peak_bytes: int
+    cores: int
+    quota: float
+
+    @property
+    def busy(self) -> float:
+        """CPUs kept busy on average."""
+        return self.cpu_seconds / self.wall if self.wall > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StageMeasurements:
+    app_class: str
+    parallel: bool
+    tasks: int
+    full: Measured
+    one_core: Measured | None
+    throttled: Measured
+
+
+@dataclass(frozen=True, slots=True)
+class PairMeasurement:
+    """Two stages started together on the same cores, each under `quota` CPUs."""
+
+    first: str
+    second: str
+    quota: float
+    first_wall: float
+    second_wall: float
+
+
+# -- Fitting (pure) ---------------------------------------------------------------------
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return min(high, max(low, value))
+
+
+def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = MEMORY_PER_CORE_MIB) -> StageProfile:
+    """A stage's profile from its runs alone (see the module docstring for which run gives what)."""
+    usable = host_cores if m.parallel else 1
+    cpu = _clamp(m.full.busy / usable, 0.01, 1.0)
+    mem = _clamp(m.full.peak_bytes / (memory_per_core * host_cores * 2**20), 0.0, 1.0)
+    work, serial = m.full.wall, 1.0
+    if m.parallel and m.one_core is not None and host_cores > 1:
+        work = m.one_core.wall
+        serial = _clamp((host_cores * m.full.wall / work - 1) / (host_cores - 1), 0.0, 1.0)
+    provisional = StageProfile(m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0)
+    rate = cpu_rate(provisional, host_cores, m.throttled.quota, shipped_params().throttle_sharpness)
+    ratio = m.throttled.wall / m.full.wall
+    # t = (1 - io) / r + io: solve for io; with r near 1 the run says nothing, so count it as compute.
+    io = 0.0 if rate > 0.98 else _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0)
+    return replace(provisional, io=io)
+
+
+def predicted_pair(
+    first: StageProfile,
+    second: StageProfile,
+    cores: int,
+    quota: float,
+    params: InterferenceParams,
+) -> tuple[float, float]:
+    """Runtimes of two stages started together on `cores` cores, each under `quota` CPUs.
+
+    Together until the first ends, each at its co-located speed; the other then
+    finishes alone under its quota. Runtimes alone at full quota are the profiles'.
+    """
+    alone = [_alone(first, cores), _alone(second, cores)]
+    together = [
+        speed(first, cores, quota, second, quota, params=params),
+        speed(second, cores, quota, first, quota, params=params),
+    ]
+    solo = [speed(first, cores, quota, params=params), speed(second, cores, quota, params=params)]
+    finish = [alone[i] / together[i] for i in range(2)]
+    early = 0 if finish[0] <= finish[1] else 1
+    late = 1 - early
+    done = finish[early] * together[late] / alone[late]  # share of the late one's work done meanwhile
+    times = [0.0, 0.0]
+    times[early] = finish[early]
+    times[late] = finish[early] + (1 - done) * alone[late] / solo[late]
+    return times[0], times[1]
+
+
+def _alone(profile: StageProfile, cores: int) -> float:
+    if not profile.parallel:
+        return profile.work
+    s = profile.serial_fraction
+    return profile.work * (s + (1 - s) / cores)
+
+
+def fit_interference(
+    pairs: Sequence[PairMeasurement],
+    profiles: dict[str, StageProfile],
+    cores: int,
+    base: InterferenceParams | None = None,
+) -> InterferenceParams:
+    """beta_io and beta_mem minimising the squared log error of the pairs' runtimes (grid search)."""
+    base = base or shipped_params()
+    if not pairs:
+        return base
+    grid = [i * 0.05 for i in range(0, 81)]  # 0 .. 4
+
+    def error(beta_io: float, beta_mem: float) -> float:
+        params = replace(base, beta_io=beta_io, beta_mem=beta_mem)
+        total = 0.0
+        for pair in pairs:
+            a, b = predicted_pair(profiles[pair.first], profiles[pair.second], cores, pair.quota, params)
+            total += math.log(a / pair.first_wall) ** 2 + math.log(b / pair.second_wall) ** 2
+        return total
+
+    best = min(((error(bi, bm), bi, bm) for bi in grid for bm in grid), key=lambda item: item[0])
+    return replace(base, beta_io=round(best[1], 2), beta_mem=round(best[2], 2))
+
+
+def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams, header: Sequence[str]) -> str:
+    """The profiles file `cosched.interference.load_profiles` reads, with a comment header."""
+    lines = [f"# {line}" if line else "#" for line in header]
+    lines += ["", "[interference]"]
+    lines += [f"{key} = {value!r}" for key, value in asdict(params).items()]
+    for app_class, p in sorted(profiles.items()):
+        lines += ["", f'[profile."{app_class}"]', f"parallel = {'true' if p.parallel else 'false'}"]
+        lines += [f"cpu = {p.cpu:.4g}", f"mem = {p.mem:.4g}", f"io = {p.io:.4g}", f"work = {p.work:.4g}"]
+        if p.parallel:
+            lines.append(f"serial_fraction = {p.serial_fraction:.4g}")
+        lines.append(f"tasks = {p.tasks}")
+    return "\n".join(lines) + "\n"
+
+
+# -- Running (the engine) ---------------------------------------------------------------
+
+
+class StageRunner:
+    """Runs stages of the workflow image as the daemon would: cpuset, CFS quota, memory limit."""
+
+    def __init__(self, client: Any, image: str, size: str, cpu_period: int = 100_000) -> None:
+        self.client = client
+        self.image = image
+        self.size = size
+        self.cpu_period = cpu_period
+
+    def start(self, app: str, stage: str, data_dir: Path, cpus: Sequence[int], cores: int, quota: float) -> Any:
+        params = size_params(app, self.size)
+        settings = [arg for key, value in params.items() for arg in ("--set", f"{key}={value}")]
+        command = ["python3", "-m", "workloads.stages", app, stage, "--dir", str(data_dir), *settings]
+        return self.client.containers.run(
+            self.image,
+            command,
+            name=f"cosched-calibrate-{uuid.uuid4().hex[:10]}",
+            labels={LABEL: "1"},
+            environment={"COSCHED_CORES": str(cores), "COSCHED_PROGRESS": "/tmp/cosched-progress"},
+            cpuset_cpus=",".join(map(str, cpus)),
+            cpu_period=self.cpu_period,
+            cpu_quota=max(1000, int(quota * self.cpu_period)),
+            mem_limit=MEMORY_PER_CORE_MIB * cores * 2**20,
+            volumes={str(data_dir): {"bind": str(data_dir), "mode": "rw"}},
+            network_mode="none",
+            detach=True,
+        )
+
+    def finish(self, container: Any, data_dir: Path, stage: str, cores: int, quota: float) -> Measured:
+        try:
+            status = container.wait()
+            container.reload()
+            if status.get("StatusCode") != 0:
+                tail = container.logs(tail=5).decode("utf-8", "replace").strip()
+                raise ConfigError(f"calibration run of {stage} failed: {tail.splitlines()[-1] if tail else status}")
+            state = container.attrs["State"]
+            wall = _seconds(state["FinishedAt"]) - _seconds(state["StartedAt"])
+        finally:
+            container.remove(force=True)
+        usage = json.loads((data_dir / ".usage" / f"{stage}.json").read_text())
+        return Measured(wall, float(usage["cpu_seconds"]), int(usage["peak_bytes"]), cores, quota)
+
+    def run(self, app: str, stage: str, data_dir: Path, cpus: Sequence[int], cores: int, quota: float) -> Measured:
+        container = self.start(app, stage, data_dir, cpus, cores, quota)
+        return self.finish(container, data_dir, stage, cores, quota)
+
+
+def _seconds(stamp: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds, as epoch seconds."""
+    head, _, fraction = stamp.rstrip("Z").partition(".")
+    whole = datetime.fromisoformat(head + "+00:00").timestamp()
+    return whole + (float("0." + fraction[:9]) if fraction else 0.0)
+
+
+def main_stage(app: str) -> str:
+    """The stage a pair runs: the app's parallel stage with the most work in the test-size DAG."""
+    parallel = [name for name, is_parallel, _ in stage_dag(app) if is_parallel]
+    tasks = stage_module(app).tasks(size_params(app))
+    return max(parallel, key=lambda name: tasks[name])
+
+
+@dataclass(slots=True)
+class Calibration:
+    stages: list[StageMeasurements]
+    pairs: list[PairMeasurement]
+    profiles: dict[str, StageProfile]
+    params: InterferenceParams
+    host_cores: int
+    seconds: float
+
+
+def calibrate(
+    client: Any,
+    image: str,
+    root: Path,
+    cpus: Sequence[int],
+    *,
+    size: str = "small",
+    apps: Sequence[str] = APPS,
+    pairs: bool = True,
+    log: Callable[[str], None] = lambda _: None,
+) -> Calibration:
+    """Run every stage of `apps` alone three ways, then pairs; fit the profiles and parameters."""
+    began = time.monotonic()
+    runner = StageRunner(client, image, size)
+    host = len(cpus)
+    measured: list[StageMeasurements] = []
+    for app in apps:
+        data = root / app
+        shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True)
+        tasks = stage_module(app).tasks(size_params(app, size))
+        for stage, parallel, _ in stage_dag(app):
+            full = runner.run(app, stage, data, cpus, host, float(host))
+            one = runner.run(app, stage, data, cpus[:1], 1, 1.0) if parallel and host > 1 else None
+            quota = max(0.05, round(full.busy / 2, 3))
+            throttled = runner.run(app, stage, data, cpus, host, quota)
+            measured.append(StageMeasurements(f"{app}.{stage}", parallel, tasks[stage], full, one, throttled))
+            log(f"{app}.{stage}: {full.wall:.2f} s alone, {full.busy:.2f} CPUs busy, {throttled.wall:.2f} s at {quota}")
+    profiles = {m.app_class: fit_profile(m, host) for m in measured}
+    observed: list[PairMeasurement] = []
+    if pairs and host > 1:
+        for first, second in combinations_with_replacement(apps, 2):
+            observed.append(_pair(runner, root, first, second, cpus))
+            log(f"pair {first}+{second}: {observed[-1].first_wall:.2f} s and {observed[-1].second_wall:.2f} s")
+    params = fit_interference(observed, profiles, host)
+    return Calibration(measured, observed, profiles, params, host, time.monotonic() - began)
+
+
+def _pair(runner: StageRunner, root: Path, first: str, second: str, cpus: Sequence[int]) -> PairMeasurement:
+    quota = len(cpus) / 2
+    dirs = [root / first, root / second]
+    if first == second:
+        dirs[1] = root / f"{second}-copy"
+        shutil.rmtree(dirs[1], ignore_errors=True)
+        shutil.copytree(dirs[0], dirs[1])
+    stages = [main_stage(first), main_stage(second)]
+    started = [
+        runner.start(app, stage, data, cpus, len(cpus), quota)
+        for app, stage, data in zip((first, second), stages, dirs, strict=True)
+    ]
+    walls = [
+        runner.finish(container, data, stage, len(cpus), quota).wall
+        for container, data, stage in zip(started, dirs, stages, strict=True)
+    ]
+    return PairMeasurement(f"{first}.{stages[0]}", f"{second}.{stages[1]}", quota, walls[0], walls[1])
+
+
+def machine_description(cpus: Sequence[int]) -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cgroup = "v2" if Path("/sys/fs/cgroup/cgroup.controllers").exists() else "v1"
+    return f"{model}, {len(cpus)} CPUs ({','.join(map(str, cpus))}), Linux {platform.release()}, cgroup {cgroup}"
