@@ -1,0 +1,104 @@
+"""`cosched calibrate` and `cosched experiment asax --real` against the real engine, at test size.
+
+Small on purpose (seconds per workflow): these check that the measurements
+are real and consistent (cgroup CPU seconds never exceed the CPU granted, every
+stage is profiled, the outputs verify), not the numbers the README reports,
+which come from the commands it names at the "small" size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cosched.calibration import calibrate, profiles_toml
+from cosched.experiments.asax_real import MixEntry, host_cpus, predict, run_real
+from cosched.experiments.asax_real_report import agreement, table2, table3
+from cosched.interference import load_params, load_profiles
+from tests.daemon_support import require_engine
+from workloads.real import stage_dag
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    from workloads.images import workflow_image
+
+    client = require_engine()
+    try:
+        return workflow_image(client)
+    except Exception as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"cannot build the workflow image here: {exc}")
+
+
+def test_calibrate_profiles_every_stage_from_real_runs(image: str, tmp_path: Path) -> None:
+    cpus = host_cpus()
+    apps = ["statistics", "synthetic"]
+    result = calibrate(require_engine(), image, tmp_path, cpus, size="test", apps=apps, pairs=len(cpus) > 1)
+    expected = {f"{app}.{name}" for app in apps for name, _, _ in stage_dag(app)}
+    assert set(result.profiles) == expected
+    for m in result.stages:
+        for run in (m.full, m.throttled, *([m.one_core] if m.one_core else [])):
+            assert run.wall > 0 and run.cpu_seconds > 0 and run.peak_bytes > 0
+            # cgroup accounting: a container never uses more CPU than its CFS quota allows
+            assert run.cpu_seconds <= run.quota * run.wall * 1.1 + 0.05, (m.app_class, run)
+        assert m.throttled.quota == pytest.approx(max(0.05, round(m.full.busy / 2, 3)))
+    if len(cpus) > 1:
+        assert len(result.pairs) == 3
+    path = tmp_path / "profiles.toml"
+    path.write_text(profiles_toml(result.profiles, result.params, ["test"]))
+    assert set(load_profiles(path)) == expected
+    assert load_params(path) == result.params
+
+
+def test_a_real_run_measures_cgroup_cpu_within_the_granted_quota(image: str, tmp_path: Path) -> None:
+    require_engine()
+    host = len(host_cpus())
+    mix = [
+        MixEntry("statistics-8-r1", "statistics", 1),
+        MixEntry("synthetic-16-r1", "synthetic", 1),
+        MixEntry("blast-64-r1", "blast", host),
+        MixEntry("montage-64-r1", "montage", host),
+    ]
+    run = run_real("static", mix, image, tmp_path / "static", host, size="test")
+    assert [w.name for w in run.workflows] == [e.name for e in mix]
+    for w in run.workflows:
+        assert w.ok, (w.name, w.problems)
+        assert w.runtime > 0 and w.response >= w.runtime
+        assert 0 < w.cpu_seconds <= w.quota_seconds * 1.1 + 0.2, w
+        assert w.quota_seconds <= w.cores * w.runtime + 1e-6
+    assert run.makespan >= max(w.response for w in run.workflows) - 1e-6
+    profiles_path = ROOT / "workloads" / "profiles-host.toml"
+    predicted = predict("static", mix, load_profiles(profiles_path), load_params(profiles_path), host, size="test")
+    real, guess = {"static": run}, {"static": predicted}
+    assert "montage" in table2(real, guess) and "Static" in table3(real, guess)
+    assert len(agreement(real, guess)) == 4
+
+
+def test_the_real_experiment_command_prints_the_tables(image: str, tmp_path: Path) -> None:
+    require_engine()
+    command = [sys.executable, "-m", "cosched.cli", "experiment", "asax", "--real", "--size", "test"]
+    done = subprocess.run(
+        [*command, "--strategies", "slurm", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Table 2 on this host" in done.stdout and "Table 3 on this host" in done.stdout
+    assert "Replay within 15% of the measured runtime" in done.stdout
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    workflows = summary["measured"]["slurm"]["workflows"]
+    assert len(workflows) == 15 and all(w["ok"] for w in workflows)
+    # space sharing never lends: every workflow was granted exactly its cores for its runtime
+    for w in workflows:
+        assert w["quota_seconds"] == pytest.approx(w["cores"] * w["runtime"], rel=1e-6)
