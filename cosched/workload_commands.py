@@ -9,6 +9,7 @@ run's outputs (exit status 1 when they are wrong).
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,11 @@ def _calibrate(args: argparse.Namespace) -> int:
     image = workflow_image(client, log=_say)
     cpus = host_cpus()
     root = _scratch(args.dir, "cosched-calibrate-")
-    result = calibrate(client, image, root, cpus, size=args.size, apps=args.apps, pairs=not args.no_pairs, log=_say)
+    try:
+        result = calibrate(client, image, root, cpus, size=args.size, apps=args.apps, pairs=not args.no_pairs, log=_say)
+    finally:
+        if args.dir is None:  # ours: Montage's data alone is gigabytes at the small size
+            shutil.rmtree(root, ignore_errors=True)
     header = [
         f"Stage profiles measured by `cosched calibrate --size {args.size}` on {date.today().isoformat()}:",
         machine_description(cpus) + ".",
@@ -150,7 +155,9 @@ def experiment_real(args: argparse.Namespace) -> int:
         seed = args.seeds[0] if args.seeds else 0
         predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seed=seed)
         _say(f"{strategy}: {len(mix)} workflows on {host} cores (replay predicts {predicted[strategy].makespan:.0f} s)")
-        real[strategy] = run_real(strategy, mix, image, root / strategy, host, size=args.size, seed=seed, log=_say)
+        real[strategy] = run_real(
+            strategy, mix, image, root / strategy, host, profiles, size=args.size, seed=seed, log=_say
+        )
     print(report.table2(real, predicted))
     print()
     print(report.table3(real, predicted))

@@ -68,7 +68,9 @@ def test_a_real_run_measures_cgroup_cpu_within_the_granted_quota(image: str, tmp
         MixEntry("blast-64-r1", "blast", host),
         MixEntry("montage-64-r1", "montage", host),
     ]
-    run = run_real("static", mix, image, tmp_path / "static", host, size="test")
+    profiles_path = ROOT / "workloads" / "profiles-host.toml"
+    profiles, params = load_profiles(profiles_path), load_params(profiles_path)
+    run = run_real("static", mix, image, tmp_path / "static", host, profiles, size="test")
     assert [w.name for w in run.workflows] == [e.name for e in mix]
     for w in run.workflows:
         assert w.ok, (w.name, w.problems)
@@ -76,8 +78,7 @@ def test_a_real_run_measures_cgroup_cpu_within_the_granted_quota(image: str, tmp
         assert 0 < w.cpu_seconds <= w.quota_seconds * 1.1 + 0.2, w
         assert w.quota_seconds <= w.cores * w.runtime + 1e-6
     assert run.makespan >= max(w.response for w in run.workflows) - 1e-6
-    profiles_path = ROOT / "workloads" / "profiles-host.toml"
-    predicted = predict("static", mix, load_profiles(profiles_path), load_params(profiles_path), host, size="test")
+    predicted = predict("static", mix, profiles, params, host, size="test")
     real, guess = {"static": run}, {"static": predicted}
     assert "montage" in table2(real, guess) and "Static" in table3(real, guess)
     assert len(agreement(real, guess)) == 4

@@ -213,10 +213,82 @@ def test_statistics_results_are_plausible(finished, tmp_path_factory):
     assert np.allclose(np.diag(correlation), 1.0)
     assert (correlation[0, 1:] > 0.1).all()
     assert result["channels"][0] == "mains" and len(result["channels"]) == statistics.DEFAULTS["channels"]
-    months = statistics.tasks(statistics.DEFAULTS)["moments"]
-    assert len(list((work_dir / "moments").glob("*.json"))) == months
     lagged = np.load(work_dir / "lagged.npy")
     assert lagged[0] == pytest.approx(correlation)
+
+
+def expected_messages(work_dir: Path) -> int:
+    """One message per block of message_minutes rows per month, per channel."""
+    months = statistics._series_months(work_dir)
+    blocks = sum(statistics._blocks(end - first, statistics.DEFAULTS) for _, first, end in months)
+    return blocks * statistics.DEFAULTS["channels"]
+
+
+def test_statistics_spool_is_consumed_by_the_reduce(tmp_path: Path, finished, tmp_path_factory):
+    """moments leaves one durable message per block and channel; regroup reduces them and removes the spool."""
+    assert not (workflow_dir("statistics", finished, tmp_path_factory) / "messages").exists()
+    work_dir = tampered_copy("statistics", finished, tmp_path_factory)
+    assert run_stage("statistics", "moments", work_dir, tmp_path / "progress").returncode == 0
+    spool = work_dir / "messages" / "moments"
+    assert len(list(spool.glob("*.msg"))) == len(list(spool.iterdir())) == expected_messages(work_dir)
+    assert not (work_dir / "global.json").exists()
+    for stage in ("regroup", "correlations"):
+        done = run_stage("statistics", stage, work_dir, tmp_path / "progress")
+        assert done.returncode == 0, done.stderr
+    assert not (work_dir / "messages").exists()
+    assert statistics.verify(work_dir, statistics.DEFAULTS) == []
+
+
+def damage(path: Path, how: str) -> None:
+    if how == "missing":
+        path.unlink()
+    elif how == "truncated":
+        path.write_bytes(path.read_bytes()[:-9])
+    else:  # a flipped bit in the payload: same size, so only the checksum can tell
+        data = bytearray(path.read_bytes())
+        data[statistics.HEADER.size + 3] ^= 0x10
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "flipped"])
+def test_damaged_moments_message_fails_regroup(tmp_path: Path, how: str, finished, tmp_path_factory):
+    work_dir = tampered_copy("statistics", finished, tmp_path_factory)
+    assert run_stage("statistics", "moments", work_dir, tmp_path / "progress").returncode == 0
+    message = work_dir / "messages" / "moments" / statistics._message_name("2011-05", 3, 1)
+    damage(message, how)
+    done = run_stage("statistics", "regroup", work_dir, tmp_path / "progress")
+    assert done.returncode == 1
+    assert message.name in done.stderr and ("missing" if how == "missing" else "corrupt") in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (work_dir / "global.json").exists()  # no statistics from an incomplete reduce
+
+
+def test_stray_message_fails_the_reduce(tmp_path: Path, finished, tmp_path_factory):
+    """A half-sent message (its temporary file) left in the spool is not silently ignored."""
+    work_dir = tampered_copy("statistics", finished, tmp_path_factory)
+    assert run_stage("statistics", "moments", work_dir, tmp_path / "progress").returncode == 0
+    (work_dir / "messages" / "moments" / "2011-05.00099.000.msg.tmp").write_bytes(b"half")
+    done = run_stage("statistics", "regroup", work_dir, tmp_path / "progress")
+    assert done.returncode == 1 and "half-sent" in done.stderr
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "flipped"])
+def test_damaged_correlations_message_fails_the_final_reduce(how: str, finished, tmp_path_factory):
+    """The correlations' reduce runs in the same process as the sends, so it is driven directly here."""
+    work_dir = tampered_copy("statistics", finished, tmp_path_factory)
+    params, months = statistics.DEFAULTS, statistics._series_months(work_dir)
+    statistics._fresh_spool(work_dir, "correlations")
+    for month in months:
+        statistics._month_cross(work_dir, params, month)
+    channels = params["channels"]
+    lagged = (
+        statistics._reduce_cross(work_dir, params, months, channels)
+        / np.maximum(statistics.minutes(params) - np.arange(params["lags"]), 1)[:, None, None]
+    )
+    assert np.allclose(lagged, np.load(work_dir / "lagged.npy"), rtol=1e-9, atol=1e-12)
+    damage(work_dir / "messages" / "correlations" / statistics._message_name(months[-1][0], 0, 2), how)
+    with pytest.raises(statistics.StageError, match="missing" if how == "missing" else "corrupt"):
+        statistics._reduce_cross(work_dir, params, months, channels)
 
 
 def test_synthetic_verify_catches_a_changed_checksum(finished, tmp_path_factory):

@@ -66,9 +66,13 @@ def real_workflow(
     overrides: dict[str, Any] | None = None,
     name: str | None = None,
     walltime: float = STAGE_WALLTIME,
+    stage_walltimes: dict[str, float] | None = None,
     memory_mib: int | None = None,
 ) -> dict[str, Any]:
-    """The submission (API JSON) of one workflow at `cores` cores, its data in `data_dir`."""
+    """The submission (API JSON) of one workflow at `cores` cores, its data in `data_dir`.
+
+    Every stage gets `walltime` seconds unless `stage_walltimes` names it.
+    """
     params = size_params(app, size, overrides)
     tasks = stage_module(app).tasks(params)
     data_dir = str(data_dir)
@@ -87,6 +91,8 @@ def real_workflow(
                 "command": ["python3", "-m", "workloads.stages", app, stage, "--dir", data_dir, *settings],
             }
         )
+        if stage_walltimes and stage in stage_walltimes:
+            stages[-1]["walltime"] = float(stage_walltimes[stage])
     spec: dict[str, Any] = {
         "name": name or f"{app}-{cores}",
         "app": app,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -45,9 +46,23 @@ STRATEGIES = {"slurm": "none", "static": "static", "asax": "asax"}
 """The paper's strategies and the daemon's co-scheduling policy for each."""
 MEMORY_PER_CORE = 1024
 INTERVALS = {"schedule": 0.5, "sample": 1.0, "review": 2.0, "reconcile": 10.0}
-STAGE_WALLTIME = 3600.0
+WALLTIME_FACTOR = 3.0
+MIN_WALLTIME = 60.0
+"""Each stage asks for three times its calibrated runtime alone, at least a minute: the
+headroom a user gives a job whose runtime they know roughly, so lendings that slow a
+stage badly cost ASAx a loss (or the stage its life), in replay and for real alike."""
 PAPER_LARGEST = 64
 """The paper's largest workflow (64 cores) is scaled to the whole host."""
+
+
+def stage_walltime(profiles: dict[str, StageProfile], app_class: str, cores: int) -> float:
+    return max(MIN_WALLTIME, round(WALLTIME_FACTOR * runtime_alone(profiles[app_class], cores)))
+
+
+def check_profiles(profiles: dict[str, StageProfile], mix: Sequence[MixEntry]) -> None:
+    missing = sorted({f"{e.app}.{name}" for e in mix for name, _, _ in stage_dag(e.app)} - set(profiles))
+    if missing:
+        raise ConfigError(f"the profiles have no {', '.join(missing)}: run `cosched calibrate` for them")
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +216,7 @@ def run_real(
     image: str,
     root: Path,
     host_cores: int,
+    profiles: dict[str, StageProfile],
     *,
     size: str = "small",
     seed: int = 0,
@@ -208,6 +224,7 @@ def run_real(
     log: Callable[[str], None] = lambda _: None,
 ) -> StrategyRun:
     """Submit the mix at once to a fresh daemon running `strategy`; wait; measure every stage."""
+    check_profiles(profiles, mix)
     daemon = LocalDaemon(root, strategy, host_cores, seed)
     try:
         ids = {}
@@ -221,11 +238,17 @@ def run_real(
                 image=image,
                 size=size,
                 name=entry.name,
-                walltime=STAGE_WALLTIME,
+                stage_walltimes={
+                    name: stage_walltime(profiles, f"{entry.app}.{name}", entry.cores)
+                    for name, _, _ in stage_dag(entry.app)
+                },
             )
             ids[entry.name] = int(daemon.client.call("POST", "/v1/workflows", spec)["id"])
         statuses = _wait(daemon, ids, timeout, log)
         results = [_measure(daemon, entry, statuses[entry.name], size) for entry in mix]
+        for entry, result in zip(mix, results, strict=True):
+            if result.ok:  # Montage's small size alone is 2.6 GB; failed runs stay for a look
+                shutil.rmtree(daemon.data / entry.name, ignore_errors=True)
     finally:
         daemon.stop()
     first = min(w["submitted"] for w in statuses.values())
@@ -312,12 +335,11 @@ def predict(
     from cosched.policies.registry import create
 
     defaults = PolicySection()
-    missing = sorted({f"{e.app}.{name}" for e in mix for name, _, _ in stage_dag(e.app)} - set(profiles))
-    if missing:
-        raise ConfigError(f"the profiles have no {', '.join(missing)}: run `cosched calibrate` for them")
+    check_profiles(profiles, mix)
 
     def sizer(workflow: Workflow, stage: Stage) -> tuple[float, float]:
-        return STAGE_WALLTIME, runtime_alone(profiles[stage.app_class], workflow.cores)
+        alone = runtime_alone(profiles[stage.app_class], workflow.cores)
+        return stage_walltime(profiles, stage.app_class, workflow.cores), alone
 
     if strategy == "asax":
         policy: Any = ASAx(seed=seed, loss=defaults.loss, min_guest_share=defaults.min_guest_share)

@@ -1,26 +1,46 @@
 """Statistics: global moments and channel correlations of REDD-like household power data.
 
 Why this shape: the paper's statistics workflow reads a multi-year, one-minute power
-series, distributes it by month, reduces per-month moments (many small messages),
-regroups them into global moments, then computes correlations per month and reduces
-again. The data is synthetic but REDD-like (mains plus appliances with daily and
-weekly cycles, on/off events and noise), seeded, so `verify` can recompute the
-answer with NumPy straight from the series.
+series, distributes it by month, reduces per-month moments, regroups them into global
+moments, then computes correlations per month and reduces again. The paper calls it
+"I/O and network/message intensive, low CPU: most time goes to exchanging messages",
+so the two parallel stages are built that way: each month's task sends its partial
+results as many small durable messages, one per block of `message_minutes` rows and
+per channel (at "small": 6 hours x 24 channels, ~35,000 messages per stage), and the
+reduce reads them all back. The arithmetic is kept cheap (a few lags, not a day's
+worth), so the stages' time goes to making messages durable, not to computing.
+The data is synthetic but REDD-like (mains plus appliances with daily and weekly
+cycles, on/off events and noise), seeded, so `verify` can recompute the answer with
+NumPy straight from the series. The partials are exact block sums (and minima,
+maxima), so combining them gives the same statistics up to float rounding.
+
+How a message is made durable, as a broker with durable queues does before it
+acknowledges one: written to DIR/messages/<stage>/<YYYY-MM>.<block>.<channel>.msg.tmp,
+fsynced, renamed into place, then the spool directory is fsynced, before the next
+message is sent. Each carries a header (month, block, channel, length) and a CRC-32,
+so the reduce fails with a StageError naming the message when one is missing,
+truncated, damaged or half-sent (never statistics from an incomplete spool), and
+removes the spool once its result is written.
 
 Files in the working directory:
     series.npy, series.json             generate (float32, minutes x channels; start, step, channel names)
     months/YYYY-MM.npy                  read (rows of one calendar month)
-    moments/YYYY-MM.json                moments (count, sum, sum of squares, min, max per channel)
-    global.json, normalized/YYYY-MM.npy regroup (global moments; month rows as z-scores, float64)
-    cross/YYYY-MM.npy                   correlations (per-month cross-products at lags 0 .. lags - 1)
-    statistics.json, lagged.npy         correlations' final reduce (the results)
+    messages/moments/*.msg              moments (count, sum, sum of squares, min, max of a block and channel)
+    global.json, normalized/YYYY-MM.npy regroup: the moments' reduce (global moments; consumes the spool),
+                                        month rows as z-scores (float64) with a halo of lags - 1 rows
+    messages/correlations/*.msg         correlations (a block's cross-products of channel i at lags 0 .. lags - 1)
+    statistics.json, lagged.npy         correlations' final reduce (the results; consumes the spool)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
+import struct
+import zlib
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -36,9 +56,15 @@ import numpy as np
 from .common import Params, Progress, StageError, parallel_map, require
 
 SIZES: dict[str, dict[str, Any]] = {
-    "test": {"years": 0.25, "channels": 4, "lags": 60, "seed": 1},
-    "small": {"years": 1.0, "channels": 24, "lags": 1440, "seed": 1},
-    "study": {"years": 3.85, "channels": 48, "lags": 1440, "seed": 1},  # 47 months, as in the paper
+    "test": {"years": 0.25, "channels": 4, "lags": 60, "message_minutes": 1440, "seed": 1},
+    "small": {"years": 1.0, "channels": 24, "lags": 10, "message_minutes": 360, "seed": 1},
+    "study": {
+        "years": 3.85,
+        "channels": 48,
+        "lags": 10,
+        "message_minutes": 360,
+        "seed": 1,
+    },  # 47 months, as in the paper
 }
 DEFAULTS: dict[str, Any] = SIZES["test"]
 
@@ -195,28 +221,141 @@ def read(work_dir: Path, params: Params, progress: Progress) -> None:
     progress.advance()
 
 
+# -- messages ---------------------------------------------------------------------------
+#
+# A message is one file DIR/messages/<stage>/<YYYY-MM>.<block>.<channel>.msg:
+#     header (magic, month, block, channel, number of float64s), little-endian float64 payload, CRC-32 of both.
+# It is written under a temporary name, fsynced, renamed into place, then the spool directory is fsynced:
+# what a broker with durable queues does before acknowledging a message.
+
+
+MAGIC = b"CSM1"
+HEADER = struct.Struct("<4s7sIII")  # magic, month (YYYY-MM), block, channel, float64s in the payload
+CHECKSUM = struct.Struct("<I")
+
+
+def _spool(work_dir: Path, stage: str) -> Path:
+    return work_dir / "messages" / stage
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fresh_spool(work_dir: Path, stage: str) -> None:
+    """An empty spool for `stage` (a rerun after a kill must not mix old and new messages)."""
+    spool = _spool(work_dir, stage)
+    for path in (spool, spool.with_name(f".{stage}.consumed")):
+        shutil.rmtree(path, ignore_errors=True)
+    spool.mkdir(parents=True)
+    _fsync_dir(spool.parent)
+
+
+def _message_name(month: str, block: int, channel: int) -> str:
+    return f"{month}.{block:05d}.{channel:03d}.msg"
+
+
+def _blocks(rows: int, params: Params) -> int:
+    return -(-rows // int(params["message_minutes"]))
+
+
+def _send(spool: Path, spool_fd: int, month: str, block: int, channel: int, values: np.ndarray) -> None:
+    """One durable message: on disk (file and directory entry) before the next one is sent."""
+    body = HEADER.pack(MAGIC, month.encode(), block, channel, values.size) + values.astype("<f8").tobytes()
+    data = body + CHECKSUM.pack(zlib.crc32(body))
+    name = _message_name(month, block, channel)
+    temporary = spool / f"{name}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if os.write(fd, data) != len(data):
+            raise StageError(f"short write to {temporary}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, spool / name)
+    os.fsync(spool_fd)
+
+
+def _send_all(spool: Path, month: str, messages: np.ndarray) -> None:
+    """messages[block, channel] is the payload of message (block, channel) of this month."""
+    spool_fd = os.open(spool, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for block in range(messages.shape[0]):
+            for channel in range(messages.shape[1]):
+                _send(spool, spool_fd, month, block, channel, messages[block, channel])
+    finally:
+        os.close(spool_fd)
+
+
+def _receive(spool: Path, month: str, blocks: int, channels: int, size: int) -> np.ndarray:
+    """All of one month's messages as an array [block, channel, value]; a missing or damaged one is an error."""
+    out = np.empty((blocks, channels, size))
+    expected = HEADER.size + 8 * size + CHECKSUM.size
+    for block in range(blocks):
+        for channel in range(channels):
+            path = spool / _message_name(month, block, channel)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise StageError(f"message {path} is missing: the spool is incomplete") from None
+            if len(data) != expected:
+                raise StageError(f"message {path} is corrupt: {len(data)} bytes, expected {expected}")
+            (checksum,) = CHECKSUM.unpack_from(data, expected - CHECKSUM.size)
+            if zlib.crc32(data[: -CHECKSUM.size]) != checksum:
+                raise StageError(f"message {path} is corrupt: checksum mismatch")
+            if HEADER.unpack_from(data) != (MAGIC, month.encode(), block, channel, size):
+                raise StageError(f"message {path} is corrupt: header {HEADER.unpack_from(data)!r}")
+            out[block, channel] = np.frombuffer(data, dtype="<f8", count=size, offset=HEADER.size)
+    return out
+
+
+def _check_spool(spool: Path, count: int) -> None:
+    """Call after every expected message was received: anything else there is an error (a half-sent message)."""
+    entries = len(os.listdir(spool))
+    if entries != count:
+        raise StageError(f"{spool}: {entries} entries, expected {count} messages (stale or half-sent messages)")
+
+
+def _consume(spool: Path) -> None:
+    """Remove a reduced spool: renamed first, so a kill mid-removal never leaves a partial spool."""
+    consumed = spool.with_name(f".{spool.name}.consumed")
+    shutil.rmtree(consumed, ignore_errors=True)
+    os.rename(spool, consumed)
+    _fsync_dir(spool.parent)
+    shutil.rmtree(consumed)
+    with contextlib.suppress(OSError):  # another stage's spool is still there
+        spool.parent.rmdir()
+
+
 # -- moments ----------------------------------------------------------------------------
 
+MOMENTS = 5  # count, sum, sum of squares, min, max
 
-def _month_moments(work_dir: Path, name: str) -> None:
-    """One small message per month: count, sum, sum of squares, min, max of every channel."""
+
+def _month_moments(work_dir: Path, params: Params, name: str) -> None:
+    """One message per block of message_minutes rows and channel: count, sum, sum of squares, min, max."""
     rows = np.load(work_dir / "months" / f"{name}.npy").astype(np.float64)
-    moments = {
-        "count": int(rows.shape[0]),
-        "sum": rows.sum(axis=0).tolist(),
-        "sumsq": np.einsum("ij,ij->j", rows, rows).tolist(),
-        "min": rows.min(axis=0).tolist(),
-        "max": rows.max(axis=0).tolist(),
-    }
-    _write_json(work_dir / "moments" / f"{name}.json", moments)
+    starts = np.arange(0, rows.shape[0], int(params["message_minutes"]))
+    messages = np.empty((starts.size, rows.shape[1], MOMENTS))
+    messages[:, :, 0] = np.diff(np.append(starts, rows.shape[0]))[:, None]
+    messages[:, :, 1] = np.add.reduceat(rows, starts, axis=0)
+    messages[:, :, 2] = np.add.reduceat(rows * rows, starts, axis=0)
+    messages[:, :, 3] = np.minimum.reduceat(rows, starts, axis=0)
+    messages[:, :, 4] = np.maximum.reduceat(rows, starts, axis=0)
+    _send_all(_spool(work_dir, "moments"), name, messages)
 
 
 def moments(work_dir: Path, params: Params, progress: Progress) -> None:
-    """Per-month moments in parallel processes."""
+    """Per-month moments in parallel processes, sent as durable messages (regroup reduces them)."""
     names = [name for name, _, _ in _series_months(work_dir)]
     require(*(work_dir / "months" / f"{name}.npy" for name in names))
-    (work_dir / "moments").mkdir(exist_ok=True)
-    parallel_map(partial(_month_moments, work_dir), names, progress, processes=True)
+    (work_dir / "global.json").unlink(missing_ok=True)  # regroup's reduce of an earlier run's messages
+    _fresh_spool(work_dir, "moments")
+    parallel_map(partial(_month_moments, work_dir, params), names, progress, processes=True)
 
 
 # -- regroup ----------------------------------------------------------------------------
@@ -238,6 +377,32 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _reduce_moments(work_dir: Path, params: Params, months: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    """Each month's moments from its messages (exact sums of the blocks' sums)."""
+    spool = _spool(work_dir, "moments")
+    require(spool)
+    channels = len(json.loads((work_dir / "series.json").read_text())["channels"])
+    parts, received = [], 0
+    for name, first, end in months:
+        blocks = _blocks(end - first, params)
+        messages = _receive(spool, name, blocks, channels, MOMENTS)
+        received += blocks * channels
+        counts = messages[:, :, 0].sum(axis=0)
+        if (counts != end - first).any():
+            raise StageError(f"{spool}: month {name} has {counts.tolist()} rows per channel, expected {end - first}")
+        parts.append(
+            {
+                "count": end - first,
+                "sum": messages[:, :, 1].sum(axis=0),
+                "sumsq": messages[:, :, 2].sum(axis=0),
+                "min": messages[:, :, 3].min(axis=0),
+                "max": messages[:, :, 4].max(axis=0),
+            }
+        )
+    _check_spool(spool, received)
+    return parts
+
+
 def _with_halo(months_dir: Path, names: list[str], index: int, halo: int) -> np.ndarray:
     """Month `index`'s rows followed by the next `halo` rows of the series (from the following months)."""
     parts = [np.load(months_dir / f"{names[index]}.npy")]
@@ -251,15 +416,21 @@ def _with_halo(months_dir: Path, names: list[str], index: int, halo: int) -> np.
 
 
 def regroup(work_dir: Path, params: Params, progress: Progress) -> None:
-    """Reduce the monthly moments, then rewrite each month as z-scores, with a halo of the next lags - 1 rows.
+    """Reduce the moments' messages, then rewrite each month as z-scores, with a halo of the next lags - 1 rows.
 
     The halo is what lets each correlation task see the pairs (t, t + lag) that cross into the next month.
+    A rerun after the spool was consumed uses global.json, the reduce's result.
     """
-    names = [name for name, _, _ in _series_months(work_dir)]
-    paths = [work_dir / "moments" / f"{name}.json" for name in names]
-    require(*paths, *(work_dir / "months" / f"{name}.npy" for name in names))
-    overall = combine([json.loads(path.read_text()) for path in paths])
-    _write_json(work_dir / "global.json", overall)
+    months = _series_months(work_dir)
+    names = [name for name, _, _ in months]
+    require(*(work_dir / "months" / f"{name}.npy" for name in names))
+    spool = _spool(work_dir, "moments")
+    if spool.exists() or not (work_dir / "global.json").exists():
+        overall = combine(_reduce_moments(work_dir, params, months))
+        _write_json(work_dir / "global.json", overall)
+        _consume(spool)
+    else:
+        overall = json.loads((work_dir / "global.json").read_text())
     mean, std = np.array(overall["mean"]), np.array(overall["std"])
     std[std == 0] = 1.0  # a constant channel: z-scores of 0, correlations of 0
     (work_dir / "normalized").mkdir(exist_ok=True)
@@ -272,20 +443,40 @@ def regroup(work_dir: Path, params: Params, progress: Progress) -> None:
 # -- correlations -----------------------------------------------------------------------
 
 
-def _month_cross(work_dir: Path, lags: int, month: tuple[str, int, int]) -> None:
-    """Channel x channel sums of z[t] z[t + lag] over this month's t, for every lag (lags x C x C)."""
+def _month_cross(work_dir: Path, params: Params, month: tuple[str, int, int]) -> None:
+    """Sums of z[t, i] z[t + lag, j] over each block's t: one message (lags x C) per block and channel i."""
     name, first, end = month
+    lags, size = int(params["lags"]), int(params["message_minutes"])
     rows = np.load(work_dir / "normalized" / f"{name}.npy")
-    own = end - first
-    cross = np.empty((lags, rows.shape[1], rows.shape[1]))
+    own, channels = end - first, rows.shape[1]
+    blocks = _blocks(own, params)
+    left, right = np.zeros((blocks * size, channels)), np.zeros((blocks * size, channels))
+    cross = np.empty((blocks, channels, lags, channels))
     for lag in range(lags):
-        pairs = min(own, rows.shape[0] - lag)
-        cross[lag] = rows[:pairs].T @ rows[lag : lag + pairs]
-    _save(work_dir / "cross" / f"{name}.npy", cross)
+        pairs = min(own, rows.shape[0] - lag)  # fewer at the end of the series; the zero padding adds nothing
+        left[:pairs], left[pairs:] = rows[:pairs], 0.0
+        right[:pairs], right[pairs:] = rows[lag : lag + pairs], 0.0
+        a = left.reshape(blocks, size, channels)
+        cross[:, :, lag, :] = np.matmul(a.transpose(0, 2, 1), right.reshape(blocks, size, channels))
+    _send_all(_spool(work_dir, "correlations"), name, cross.reshape(blocks, channels, lags * channels))
+
+
+def _reduce_cross(work_dir: Path, params: Params, months: list[tuple[str, int, int]], channels: int) -> np.ndarray:
+    """The whole series' cross-products [lag, i, j] from every month's messages."""
+    spool = _spool(work_dir, "correlations")
+    require(spool)
+    lags = int(params["lags"])
+    total, received = np.zeros((channels, lags * channels)), 0
+    for name, first, end in months:
+        blocks = _blocks(end - first, params)
+        total += _receive(spool, name, blocks, channels, lags * channels).sum(axis=0)
+        received += blocks * channels
+    _check_spool(spool, received)
+    return total.reshape(channels, lags, channels).transpose(1, 0, 2)
 
 
 def correlations(work_dir: Path, params: Params, progress: Progress) -> None:
-    """Per-month lagged cross-products in parallel, then the final reduce into statistics.json and lagged.npy.
+    """Per-month lagged cross-products in parallel, sent as durable messages, then the final reduce.
 
     lagged.npy[lag, i, j] is the correlation of channel i at t with channel j at t + lag;
     lag 0 is the usual correlation matrix, also written into statistics.json.
@@ -293,16 +484,17 @@ def correlations(work_dir: Path, params: Params, progress: Progress) -> None:
     months = _series_months(work_dir)
     lags = int(params["lags"])
     require(work_dir / "global.json", *(work_dir / "normalized" / f"{name}.npy" for name, _, _ in months))
-    (work_dir / "cross").mkdir(exist_ok=True)
-    parallel_map(partial(_month_cross, work_dir, lags), months, progress, processes=True)
+    meta = json.loads((work_dir / "series.json").read_text())
+    _fresh_spool(work_dir, "correlations")
+    parallel_map(partial(_month_cross, work_dir, params), months, progress, processes=True)
     overall = json.loads((work_dir / "global.json").read_text())
-    cross = sum(np.load(work_dir / "cross" / f"{name}.npy") for name, _, _ in months)
+    cross = _reduce_cross(work_dir, params, months, len(meta["channels"]))
     pairs = np.maximum(overall["count"] - np.arange(lags), 1)
     lagged = cross / pairs[:, None, None]
     _save(work_dir / "lagged.npy", lagged)
-    meta = json.loads((work_dir / "series.json").read_text())
     result = {"channels": meta["channels"], **overall, "lags": lags, "correlation": lagged[0].tolist()}
     _write_json(work_dir / "statistics.json", result)
+    _consume(_spool(work_dir, "correlations"))
 
 
 STAGES = {"generate": generate, "read": read, "moments": moments, "regroup": regroup, "correlations": correlations}
