@@ -11,9 +11,12 @@ chosen so that it alone explains a difference:
   container's cgroup CPU seconds over its runtime) and the peak memory;
 - parallel stages alone on one core: with the run on ``C`` cores, Amdahl's
   serial fraction;
-- alone under a quota of half its measured CPU demand: how much of the stage
-  slows with its CPU (the compute share, ``1 - io``), since a stage waiting on
-  files or messages barely notices a smaller quota;
+- alone under a quota of half its measured CPU demand, and under half its
+  allocation (the quota Static lends it down to): together, how much of the
+  stage slows with its CPU (the compute share, ``1 - io``: a stage waiting on
+  files or messages barely notices a smaller quota) and how bursty its demand
+  is (the stage's throttle sharpness: CFS enforces quotas per 100 ms period, so
+  a stage of short bursts is throttled even under a quota above its mean);
 - pairs of stages from different workflows (and two copies of one) on the same
   cores, each under half of them, as Static lending runs them: what remains of
   their slowdown after the quota is contention (``beta_io``, ``beta_mem``).
@@ -72,6 +75,7 @@ class StageMeasurements:
     full: Measured
     one_core: Measured | None
     throttled: Measured
+    half: Measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +96,10 @@ def _clamp(value: float, low: float, high: float) -> float:
     return min(high, max(low, value))
 
 
+SHARPNESS_GRID = (1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 48.0, 64.0)
+"""Throttle sharpness values tried per stage (k of the soft min; large = a hard min)."""
+
+
 def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = MEMORY_PER_CORE_MIB) -> StageProfile:
     """A stage's profile from its runs alone (see the module docstring for which run gives what)."""
     usable = host_cores if m.parallel else 1
@@ -101,12 +109,24 @@ def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = ME
     if m.parallel and m.one_core is not None and host_cores > 1:
         work = m.one_core.wall
         serial = _clamp((host_cores * m.full.wall / work - 1) / (host_cores - 1), 0.0, 1.0)
-    provisional = StageProfile(m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0)
-    rate = cpu_rate(provisional, host_cores, m.throttled.quota, shipped_params().throttle_sharpness)
+    base = StageProfile(m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0)
+    fits = [_fit_throttling(base, m, host_cores, k) for k in SHARPNESS_GRID]
+    _, k, io = min(fits)
+    return replace(base, io=io, throttle_sharpness=k)
+
+
+def _fit_throttling(base: StageProfile, m: StageMeasurements, cores: int, k: float) -> tuple[float, float, float]:
+    """(squared log error of both throttled runs, k, io): io solved from the run at half the demand."""
+    rate = cpu_rate(base, cores, m.throttled.quota, k)
     ratio = m.throttled.wall / m.full.wall
     # t = (1 - io) / r + io: solve for io; with r near 1 the run says nothing, so count it as compute.
     io = 0.0 if rate > 0.98 else _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0)
-    return replace(provisional, io=io)
+    error = 0.0
+    for run in (m.throttled, m.half):
+        r = cpu_rate(base, cores, run.quota, k)
+        predicted = (1 - io) / r + io if r > 0 else math.inf
+        error += math.log(predicted / (run.wall / m.full.wall)) ** 2
+    return error, k, io
 
 
 def predicted_pair(
@@ -154,7 +174,7 @@ def fit_interference(
     base = base or shipped_params()
     if not pairs:
         return base
-    grid = [i * 0.05 for i in range(0, 81)]  # 0 .. 4
+    grid = [i * 0.1 for i in range(0, 81)]  # 0 .. 8
 
     def error(beta_io: float, beta_mem: float) -> float:
         params = replace(base, beta_io=beta_io, beta_mem=beta_mem)
@@ -178,6 +198,8 @@ def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams,
         lines += [f"cpu = {p.cpu:.4g}", f"mem = {p.mem:.4g}", f"io = {p.io:.4g}", f"work = {p.work:.4g}"]
         if p.parallel:
             lines.append(f"serial_fraction = {p.serial_fraction:.4g}")
+        if p.throttle_sharpness is not None:
+            lines.append(f"throttle_sharpness = {p.throttle_sharpness:g}")
         lines.append(f"tasks = {p.tasks}")
     return "\n".join(lines) + "\n"
 
@@ -282,8 +304,12 @@ def calibrate(
             one = runner.run(app, stage, data, cpus[:1], 1, 1.0) if parallel and host > 1 else None
             quota = max(0.05, round(full.busy / 2, 3))
             throttled = runner.run(app, stage, data, cpus, host, quota)
-            measured.append(StageMeasurements(f"{app}.{stage}", parallel, tasks[stage], full, one, throttled))
-            log(f"{app}.{stage}: {full.wall:.2f} s alone, {full.busy:.2f} CPUs busy, {throttled.wall:.2f} s at {quota}")
+            half = runner.run(app, stage, data, cpus, host, host / 2)
+            measured.append(StageMeasurements(f"{app}.{stage}", parallel, tasks[stage], full, one, throttled, half))
+            log(
+                f"{app}.{stage}: {full.wall:.2f} s alone, {full.busy:.2f} CPUs busy, "
+                f"{throttled.wall:.2f} s at {quota}, {half.wall:.2f} s at {host / 2}"
+            )
     profiles = {m.app_class: fit_profile(m, host) for m in measured}
     observed: list[PairMeasurement] = []
     if pairs and host > 1:

@@ -33,7 +33,9 @@ runs at the rate::
 ``g`` is a soft ``min(1, x)``: demand fluctuates around its mean ``u``, so a quota
 just above the mean still throttles bursts (CFS quotas are enforced per 100 ms
 period), while a quota far above it costs nothing. Normalising by ``g(c / u)`` makes
-``r = 1`` at full quota; ``k`` is ``throttle_sharpness`` (large = hard minimum).
+``r = 1`` at full quota; ``k`` is ``throttle_sharpness`` (large = hard minimum), from
+``[interference]`` or, where a profile measured its own, from the profile: a stage of
+many short bursts (Statistics' fsynced messages) is throttled well below its mean.
 
 Contention with a neighbour on the same cores, running at activity ``a`` (its own
 speed alone under its quota: a throttled neighbour issues less I/O and memory
@@ -112,6 +114,8 @@ class StageProfile:
     work: float
     tasks: int
     serial_fraction: float = 1.0
+    throttle_sharpness: float | None = None
+    """This stage's own k of the soft min (None: the [interference] one)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ConfigError:
@@ -129,6 +133,10 @@ class StageProfile:
             raise bad("work", "a positive number of seconds")
         if not isinstance(self.tasks, int) or isinstance(self.tasks, bool) or self.tasks < 1:
             raise bad("tasks", "an integer >= 1")
+        if self.throttle_sharpness is not None and (
+            not _is_number(self.throttle_sharpness) or self.throttle_sharpness < 1
+        ):
+            raise bad("throttle_sharpness", "a number >= 1")
 
     def demand(self, cores: int) -> float:
         """CPUs kept busy alone at full quota: `cpu` of all cores, or of one if sequential."""
@@ -157,7 +165,7 @@ class InterferenceParams:
 # -- Loading -------------------------------------------------------------------------
 
 _PROFILE_REQUIRED: Final = ("parallel", "cpu", "mem", "io", "work", "tasks")
-_PROFILE_KEYS: Final = frozenset((*_PROFILE_REQUIRED, "serial_fraction"))
+_PROFILE_KEYS: Final = frozenset((*_PROFILE_REQUIRED, "serial_fraction", "throttle_sharpness"))
 _PARAM_KEYS: Final = ("beta_io", "beta_mem", "throttle_sharpness")
 
 
@@ -315,10 +323,11 @@ def speed(
         neighbour_q = min(float(neighbour_quota), float(cores))
         wanted = min(neighbour_q, neighbour.demand(cores))
         quota = min(quota, max(cores - wanted, cores / 2))
-        activity = 1.0 / _slowdown(neighbour, cpu_rate(neighbour, cores, neighbour_q, p.throttle_sharpness), 1, 1)
+        neighbour_k = neighbour.throttle_sharpness or p.throttle_sharpness
+        activity = 1.0 / _slowdown(neighbour, cpu_rate(neighbour, cores, neighbour_q, neighbour_k), 1, 1)
         f_io += p.beta_io * profile.io * neighbour.io * activity
         f_mem += p.beta_mem * profile.mem * neighbour.mem * activity
-    rate = cpu_rate(profile, cores, quota, p.throttle_sharpness)
+    rate = cpu_rate(profile, cores, quota, profile.throttle_sharpness or p.throttle_sharpness)
     if rate <= 0.0:
         return 0.0
     return min(1.0, 1.0 / _slowdown(profile, rate, f_io, f_mem))

@@ -9,8 +9,10 @@ run's outputs (exit status 1 when they are wrong).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -128,11 +130,22 @@ def _calibrate(args: argparse.Namespace) -> int:
         "CPU demand; pairs ran together on all CPUs at half quota each. See cosched/calibration.py.",
         "The [interference] betas come from the pairs (least squares on log runtimes).",
     ]
-    args.out.write_text(profiles_toml(result.profiles, result.params, header))
-    print(
-        f"wrote {args.out} ({len(result.profiles)} profiles, beta_io {result.params.beta_io}, "
-        f"beta_mem {result.params.beta_mem})"
-    )
+    profiles, params = result.profiles, result.params
+    if set(args.apps) != set(APPS) and args.out.exists():
+        # Recalibrating some workflows: the others' profiles (and, without pairs, the betas) stay.
+        from cosched.interference import load_params, load_profiles
+
+        kept = {name: p for name, p in load_profiles(args.out).items() if name.split(".")[0] not in args.apps}
+        profiles = {**kept, **profiles}
+        if not result.pairs:
+            params = load_params(args.out)
+        previous = [line[2:] for line in args.out.read_text().splitlines() if line.startswith("# ")]
+        again = f"Then {', '.join(args.apps)} recalibrated alone ({date.today().isoformat()}):"
+        header = [*previous, again, *header[2:3]]
+    args.out.write_text(profiles_toml(profiles, params, header))
+    raw = {"stages": [asdict(m) for m in result.stages], "pairs": [asdict(m) for m in result.pairs]}
+    args.out.with_suffix(".measurements.json").write_text(json.dumps(raw, indent=1))
+    print(f"wrote {args.out} ({len(profiles)} profiles, beta_io {params.beta_io}, beta_mem {params.beta_mem})")
     return 0
 
 

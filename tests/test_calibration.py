@@ -44,17 +44,19 @@ def _measure(profile: StageProfile) -> StageMeasurements:
     one = None
     if profile.parallel:
         one = Measured(runtime_alone(profile, 1), 0.0, 0, 1, 1.0)
-    quota = busy / 2
-    throttled = Measured(full_wall / speed(profile, HOST, quota, params=PARAMS), 0.0, 0, HOST, quota)
-    return StageMeasurements(profile.app_class, profile.parallel, profile.tasks, full, one, throttled)
+    runs = []
+    for quota in (busy / 2, HOST / 2):
+        runs.append(Measured(full_wall / speed(profile, HOST, quota, params=PARAMS), 0.0, 0, HOST, quota))
+    return StageMeasurements(profile.app_class, profile.parallel, profile.tasks, full, one, *runs)
 
 
 @pytest.mark.parametrize(
     "profile",
     [
-        StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1),
-        StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4),
-        StageProfile("a.seq", False, 0.8, 0.1, 0.3, 12.0, 1),
+        StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0),
+        StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4, 8.0),
+        StageProfile("a.bursty", True, 0.45, 0.05, 0.2, 40.0, 8, 0.4, 2.0),
+        StageProfile("a.seq", False, 0.8, 0.1, 0.3, 12.0, 1, 1.0, 4.0),
     ],
 )
 def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile: StageProfile) -> None:
@@ -63,6 +65,7 @@ def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile
     assert fitted.cpu == pytest.approx(profile.cpu, rel=1e-6)
     assert fitted.mem == pytest.approx(profile.mem, rel=1e-6)
     assert fitted.io == pytest.approx(profile.io, abs=1e-6)
+    assert fitted.throttle_sharpness == profile.throttle_sharpness
     assert fitted.work == pytest.approx(profile.work, rel=1e-6)
     assert runtime_alone(fitted, HOST) == pytest.approx(runtime_alone(profile, HOST), rel=1e-6)
     if profile.parallel:

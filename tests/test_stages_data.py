@@ -225,16 +225,21 @@ def expected_messages(work_dir: Path) -> int:
 
 
 def test_statistics_spool_is_consumed_by_the_reduce(tmp_path: Path, finished, tmp_path_factory):
-    """moments leaves one durable message per block and channel; regroup reduces them and removes the spool."""
+    """moments leaves one durable message per block and channel; regroup reduces them, correlations removes them."""
     assert not (workflow_dir("statistics", finished, tmp_path_factory) / "messages").exists()
     work_dir = tampered_copy("statistics", finished, tmp_path_factory)
     assert run_stage("statistics", "moments", work_dir, tmp_path / "progress").returncode == 0
     spool = work_dir / "messages" / "moments"
     assert len(list(spool.glob("*.msg"))) == len(list(spool.iterdir())) == expected_messages(work_dir)
     assert not (work_dir / "global.json").exists()
-    for stage in ("regroup", "correlations"):
-        done = run_stage("statistics", stage, work_dir, tmp_path / "progress")
-        assert done.returncode == 0, done.stderr
+    done = run_stage("statistics", "regroup", work_dir, tmp_path / "progress")
+    assert done.returncode == 0, done.stderr
+    reduced = (work_dir / "global.json").read_text()
+    assert len(list(spool.glob("*.msg"))) == expected_messages(work_dir)  # kept: a rerun redoes the same work
+    done = run_stage("statistics", "regroup", work_dir, tmp_path / "progress")
+    assert done.returncode == 0 and (work_dir / "global.json").read_text() == reduced
+    done = run_stage("statistics", "correlations", work_dir, tmp_path / "progress")
+    assert done.returncode == 0, done.stderr
     assert not (work_dir / "messages").exists()
     assert statistics.verify(work_dir, statistics.DEFAULTS) == []
 

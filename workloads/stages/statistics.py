@@ -26,10 +26,10 @@ Files in the working directory:
     series.npy, series.json             generate (float32, minutes x channels; start, step, channel names)
     months/YYYY-MM.npy                  read (rows of one calendar month)
     messages/moments/*.msg              moments (count, sum, sum of squares, min, max of a block and channel)
-    global.json, normalized/YYYY-MM.npy regroup: the moments' reduce (global moments; consumes the spool),
+    global.json, normalized/YYYY-MM.npy regroup: the moments' reduce (global moments; the spool stays),
                                         month rows as z-scores (float64) with a halo of lags - 1 rows
     messages/correlations/*.msg         correlations (a block's cross-products of channel i at lags 0 .. lags - 1)
-    statistics.json, lagged.npy         correlations' final reduce (the results; consumes the spool)
+    statistics.json, lagged.npy         correlations' final reduce (the results; consumes both spools)
 """
 
 from __future__ import annotations
@@ -419,7 +419,9 @@ def regroup(work_dir: Path, params: Params, progress: Progress) -> None:
     """Reduce the moments' messages, then rewrite each month as z-scores, with a halo of the next lags - 1 rows.
 
     The halo is what lets each correlation task see the pairs (t, t + lag) that cross into the next month.
-    A rerun after the spool was consumed uses global.json, the reduce's result.
+    The spool stays until correlations has written the results, so that a rerun of regroup
+    (after a kill, or calibration's repeated runs) does the same work; once it is gone, a
+    rerun uses global.json, the reduce's result.
     """
     months = _series_months(work_dir)
     names = [name for name, _, _ in months]
@@ -428,7 +430,6 @@ def regroup(work_dir: Path, params: Params, progress: Progress) -> None:
     if spool.exists() or not (work_dir / "global.json").exists():
         overall = combine(_reduce_moments(work_dir, params, months))
         _write_json(work_dir / "global.json", overall)
-        _consume(spool)
     else:
         overall = json.loads((work_dir / "global.json").read_text())
     mean, std = np.array(overall["mean"]), np.array(overall["std"])
@@ -495,6 +496,9 @@ def correlations(work_dir: Path, params: Params, progress: Progress) -> None:
     result = {"channels": meta["channels"], **overall, "lags": lags, "correlation": lagged[0].tolist()}
     _write_json(work_dir / "statistics.json", result)
     _consume(_spool(work_dir, "correlations"))
+    moments_spool = _spool(work_dir, "moments")
+    if moments_spool.exists():  # reduced by regroup into global.json, kept until the results exist
+        _consume(moments_spool)
 
 
 STAGES = {"generate": generate, "read": read, "moments": moments, "regroup": regroup, "correlations": correlations}
