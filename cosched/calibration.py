@@ -12,11 +12,14 @@ chosen so that it alone explains a difference:
 - parallel stages alone on one core: with the run on ``C`` cores, Amdahl's
   serial fraction;
 - alone under a quota of half its measured CPU demand, and under half its
-  allocation (the quota Static lends it down to): together, how much of the
-  stage slows with its CPU (the compute share, ``1 - io``: a stage waiting on
-  files or messages barely notices a smaller quota) and how bursty its demand
-  is (the stage's throttle sharpness: CFS enforces quotas per 100 ms period, so
-  a stage of short bursts is throttled even under a quota above its mean);
+  allocation next to a CPU-bound neighbour on the same cores (what Static
+  lending does to a host): together, how much of the stage slows with its CPU
+  (the compute share, ``1 - io``: a stage waiting on files or messages barely
+  notices a smaller quota) and how bursty its demand is (the stage's throttle
+  sharpness: CFS enforces quotas per 100 ms period, so a stage of short bursts
+  is throttled even under a quota above its mean). The neighbour matters: on
+  an otherwise idle machine a throttled, fsync-bound stage waits far longer
+  for its wake-ups than next to a busy neighbour, and lending always has one;
 - pairs of stages from different workflows (and two copies of one) on the same
   cores, each under half of them, as Static lending runs them: what remains of
   their slowdown after the quota is contention (``beta_io``, ``beta_mem``).
@@ -42,13 +45,20 @@ from pathlib import Path
 from typing import Any
 
 from cosched.errors import ConfigError
-from cosched.interference import InterferenceParams, StageProfile, cpu_rate, shipped_params, speed
+from cosched.interference import InterferenceParams, StageProfile, cpu_rate, runtime_alone, shipped_params, speed
 from workloads.real import size_params, stage_dag, stage_module
 from workloads.workflows import APPS
 
 MEMORY_PER_CORE_MIB = 1024
 """Memory per allocated core, as the daemon grants by default (`cluster.default_memory_per_core`)."""
 LABEL = "cosched.calibrate"
+BURNER = (
+    "import os\nfrom multiprocessing import Process\n"
+    "def spin():\n    while True: pass\n"
+    "ps = [Process(target=spin) for _ in range(int(os.environ['COSCHED_CORES']))]\n"
+    "[p.start() for p in ps]; [p.join() for p in ps]\n"
+)
+"""A CPU-bound guest: one spinning process per core."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +118,7 @@ def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = ME
     work, serial = m.full.wall, 1.0
     if m.parallel and m.one_core is not None and host_cores > 1:
         work = m.one_core.wall
-        serial = _clamp((host_cores * m.full.wall / work - 1) / (host_cores - 1), 0.0, 1.0)
+        serial = _clamp((host_cores * m.full.wall / work - 1) / (host_cores - 1), -1.0, 1.0)
     base = StageProfile(m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0)
     fits = [_fit_throttling(base, m, host_cores, k) for k in SHARPNESS_GRID]
     _, k, io = min(fits)
@@ -141,7 +151,7 @@ def predicted_pair(
     Together until the first ends, each at its co-located speed; the other then
     finishes alone under its quota. Runtimes alone at full quota are the profiles'.
     """
-    alone = [_alone(first, cores), _alone(second, cores)]
+    alone = [runtime_alone(first, cores), runtime_alone(second, cores)]
     together = [
         speed(first, cores, quota, second, quota, params=params),
         speed(second, cores, quota, first, quota, params=params),
@@ -155,13 +165,6 @@ def predicted_pair(
     times[early] = finish[early]
     times[late] = finish[early] + (1 - done) * alone[late] / solo[late]
     return times[0], times[1]
-
-
-def _alone(profile: StageProfile, cores: int) -> float:
-    if not profile.parallel:
-        return profile.work
-    s = profile.serial_fraction
-    return profile.work * (s + (1 - s) / cores)
 
 
 def fit_interference(
@@ -253,6 +256,27 @@ class StageRunner:
         container = self.start(app, stage, data_dir, cpus, cores, quota)
         return self.finish(container, data_dir, stage, cores, quota)
 
+    def run_beside_burner(
+        self, app: str, stage: str, data_dir: Path, cpus: Sequence[int], cores: int, quota: float
+    ) -> Measured:
+        """The stage under `quota`, sharing its cores with a CPU-bound guest that has the rest."""
+        burner = self.client.containers.run(
+            self.image,
+            ["python3", "-c", BURNER],
+            name=f"cosched-calibrate-{uuid.uuid4().hex[:10]}",
+            labels={LABEL: "1"},
+            environment={"COSCHED_CORES": str(cores)},
+            cpuset_cpus=",".join(map(str, cpus)),
+            cpu_period=self.cpu_period,
+            cpu_quota=max(1000, int((cores - quota) * self.cpu_period)),
+            network_mode="none",
+            detach=True,
+        )
+        try:
+            return self.run(app, stage, data_dir, cpus, cores, quota)
+        finally:
+            burner.remove(force=True)
+
 
 def _seconds(stamp: str) -> float:
     """Docker's RFC 3339 time with nanoseconds, as epoch seconds."""
@@ -304,7 +328,7 @@ def calibrate(
             one = runner.run(app, stage, data, cpus[:1], 1, 1.0) if parallel and host > 1 else None
             quota = max(0.05, round(full.busy / 2, 3))
             throttled = runner.run(app, stage, data, cpus, host, quota)
-            half = runner.run(app, stage, data, cpus, host, host / 2)
+            half = runner.run_beside_burner(app, stage, data, cpus, host, host / 2)
             measured.append(StageMeasurements(f"{app}.{stage}", parallel, tasks[stage], full, one, throttled, half))
             log(
                 f"{app}.{stage}: {full.wall:.2f} s alone, {full.busy:.2f} CPUs busy, "
@@ -350,3 +374,26 @@ def machine_description(cpus: Sequence[int]) -> str:
         pass
     cgroup = "v2" if Path("/sys/fs/cgroup/cgroup.controllers").exists() else "v1"
     return f"{model}, {len(cpus)} CPUs ({','.join(map(str, cpus))}), Linux {platform.release()}, cgroup {cgroup}"
+
+
+def refit(document: dict[str, Any], host_cores: int) -> Calibration:
+    """The fit again from saved raw measurements (``<profiles>.measurements.json``), without runs."""
+
+    def measured(item: dict[str, Any] | None) -> Measured | None:
+        return None if item is None else Measured(**item)
+
+    try:
+        stages = [
+            StageMeasurements(
+                m["app_class"],
+                m["parallel"],
+                m["tasks"],
+                *(measured(m[key]) for key in ("full", "one_core", "throttled", "half")),  # type: ignore[arg-type]
+            )
+            for m in document["stages"]
+        ]
+        pairs = [PairMeasurement(**pair) for pair in document["pairs"]]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"not a calibration measurements file: {exc}") from None
+    profiles = {m.app_class: fit_profile(m, host_cores) for m in stages}
+    return Calibration(stages, pairs, profiles, fit_interference(pairs, profiles, host_cores), host_cores, 0.0)

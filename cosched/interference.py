@@ -24,6 +24,12 @@ not shrink with more cores: serial sections, per-task fixed costs, synchronisati
     T(c) = work * (s + (1 - s) / c)     parallel stage
     T(c) = work                         sequential stage
 
+A measured speed-up can beat Amdahl's: a stage waiting on wake-ups (fsync-bound
+messages) runs more than twice as fast on two cores as on one, since the second
+core hides the first one's waits. Calibration then records ``s < 0`` (down to
+-1), which interpolates between the core counts it measured; ``T(c)`` is never
+taken below ``work / c**2``.
+
 CPU demand, the cores it keeps busy alone: ``u = cpu * c`` (parallel) or ``cpu``
 (sequential, one core). Under a quota ``q`` CPUs (clamped to ``c``), its compute
 runs at the rate::
@@ -125,10 +131,12 @@ class StageProfile:
             raise bad("parallel", "true or false")
         if not _is_number(self.cpu) or not 0 < self.cpu <= 1:
             raise bad("cpu", "in (0, 1]")
-        for name in ("mem", "io", "serial_fraction"):
+        for name in ("mem", "io"):
             value = getattr(self, name)
             if not _is_number(value) or not 0 <= value <= 1:
                 raise bad(name, "in [0, 1]")
+        if not _is_number(self.serial_fraction) or not -1 <= self.serial_fraction <= 1:
+            raise bad("serial_fraction", "in [-1, 1] (negative: a measured superlinear speed-up)")
         if not _is_number(self.work) or self.work <= 0:
             raise bad("work", "a positive number of seconds")
         if not isinstance(self.tasks, int) or isinstance(self.tasks, bool) or self.tasks < 1:
@@ -275,7 +283,7 @@ def runtime_alone(profile: StageProfile, cores: int) -> float:
     if not profile.parallel:
         return profile.work
     s = profile.serial_fraction
-    return profile.work * (s + (1.0 - s) / cores)
+    return profile.work * max(s + (1.0 - s) / cores, 1.0 / cores**2)
 
 
 def _soft_min1(x: float, k: float) -> float:

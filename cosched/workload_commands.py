@@ -49,6 +49,7 @@ def add_workload_commands(commands: Any, parser_class: type) -> None:
     cp.add_argument("--out", type=Path, default=Path("profiles-host.toml"), help="profiles file to write")
     cp.add_argument("--dir", type=Path, help="scratch directory for the stages' data (default: a temporary one)")
     cp.add_argument("--no-pairs", action="store_true", help="skip the co-located pairs (keep the shipped betas)")
+    cp.add_argument("--refit", type=Path, metavar="MEASUREMENTS", help="fit again from a saved measurements file")
     cp.set_defaults(handler=_calibrate)
 
 
@@ -113,9 +114,23 @@ def _calibrate(args: argparse.Namespace) -> int:
     from cosched.experiments.asax_real import host_cpus
     from workloads.images import workflow_image
 
+    cpus = host_cpus()
+    if args.refit is not None:
+        from cosched.calibration import refit
+
+        try:
+            document = json.loads(args.refit.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{args.refit}: cannot read measurements: {exc}") from None
+        result = refit(document, len(cpus))
+        args.out.write_text(profiles_toml(result.profiles, result.params, _refit_header(args.out, args.refit)))
+        print(
+            f"wrote {args.out} ({len(result.profiles)} profiles, beta_io {result.params.beta_io}, "
+            f"beta_mem {result.params.beta_mem})"
+        )
+        return 0
     client = _engine()
     image = workflow_image(client, log=_say)
-    cpus = host_cpus()
     root = _scratch(args.dir, "cosched-calibrate-")
     try:
         result = calibrate(client, image, root, cpus, size=args.size, apps=args.apps, pairs=not args.no_pairs, log=_say)
@@ -126,8 +141,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"Stage profiles measured by `cosched calibrate --size {args.size}` on {date.today().isoformat()}:",
         machine_description(cpus) + ".",
         f"Image {image}; {len(result.stages)} stages, {len(result.pairs)} pairs, {result.seconds:.0f} s of runs.",
-        "Each stage ran alone on all CPUs, on one CPU (parallel stages) and under half its measured",
-        "CPU demand; pairs ran together on all CPUs at half quota each. See cosched/calibration.py.",
+        "Each stage ran alone on all CPUs, on one CPU (parallel stages), under half its measured CPU",
+        "demand, and at half its allocation beside a CPU-bound neighbour; pairs ran together on all",
+        "CPUs at half quota each. See cosched/calibration.py; raw runs in profiles-host.measurements.json.",
         "The [interference] betas come from the pairs (least squares on log runtimes).",
     ]
     profiles, params = result.profiles, result.params
@@ -238,3 +254,12 @@ def _workloads_verify(args: argparse.Namespace) -> int:
     if not problems:
         print(f"{args.app}: outputs in {args.dir} are right")
     return 1 if problems else 0
+
+
+def _refit_header(out: Path, measurements: Path) -> list[str]:
+    from datetime import date
+
+    previous = []
+    if out.exists():
+        previous = [line[2:] for line in out.read_text().splitlines() if line.startswith("# ") and "refit" not in line]
+    return [*previous, f"Profiles refitted from {measurements.name} on {date.today().isoformat()}."]

@@ -177,3 +177,18 @@ def test_predict_without_lending_gives_each_workflow_its_runtime_alone() -> None
     lent = [w for w in static.workflows if w.quota_seconds < w.runtime * w.cores * 0.99]
     assert lent  # Static co-located some stages on half an allocation
     assert all(w.ok for w in static.workflows)
+
+
+def test_refit_from_saved_measurements_gives_the_same_profiles() -> None:
+    from dataclasses import asdict
+
+    from cosched.calibration import refit
+
+    measurements = [_measure(StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0))]
+    pairs = [PairMeasurement("a.cpu", "a.cpu", 1.0, 230.0, 231.0)]
+    document = {"stages": [asdict(m) for m in measurements], "pairs": [asdict(p) for p in pairs]}
+    again = refit(document, HOST)
+    assert again.profiles == {"a.cpu": fit_profile(measurements[0], HOST)}
+    assert again.params == fit_interference(pairs, again.profiles, HOST)
+    with pytest.raises(Exception, match="not a calibration measurements file"):
+        refit({"stages": [{"app_class": "x"}], "pairs": []}, HOST)
