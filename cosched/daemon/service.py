@@ -245,17 +245,27 @@ class Daemon:
 
     # -- the scheduling pass ------------------------------------------------
     def schedule(self) -> None:
-        """One pass: collect ends, step the core, write the plan, carry it out."""
+        """One pass: collect ends, step the core, write the plan, carry it out.
+
+        When stage ends released workflow stages, a second pass follows at once, so a
+        stage starts in the pass that saw its predecessor end rather than one interval later.
+        """
+        with self.lock:
+            if self._pass():
+                self._pass()
+
+    def _pass(self) -> bool:
+        """The pass itself; True when it submitted workflow stages that the core has not seen."""
         with self.lock:
             if not self._engine_ready():
-                return
+                return False
             started = time.perf_counter()
             now = self.clock()
             try:
                 ends = self._collect_ends(now)
             except EngineUnavailable as exc:
                 self._engine_lost(exc)
-                return
+                return False
             events: list[Event] = []
             ended_now: set[int] = set()
             for end in ends:
@@ -275,6 +285,7 @@ class Daemon:
                 record = self.store.job(job_id)
                 self._queue(job_id, document, now, record["workflow"] if record else None)
             self.metrics.observe_pass(self, time.perf_counter() - started)
+            return bool(plan.submitted)
 
     def _collect_ends(self, now: float) -> list[_End]:
         """Jobs whose containers stopped (or never could start) since the last pass."""
