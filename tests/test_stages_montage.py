@@ -1,38 +1,20 @@
 """The Montage stages: FITS and WCS helpers everywhere, the whole workflow where Montage is installed.
 
-CI hosts lack Montage's binaries, so the workflow tests skip there (the container
-tests cover them); the pure-NumPy helpers are tested unconditionally.
+Where the host lacks Montage's binaries (CI), the stages run in the workflow image
+(`tests.stage_runner`); the pure-NumPy helpers need neither.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.stage_runner import run_stage
 from workloads.stages import montage
 from workloads.stages.common import StageError
-
-ROOT = Path(__file__).resolve().parents[1]
-needs_montage = pytest.mark.skipif(shutil.which("mImgtbl") is None, reason="Montage binaries not installed")
-
-
-def run_stage(stage: str, work_dir: Path, progress: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COSCHED_PROGRESS": str(progress), "COSCHED_CORES": "2"}
-    return subprocess.run(
-        [sys.executable, "-m", "workloads.stages", "montage", stage, "--dir", str(work_dir)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
 
 # ---------------------------------------------------------------- without Montage
 
@@ -113,26 +95,22 @@ def test_tiles_are_deterministic_and_share_sources() -> None:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The whole workflow at the test size, each stage checked to finish with total/total progress."""
-    if shutil.which("mImgtbl") is None:
-        pytest.skip("Montage binaries not installed")
     work_dir = tmp_path_factory.mktemp("montage")
     progress = work_dir.parent / "montage.progress"
     counts = montage.tasks(montage.DEFAULTS)
     for stage in montage.STAGES:
-        done = run_stage(stage, work_dir, progress)
+        done = run_stage("montage", stage, work_dir, progress)
         assert done.returncode == 0, f"{stage}: {done.stderr}"
         assert progress.read_text().strip() == f"{counts[stage]}/{counts[stage]}", stage
     return work_dir
 
 
-@needs_montage
 def test_workflow_produces_a_verified_mosaic(finished: Path) -> None:
     assert montage.verify(finished, montage.DEFAULTS) == []
     assert len(montage.read_table(finished / "diffs.tbl")) == len(montage.overlap_pairs(montage.DEFAULTS))
     assert len(list((finished / "fit").glob("*.json"))) == len(montage.overlap_pairs(montage.DEFAULTS))
 
 
-@needs_montage
 def test_verify_catches_a_zeroed_mosaic(finished: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(finished, broken)
@@ -143,7 +121,6 @@ def test_verify_catches_a_zeroed_mosaic(finished: Path, tmp_path: Path) -> None:
     assert any("constant" in problem for problem in problems)
 
 
-@needs_montage
 def test_verify_catches_uncorrected_backgrounds_and_a_bad_png(finished: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(finished, broken)
@@ -155,7 +132,6 @@ def test_verify_catches_uncorrected_backgrounds_and_a_bad_png(finished: Path, tm
     assert any("not a PNG" in problem for problem in problems)
 
 
-@needs_montage
 def test_verify_catches_misplaced_sources(finished: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(finished, broken)
@@ -165,10 +141,9 @@ def test_verify_catches_misplaced_sources(finished: Path, tmp_path: Path) -> Non
     assert any("brightest sources" in problem for problem in montage.verify(broken, montage.DEFAULTS))
 
 
-@needs_montage
 @pytest.mark.parametrize("stage", ["imgtbl", "project", "diff", "bgmodel", "add"])
 def test_stage_without_inputs_fails_naming_the_file(stage: str, tmp_path: Path) -> None:
-    done = run_stage(stage, tmp_path / "empty", tmp_path / "progress")
+    done = run_stage("montage", stage, tmp_path / "empty", tmp_path / "progress")
     assert done.returncode == 1
     lines = [line for line in done.stderr.splitlines() if line.startswith("stage error:")]
     assert len(lines) == 1 and "missing input" in lines[0] and str(tmp_path / "empty") in lines[0]
