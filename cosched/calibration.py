@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import shutil
 import time
@@ -130,7 +131,11 @@ def _fit_throttling(base: StageProfile, m: StageMeasurements, cores: int, k: flo
     rate = cpu_rate(base, cores, m.throttled.quota, k)
     ratio = m.throttled.wall / m.full.wall
     # t = (1 - io) / r + io: solve for io; with r near 1 the run says nothing, so count it as compute.
-    io = 0.0 if rate > 0.98 else _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0)
+    # A stage cannot wait on I/O longer than its CPU sat idle: its cgroup's CPU time (kernel time in
+    # syscalls included) is throttled like any other, so io <= 1 - cpu. Without this bound a
+    # throttled run that happened to beat the run alone (a cold first run, page cache to reclaim)
+    # read as a stage bound wholly on I/O, and the contention term made it crawl next to any neighbour.
+    io = 0.0 if rate > 0.98 else _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0 - base.cpu)
     error = 0.0
     for run in (m.throttled, m.half):
         r = cpu_rate(base, cores, run.quota, k)
@@ -318,17 +323,23 @@ def calibrate(
     runner = StageRunner(client, image, size)
     host = len(cpus)
     measured: list[StageMeasurements] = []
+    inputs: dict[str, Path] = {}  # each app's data as its main stage found it, for the pairs
     for app in apps:
         data = root / app
         shutil.rmtree(data, ignore_errors=True)
         data.mkdir(parents=True)
         tasks = stage_module(app).tasks(size_params(app, size))
         for stage, parallel, _ in stage_dag(app):
-            full = runner.run(app, stage, data, cpus, host, float(host))
-            one = runner.run(app, stage, data, cpus[:1], 1, 1.0) if parallel and host > 1 else None
+            before = _snapshot(data, stage)
+            full = runner.run(app, stage, _restore(before, data), cpus, host, float(host))
+            one = runner.run(app, stage, _restore(before, data), cpus[:1], 1, 1.0) if parallel and host > 1 else None
             quota = max(0.05, round(full.busy / 2, 3))
-            throttled = runner.run(app, stage, data, cpus, host, quota)
-            half = runner.run_beside_burner(app, stage, data, cpus, host, host / 2)
+            throttled = runner.run(app, stage, _restore(before, data), cpus, host, quota)
+            half = runner.run_beside_burner(app, stage, _restore(before, data), cpus, host, host / 2)
+            if stage == main_stage(app):
+                inputs[app] = before
+            else:
+                shutil.rmtree(before)
             measured.append(StageMeasurements(f"{app}.{stage}", parallel, tasks[stage], full, one, throttled, half))
             log(
                 f"{app}.{stage}: {full.wall:.2f} s alone, {full.busy:.2f} CPUs busy, "
@@ -338,19 +349,45 @@ def calibrate(
     observed: list[PairMeasurement] = []
     if pairs and host > 1:
         for first, second in combinations_with_replacement(apps, 2):
-            observed.append(_pair(runner, root, first, second, cpus))
+            observed.append(_pair(runner, root, inputs, first, second, cpus))
             log(f"pair {first}+{second}: {observed[-1].first_wall:.2f} s and {observed[-1].second_wall:.2f} s")
+    for before in inputs.values():
+        shutil.rmtree(before)
     params = fit_interference(observed, profiles, host)
     return Calibration(measured, observed, profiles, params, host, time.monotonic() - began)
 
 
-def _pair(runner: StageRunner, root: Path, first: str, second: str, cpus: Sequence[int]) -> PairMeasurement:
+def _snapshot(data: Path, stage: str) -> Path:
+    """A hard-linked copy of `data` as `stage` is about to find it: cheap even for gigabytes."""
+    before = data.with_name(f"{data.name}.before-{stage}")
+    shutil.rmtree(before, ignore_errors=True)
+    shutil.copytree(data, before, copy_function=os.link)
+    return before
+
+
+def _restore(before: Path, data: Path) -> Path:
+    """`data` as it was in the snapshot, written to disk: every timed run of a stage starts as its first did.
+
+    Why: a rerun on the data its previous run left finds that run's outputs, and
+    removing them is part of its time (Statistics' moments spends more on deleting
+    the last run's 35,000 messages than on its own work), or finds its inputs
+    already consumed by that run (correlations removes the moments' spool). Stages
+    write new files or rename into place, never into an input, so hard links keep
+    the snapshot intact. The sync keeps one run's write-back out of the next.
+    """
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.copytree(before, data, copy_function=os.link)
+    os.sync()
+    return data
+
+
+def _pair(
+    runner: StageRunner, root: Path, inputs: dict[str, Path], first: str, second: str, cpus: Sequence[int]
+) -> PairMeasurement:
     quota = len(cpus) / 2
-    dirs = [root / first, root / second]
-    if first == second:
-        dirs[1] = root / f"{second}-copy"
-        shutil.rmtree(dirs[1], ignore_errors=True)
-        shutil.copytree(dirs[0], dirs[1])
+    dirs = [root / first, root / f"{second}-copy" if first == second else root / second]
+    for app, data in zip((first, second), dirs, strict=True):
+        _restore(inputs[app], data)
     stages = [main_stage(first), main_stage(second)]
     started = [
         runner.start(app, stage, data, cpus, len(cpus), quota)

@@ -147,6 +147,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         "The [interference] betas come from the pairs (least squares on log runtimes).",
     ]
     profiles, params = result.profiles, result.params
+    raw: dict[str, list[Any]] = {
+        "stages": [asdict(m) for m in result.stages],
+        "pairs": [asdict(m) for m in result.pairs],
+    }
+    measurements = args.out.with_suffix(".measurements.json")
     if set(args.apps) != set(APPS) and args.out.exists():
         # Recalibrating some workflows: the others' profiles (and, without pairs, the betas) stay.
         from cosched.interference import load_params, load_profiles
@@ -158,11 +163,21 @@ def _calibrate(args: argparse.Namespace) -> int:
         previous = [line[2:] for line in args.out.read_text().splitlines() if line.startswith("# ")]
         again = f"Then {', '.join(args.apps)} recalibrated alone ({date.today().isoformat()}):"
         header = [*previous, again, *header[2:3]]
+        raw = _merge_measurements(measurements, raw, args.apps)
     args.out.write_text(profiles_toml(profiles, params, header))
-    raw = {"stages": [asdict(m) for m in result.stages], "pairs": [asdict(m) for m in result.pairs]}
-    args.out.with_suffix(".measurements.json").write_text(json.dumps(raw, indent=1))
+    measurements.write_text(json.dumps(raw, indent=1))
     print(f"wrote {args.out} ({len(profiles)} profiles, beta_io {params.beta_io}, beta_mem {params.beta_mem})")
     return 0
+
+
+def _merge_measurements(path: Path, new: dict[str, list[Any]], apps: list[str]) -> dict[str, list[Any]]:
+    """The saved raw runs with `apps`' stages (and, when measured, the pairs) replaced, so `--refit` sees all."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return new
+    kept = [m for m in saved.get("stages", []) if m["app_class"].split(".")[0] not in apps]
+    return {"stages": kept + new["stages"], "pairs": new["pairs"] or saved.get("pairs", [])}
 
 
 def experiment_real(args: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ def _measure(profile: StageProfile) -> StageMeasurements:
         StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0),
         StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4, 8.0),
         StageProfile("a.bursty", True, 0.45, 0.05, 0.2, 40.0, 8, 0.4, 2.0),
-        StageProfile("a.seq", False, 0.8, 0.1, 0.3, 12.0, 1, 1.0, 4.0),
+        StageProfile("a.seq", False, 0.7, 0.1, 0.3, 12.0, 1, 1.0, 4.0),
     ],
 )
 def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile: StageProfile) -> None:
@@ -70,6 +70,15 @@ def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile
     assert runtime_alone(fitted, HOST) == pytest.approx(runtime_alone(profile, HOST), rel=1e-6)
     if profile.parallel:
         assert fitted.serial_fraction == pytest.approx(profile.serial_fraction, abs=1e-6)
+
+
+def test_a_throttled_run_faster_than_alone_cannot_make_a_busy_stage_io_bound() -> None:
+    # synthetic.fill as measured on the calibration host: the cold first run (alone) was the slowest
+    full = Measured(2.34, 2.34, 525 << 20, HOST, float(HOST))
+    throttled, half = Measured(1.99, 1.03, 525 << 20, HOST, 0.499), Measured(1.07, 0.84, 525 << 20, HOST, 1.0)
+    fitted = fit_profile(StageMeasurements("synthetic.fill", False, 1, full, None, throttled, half), HOST)
+    assert fitted.cpu == pytest.approx(1.0)
+    assert fitted.io <= 1 - fitted.cpu + 1e-9
 
 
 def test_fit_interference_recovers_the_betas_of_the_pairs() -> None:
@@ -192,3 +201,37 @@ def test_refit_from_saved_measurements_gives_the_same_profiles() -> None:
     assert again.params == fit_interference(pairs, again.profiles, HOST)
     with pytest.raises(Exception, match="not a calibration measurements file"):
         refit({"stages": [{"app_class": "x"}], "pairs": []}, HOST)
+
+
+def test_recalibrating_some_workflows_keeps_the_others_raw_runs(tmp_path) -> None:
+    import json
+
+    from cosched.workload_commands import _merge_measurements
+
+    path = tmp_path / "profiles.measurements.json"
+    saved = {"stages": [{"app_class": "blast.split"}, {"app_class": "montage.add"}], "pairs": [{"first": "old"}]}
+    path.write_text(json.dumps(saved))
+    new = {"stages": [{"app_class": "montage.add", "new": True}], "pairs": []}
+    merged = _merge_measurements(path, new, ["montage"])
+    assert merged["stages"] == [{"app_class": "blast.split"}, {"app_class": "montage.add", "new": True}]
+    assert merged["pairs"] == [{"first": "old"}]  # no pairs measured: the saved ones still explain the betas
+    assert _merge_measurements(path, {**new, "pairs": [{"first": "new"}]}, ["montage"])["pairs"] == [{"first": "new"}]
+    assert _merge_measurements(tmp_path / "absent.json", new, ["montage"]) == new
+
+
+def test_every_timed_run_starts_from_the_data_its_first_run_found(tmp_path) -> None:
+    from cosched.calibration import _restore, _snapshot
+
+    data = tmp_path / "statistics"
+    (data / "months").mkdir(parents=True)
+    (data / "months" / "2011-04.npy").write_bytes(b"input")
+    before = _snapshot(data, "moments")
+    # what a run does: writes a spool of messages, consumes (removes) an input
+    (data / "messages" / "moments").mkdir(parents=True)
+    (data / "messages" / "moments" / "a.msg").write_bytes(b"output")
+    (data / "months" / "2011-04.npy").unlink()
+    again = _restore(before, data)
+    assert again == data
+    assert sorted(p.relative_to(data).as_posix() for p in data.rglob("*")) == ["months", "months/2011-04.npy"]
+    assert (data / "months" / "2011-04.npy").read_bytes() == b"input"
+    assert (before / "months" / "2011-04.npy").read_bytes() == b"input"  # the snapshot survives the run
