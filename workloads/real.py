@@ -50,7 +50,7 @@ def size_params(app: str, size: str = "test", overrides: dict[str, Any] | None =
 def stage_dag(app: str) -> list[tuple[str, bool, tuple[str, ...]]]:
     """(stage, parallel, depends) in order: `generate`, then the paper's stages after it."""
     stages = paper_workflows(1)[app].stages
-    dag = [(GENERATE, False, ())]
+    dag: list[tuple[str, bool, tuple[str, ...]]] = [(GENERATE, False, ())]
     for stage in stages:
         dag.append((stage.name, stage.parallel, stage.depends or (GENERATE,)))
     return dag

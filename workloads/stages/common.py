@@ -61,7 +61,7 @@ def require(*paths: Path) -> None:
             raise StageError(f"missing input {path} (did the previous stage run?)")
 
 
-def run_tool(args: Sequence[str | Path], cwd: Path | None = None) -> str:
+def run_tool(args: Sequence[str | Path | int], cwd: Path | None = None) -> str:
     """Run one external tool (Montage, BLAST); a failure is a StageError with its message."""
     command = [str(a) for a in args]
     try:
