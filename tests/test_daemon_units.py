@@ -18,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import requests
 from pydantic import ValidationError
 
 from cosched.daemon.cgroups import CgroupFiles
@@ -580,3 +581,37 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class _EngineRefusingUpdates:
+    """The engine's answer when runc updates a container that is exiting: a 500, then the
+    container's state. Only a real exit race produces it, which no test can time."""
+
+    def __init__(self, running: bool) -> None:
+        self.running = running
+        self.api = self
+
+    def update_container(self, container_id: str, **quota: int) -> None:
+        import docker
+
+        response = requests.Response()
+        response.status_code = 500
+        raise docker.errors.APIError("update", response, explanation="runc did not terminate successfully")
+
+    def inspect_container(self, container_id: str) -> dict[str, dict[str, bool]]:
+        return {"State": {"Running": self.running}}
+
+
+@pytest.mark.parametrize("running", [False, True])
+def test_quota_update_refused_mid_exit_is_an_end_not_an_engine_failure(running: bool) -> None:
+    """A 500 from `update` on a container that has stopped running is its end (the next pass
+    collects it); on a container still running it is the engine failing, and said so."""
+    from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable
+
+    backend = DockerBackend("x")
+    backend._client = _EngineRefusingUpdates(running)  # type: ignore[assignment]
+    if running:
+        with pytest.raises(EngineUnavailable, match=r"updating the quota of abc: 500 .*runc did not terminate"):
+            backend.set_quota("abc", 0.5)
+    else:
+        backend.set_quota("abc", 0.5)

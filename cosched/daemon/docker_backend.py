@@ -247,8 +247,8 @@ class DockerBackend:
         try:
             self.client.api.update_container(container_id, cpu_quota=self._quota_us(cpus), cpu_period=self.cpu_period)
         except docker.errors.APIError as exc:
-            if exc.status_code in (404, 409) or "is not running" in str(exc):
-                return  # it ended meanwhile; its end is collected by the next pass
+            if exc.status_code in (404, 409) or "is not running" in str(exc) or not self._running(container_id):
+                return  # it ended meanwhile (runc fails with a 500 mid-exit); the next pass collects its end
             raise EngineUnavailable(f"updating the quota of {container_id[:12]}: {_reason(exc)}") from None
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"updating the quota of {container_id[:12]}: {_reason(exc)}") from None
@@ -320,6 +320,15 @@ class DockerBackend:
     def _inspect(self, container_id: str) -> dict[str, Any]:
         try:
             return dict(self.client.api.inspect_container(container_id))
+        except _ENGINE_ERRORS as exc:
+            raise EngineUnavailable(f"inspecting {container_id[:12]}: {_reason(exc)}") from None
+
+    def _running(self, container_id: str) -> bool:
+        """Whether the engine still reports the container running (False if it is gone)."""
+        try:
+            return bool(self.client.api.inspect_container(container_id)["State"].get("Running"))
+        except docker.errors.NotFound:
+            return False
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"inspecting {container_id[:12]}: {_reason(exc)}") from None
 
