@@ -115,7 +115,12 @@ def build_parser() -> argparse.ArgumentParser:
     which = ex.add_subparsers(dest="experiment", required=True, parser_class=_Parser)
     asax = which.add_parser("asax", help="the ASAx paper's section 4.4 experiment (Tables 2 and 3)")
     asax.add_argument("--sizes", type=_int_list, default=[64, 128, 256], help="cluster sizes in cores")
-    asax.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (ASAx's sampling)")
+    asax.add_argument(
+        "--seeds",
+        type=_int_list,
+        default=[1, 2, 3],
+        help="seeds (ASAx's sampling; with --real the live daemon takes the first, the replay all)",
+    )
     asax.add_argument(
         "--repeats", type=_positive, help="times the 15-workflow set is submitted (default 3; 1 with --real)"
     )

@@ -196,8 +196,8 @@ def experiment_real(args: argparse.Namespace) -> int:
     root = _scratch(args.out, "cosched-real-")
     real, predicted = {}, {}
     for strategy in args.strategies:
-        seed = args.seeds[0] if args.seeds else 0
-        predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seed=seed)
+        seed = args.seeds[0]
+        predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seeds=args.seeds)
         _say(f"{strategy}: {len(mix)} workflows on {host} cores (replay predicts {predicted[strategy].makespan:.0f} s)")
         real[strategy] = run_real(
             strategy, mix, image, root / strategy, host, profiles, size=args.size, seed=seed, log=_say

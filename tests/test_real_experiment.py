@@ -94,3 +94,25 @@ def test_the_real_experiment_command_prints_the_tables(image: str, tmp_path: Pat
     # space sharing never lends: every workflow was granted exactly its cores for its runtime
     for w in workflows:
         assert w["quota_seconds"] == pytest.approx(w["cores"] * w["runtime"], rel=1e-6)
+
+
+def test_asax_prediction_is_the_mean_over_seeds_and_the_others_one_replay() -> None:
+    """ASAx samples its lendings: its prediction averages the seeds' replays, workflow by
+    workflow; Static and space sharing do not sample, so more seeds change nothing."""
+    from cosched.experiments.asax_real import scaled_mix
+
+    profiles_path = ROOT / "workloads" / "profiles-host.toml"
+    profiles, params = load_profiles(profiles_path), load_params(profiles_path)
+    mix = scaled_mix(2)
+
+    def replay(strategy: str, seeds: list[int]) -> list[float]:
+        return [w.runtime for w in predict(strategy, mix, profiles, params, 2, seeds=seeds).workflows]
+
+    draws = [replay("asax", [seed]) for seed in (1, 2, 3)]
+    assert draws[0] != draws[1]  # the seeds do draw differently, or the mean would prove nothing
+    mean = replay("asax", [1, 2, 3])
+    assert mean == pytest.approx([sum(column) / 3 for column in zip(*draws, strict=True)])
+    both = predict("asax", mix, profiles, params, 2, seeds=[1, 2])
+    one, two = (predict("asax", mix, profiles, params, 2, seeds=[seed]) for seed in (1, 2))
+    assert both.makespan == pytest.approx((one.makespan + two.makespan) / 2)
+    assert replay("static", [1, 2, 3]) == replay("static", [7])
