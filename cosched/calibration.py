@@ -10,7 +10,7 @@ chosen so that it alone explains a difference:
 - alone on all ``C`` host cores at full quota: the runtime, the busy CPUs (the
   container's cgroup CPU seconds over its runtime) and the peak memory;
 - parallel stages alone on one core: with the run on ``C`` cores, Amdahl's
-  serial fraction;
+  serial fraction, and the busy share of one core (``cpu_one_core``);
 - alone under a quota of half its measured CPU demand, and under half its
   allocation next to a CPU-bound neighbour on the same cores (what Static
   lending does to a host): together, how much of the stage slows with its CPU
@@ -116,11 +116,14 @@ def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = ME
     usable = host_cores if m.parallel else 1
     cpu = _clamp(m.full.busy / usable, 0.01, 1.0)
     mem = _clamp(m.full.peak_bytes / (memory_per_core * host_cores * 2**20), 0.0, 1.0)
-    work, serial = m.full.wall, 1.0
+    work, serial, cpu_one_core = m.full.wall, 1.0, None
     if m.parallel and m.one_core is not None and host_cores > 1:
         work = m.one_core.wall
         serial = _clamp((host_cores * m.full.wall / work - 1) / (host_cores - 1), -1.0, 1.0)
-    base = StageProfile(m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0)
+        cpu_one_core = _clamp(m.one_core.busy, 0.01, 1.0)
+    base = StageProfile(
+        m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0, None, cpu_one_core
+    )
     fits = [_fit_throttling(base, m, host_cores, k) for k in SHARPNESS_GRID]
     _, k, io = min(fits)
     return replace(base, io=io, throttle_sharpness=k)
@@ -208,6 +211,8 @@ def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams,
             lines.append(f"serial_fraction = {p.serial_fraction:.4g}")
         if p.throttle_sharpness is not None:
             lines.append(f"throttle_sharpness = {p.throttle_sharpness:g}")
+        if p.cpu_one_core is not None:
+            lines.append(f"cpu_one_core = {p.cpu_one_core:.4g}")
         lines.append(f"tasks = {p.tasks}")
     return "\n".join(lines) + "\n"
 

@@ -43,7 +43,8 @@ def _measure(profile: StageProfile) -> StageMeasurements:
     full = Measured(full_wall, busy * full_wall, int(profile.mem * MEMORY_PER_CORE_MIB * HOST * 2**20), HOST, HOST)
     one = None
     if profile.parallel:
-        one = Measured(runtime_alone(profile, 1), 0.0, 0, 1, 1.0)
+        one_wall = runtime_alone(profile, 1)
+        one = Measured(one_wall, profile.demand(1) * one_wall, 0, 1, 1.0)
     runs = []
     for quota in (busy / 2, HOST / 2):
         runs.append(Measured(full_wall / speed(profile, HOST, quota, params=PARAMS), 0.0, 0, HOST, quota))
@@ -54,7 +55,7 @@ def _measure(profile: StageProfile) -> StageMeasurements:
     "profile",
     [
         StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0),
-        StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4, 8.0),
+        StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4, 8.0, cpu_one_core=0.45),
         StageProfile("a.bursty", True, 0.45, 0.05, 0.2, 40.0, 8, 0.4, 2.0),
         StageProfile("a.seq", False, 0.7, 0.1, 0.3, 12.0, 1, 1.0, 4.0),
     ],
@@ -70,6 +71,7 @@ def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile
     assert runtime_alone(fitted, HOST) == pytest.approx(runtime_alone(profile, HOST), rel=1e-6)
     if profile.parallel:
         assert fitted.serial_fraction == pytest.approx(profile.serial_fraction, abs=1e-6)
+        assert fitted.demand(1) == pytest.approx(profile.demand(1), rel=1e-6)
 
 
 def test_a_throttled_run_faster_than_alone_cannot_make_a_busy_stage_io_bound() -> None:

@@ -235,6 +235,18 @@ def test_harder_throttling_makes_a_quota_near_demand_free() -> None:
     assert hard == pytest.approx(1.0, abs=0.01)
 
 
+def test_a_parallel_stage_on_one_core_wants_its_measured_one_core_share() -> None:
+    """Statistics on two cores keeps 0.41 of each busy, on one 0.49: half a core then throttles
+    it hard, which the two-core share alone would not show."""
+    measured = StageProfile("s.moments", True, 0.41, 0.03, 0.0, 21.8, 13, 0.03, 1.5, cpu_one_core=0.49)
+    shared_only = replace(measured, cpu_one_core=None)
+    assert measured.demand(1) == 0.49 and shared_only.demand(1) == 0.41
+    assert measured.demand(2) == shared_only.demand(2) == pytest.approx(0.82)
+    assert speed(measured, 1, 0.5) < speed(shared_only, 1, 0.5)
+    assert speed(measured, 2, 1.0) == speed(shared_only, 2, 1.0)
+    assert usage(measured, 1, 1.0, 1.0)[0] == pytest.approx(0.49)
+
+
 # -- Usage -----------------------------------------------------------------------------------
 
 
@@ -318,6 +330,8 @@ def test_load_a_good_file(tmp_path: Path) -> None:
         ("cpu = 1.0\n", "", r"profile 'a.seq' is missing cpu"),
         ("tasks = 1\n", "tasks = 1\ncores = 3\n", r"profile 'a.seq' has unknown key\(s\) cores"),
         ("work = 10\n", "work = 10\nserial_fraction = 0.5\n", r"'a.seq': serial_fraction only applies"),
+        ("work = 10\n", "work = 10\ncpu_one_core = 0.5\n", r"'a.seq': cpu_one_core only applies"),
+        ("serial_fraction = 0.1", "serial_fraction = 0.1\ncpu_one_core = 0", r"'a.par': cpu_one_core must be in"),
     ],
 )
 def test_profile_errors_name_file_and_stage(tmp_path: Path, old: str, new: str, problem: str) -> None:
