@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--seeds",
         type=_int_list,
         default=[1, 2, 3],
-        help="seeds (ASAx's sampling; with --real the live daemon takes the first, the replay all)",
+        help="seeds (ASAx's sampling; with --real, ASAx runs once per seed, live and in replay)",
     )
     asax.add_argument(
         "--repeats", type=_positive, help="times the 15-workflow set is submitted (default 3; 1 with --real)"

@@ -183,7 +183,7 @@ def _merge_measurements(path: Path, new: dict[str, list[Any]], apps: list[str]) 
 def experiment_real(args: argparse.Namespace) -> int:
     """`cosched experiment asax --real`: the mix on this host under each strategy, replay beside it."""
     from cosched.experiments import asax_real_report as report
-    from cosched.experiments.asax_real import host_cpus, predict, run_real, scaled_mix
+    from cosched.experiments.asax_real import host_cpus, mean_run, predict, run_real, sampled_seeds, scaled_mix
     from cosched.interference import load_params, load_profiles
     from workloads.images import workflow_image
 
@@ -196,12 +196,14 @@ def experiment_real(args: argparse.Namespace) -> int:
     root = _scratch(args.out, "cosched-real-")
     real, predicted = {}, {}
     for strategy in args.strategies:
-        seed = args.seeds[0]
         predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seeds=args.seeds)
-        _say(f"{strategy}: {len(mix)} workflows on {host} cores (replay predicts {predicted[strategy].makespan:.0f} s)")
-        real[strategy] = run_real(
-            strategy, mix, image, root / strategy, host, profiles, size=args.size, seed=seed, log=_say
-        )
+        seeds = sampled_seeds(strategy, args.seeds)
+        runs = []
+        for seed in seeds:
+            _say(f"{strategy}, seed {seed}: {len(mix)} workflows on {host} cores")
+            where = root / strategy if len(seeds) == 1 else root / f"{strategy}-seed{seed}"
+            runs.append(run_real(strategy, mix, image, where, host, profiles, size=args.size, seed=seed, log=_say))
+        real[strategy] = mean_run(runs)
     print(report.table2(real, predicted))
     print()
     print(report.table3(real, predicted))

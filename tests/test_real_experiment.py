@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cosched.calibration import calibrate, profiles_toml
-from cosched.experiments.asax_real import MixEntry, host_cpus, predict, run_real
+from cosched.experiments.asax_real import MixEntry, StrategyRun, WorkflowResult, host_cpus, mean_run, predict, run_real
 from cosched.experiments.asax_real_report import agreement, table2, table3
 from cosched.interference import load_params, load_profiles
 from tests.daemon_support import require_engine, workflow_image
@@ -116,3 +116,21 @@ def test_asax_prediction_is_the_mean_over_seeds_and_the_others_one_replay() -> N
     one, two = (predict("asax", mix, profiles, params, 2, seeds=[seed]) for seed in (1, 2))
     assert both.makespan == pytest.approx((one.makespan + two.makespan) / 2)
     assert replay("static", [1, 2, 3]) == replay("static", [7])
+
+
+def test_runs_of_one_mix_average_workflow_by_workflow_and_keep_every_problem() -> None:
+    def run(runtime: float, makespan: float, problems: list[str]) -> StrategyRun:
+        workflows = [
+            WorkflowResult("m1", "montage", 1, runtime, runtime + 10, runtime / 2, runtime, 0.1),
+            WorkflowResult(
+                "b1", "blast", 1, 2 * runtime, 2 * runtime, runtime, 2 * runtime, 0.2, not problems, problems
+            ),
+        ]
+        return StrategyRun("asax", workflows, makespan, 2)
+
+    mean = mean_run([run(10.0, 100.0, []), run(20.0, 200.0, ["no hits"]), run(30.0, 150.0, ["no db"])])
+    assert [w.runtime for w in mean.workflows] == [20.0, 40.0]
+    assert mean.workflows[0].response == 30.0 and mean.workflows[0].cpu_seconds == 10.0
+    assert mean.makespan == 150.0
+    assert mean.workflows[0].ok and not mean.workflows[1].ok
+    assert mean.workflows[1].problems == ["no hits", "no db"]
