@@ -15,9 +15,11 @@ chosen so that it alone explains a difference:
   allocation next to a CPU-bound neighbour on the same cores (what Static
   lending does to a host): together, how much of the stage slows with its CPU
   (the compute share, ``1 - io``: a stage waiting on files or messages barely
-  notices a smaller quota) and how bursty its demand is (the stage's throttle
-  sharpness: CFS enforces quotas per 100 ms period, so a stage of short bursts
-  is throttled even under a quota above its mean). The neighbour matters: on
+  notices a smaller quota), or how much more than its CPU (``throttle_penalty``:
+  a stage of short bursts waits out the rest of each period it is throttled in),
+  and how bursty its demand is (the stage's throttle sharpness: CFS enforces
+  quotas per 100 ms period, so a stage of short bursts is throttled even under a
+  quota above its mean). The neighbour matters: on
   an otherwise idle machine a throttled, fsync-bound stage waits far longer
   for its wake-ups than next to a busy neighbour, and lending always has one;
 - pairs of stages from different workflows (and two copies of one) on the same
@@ -46,7 +48,15 @@ from pathlib import Path
 from typing import Any
 
 from cosched.errors import ConfigError
-from cosched.interference import InterferenceParams, StageProfile, cpu_rate, runtime_alone, shipped_params, speed
+from cosched.interference import (
+    MAX_THROTTLE_PENALTY,
+    InterferenceParams,
+    StageProfile,
+    cpu_rate,
+    runtime_alone,
+    shipped_params,
+    speed,
+)
 from workloads.real import size_params, stage_dag, stage_module
 from workloads.workflows import APPS
 
@@ -125,26 +135,35 @@ def fit_profile(m: StageMeasurements, host_cores: int, memory_per_core: int = ME
         m.app_class, m.parallel, cpu, mem, 0.0, work, m.tasks, serial if m.parallel else 1.0, None, cpu_one_core
     )
     fits = [_fit_throttling(base, m, host_cores, k) for k in SHARPNESS_GRID]
-    _, k, io = min(fits)
-    return replace(base, io=io, throttle_sharpness=k)
+    _, k, io, penalty = min(fits)
+    return replace(base, io=io, throttle_sharpness=k, throttle_penalty=penalty)
 
 
-def _fit_throttling(base: StageProfile, m: StageMeasurements, cores: int, k: float) -> tuple[float, float, float]:
-    """(squared log error of both throttled runs, k, io): io solved from the run at half the demand."""
+def _fit_throttling(
+    base: StageProfile, m: StageMeasurements, cores: int, k: float
+) -> tuple[float, float, float, float]:
+    """(squared log error of both throttled runs, k, io, penalty): io or penalty solved from the
+    run at half the demand, whichever side of the quota's own slowdown `1 / r` it landed on."""
     rate = cpu_rate(base, cores, m.throttled.quota, k)
     ratio = m.throttled.wall / m.full.wall
-    # t = (1 - io) / r + io: solve for io; with r near 1 the run says nothing, so count it as compute.
-    # A stage cannot wait on I/O longer than its CPU sat idle: its cgroup's CPU time (kernel time in
-    # syscalls included) is throttled like any other, so io <= 1 - cpu. Without this bound a
-    # throttled run that happened to beat the run alone (a cold first run, page cache to reclaim)
-    # read as a stage bound wholly on I/O, and the contention term made it crawl next to any neighbour.
-    io = 0.0 if rate > 0.98 else _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0 - base.cpu)
+    io = penalty = 0.0
+    if rate <= 0.98:  # with r near 1 the run says nothing, so count the stage as compute
+        if ratio < 1 / rate:
+            # t = (1 - io) / r + io. A stage cannot wait on I/O longer than its CPU sat idle: its
+            # cgroup's CPU time (kernel time in syscalls included) is throttled like any other, so
+            # io <= 1 - cpu. Without this bound a throttled run that happened to beat the run alone
+            # (a cold first run, page cache to reclaim) read as a stage bound wholly on I/O, and the
+            # contention term made it crawl next to any neighbour.
+            io = _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0 - base.cpu)
+        else:  # t = 1 + (1 + p) (1/r - 1): slower than the quota cut, see `cosched.interference`
+            penalty = _clamp((ratio - 1) / (1 / rate - 1) - 1, 0.0, MAX_THROTTLE_PENALTY)
+    fitted = replace(base, io=io, throttle_penalty=penalty, throttle_sharpness=k)
     error = 0.0
     for run in (m.throttled, m.half):
-        r = cpu_rate(base, cores, run.quota, k)
-        predicted = (1 - io) / r + io if r > 0 else math.inf
+        progress = speed(fitted, cores, run.quota)
+        predicted = 1 / progress if progress > 0 else math.inf
         error += math.log(predicted / (run.wall / m.full.wall)) ** 2
-    return error, k, io
+    return error, k, io, penalty
 
 
 def predicted_pair(
@@ -213,6 +232,8 @@ def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams,
             lines.append(f"throttle_sharpness = {p.throttle_sharpness:g}")
         if p.cpu_one_core is not None:
             lines.append(f"cpu_one_core = {p.cpu_one_core:.4g}")
+        if p.throttle_penalty > 0:
+            lines.append(f"throttle_penalty = {p.throttle_penalty:.4g}")
         lines.append(f"tasks = {p.tasks}")
     return "\n".join(lines) + "\n"
 

@@ -63,6 +63,12 @@ def add_real_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies", type=_strategies, default=["slurm", "static", "asax"], help="with --real: which to run"
     )
+    parser.add_argument(
+        "--measured",
+        type=Path,
+        metavar="SUMMARY",
+        help="with --real: run nothing; hold an earlier run's summary.json against the replay (after recalibrating)",
+    )
 
 
 def _apps(text: str) -> list[str]:
@@ -183,20 +189,57 @@ def _merge_measurements(path: Path, new: dict[str, list[Any]], apps: list[str]) 
 def experiment_real(args: argparse.Namespace) -> int:
     """`cosched experiment asax --real`: the mix on this host under each strategy, replay beside it."""
     from cosched.experiments import asax_real_report as report
-    from cosched.experiments.asax_real import host_cpus, mean_run, predict, run_real, sampled_seeds, scaled_mix
+    from cosched.experiments.asax_real import host_cpus, predict, scaled_mix
     from cosched.interference import load_params, load_profiles
-    from workloads.images import workflow_image
 
     profiles_path = args.profiles or Path(__file__).resolve().parents[1] / "workloads" / "profiles-host.toml"
     profiles, params = load_profiles(profiles_path), load_params(profiles_path)
+    if args.measured is not None:
+        real, settings = report.read_measured(args.measured, len(host_cpus()))
+        settings = {"size": args.size, "seeds": args.seeds, "repeats": args.repeats or 1, **settings}
+    else:
+        settings = {
+            "host_cores": len(host_cpus()),
+            "size": args.size,
+            "seeds": args.seeds,
+            "repeats": args.repeats or 1,
+        }
+        root = _scratch(args.out, "cosched-real-")
+        real = _run_live(args, settings, profiles, root)
+    mix = scaled_mix(settings["host_cores"], settings["repeats"])
+    predicted = {
+        strategy: predict(
+            strategy, mix, profiles, params, settings["host_cores"], size=settings["size"], seeds=settings["seeds"]
+        )
+        for strategy in real
+    }
+    print(report.table2(real, predicted))
+    print()
+    print(report.table3(real, predicted))
+    print()
+    print(report.format_agreement(report.agreement(real, predicted)))
+    if args.measured is None:
+        report.write_json(real, predicted, root / "summary.json", settings)
+        _say(f"wrote {root / 'summary.json'}")
+    failed = [(run.strategy, w) for run in real.values() for w in run.workflows if not w.ok]
+    for strategy, w in failed:
+        _say(f"{strategy} {w.name}: {'; '.join(w.problems)}")
+    return 1 if failed else 0
+
+
+def _run_live(
+    args: argparse.Namespace, settings: dict[str, Any], profiles: dict[str, Any], root: Path
+) -> dict[str, Any]:
+    """Each strategy's runs on a daemon of its own (ASAx once per seed), averaged."""
+    from cosched.experiments.asax_real import mean_run, run_real, sampled_seeds, scaled_mix
+    from workloads.images import workflow_image
+
     client = _engine()
     image = workflow_image(client, log=_say)
-    host = len(host_cpus())
-    mix = scaled_mix(host, args.repeats or 1)
-    root = _scratch(args.out, "cosched-real-")
-    real, predicted = {}, {}
+    host = settings["host_cores"]
+    mix = scaled_mix(host, settings["repeats"])
+    real = {}
     for strategy in args.strategies:
-        predicted[strategy] = predict(strategy, mix, profiles, params, host, size=args.size, seeds=args.seeds)
         seeds = sampled_seeds(strategy, args.seeds)
         runs = []
         for seed in seeds:
@@ -204,20 +247,7 @@ def experiment_real(args: argparse.Namespace) -> int:
             where = root / strategy if len(seeds) == 1 else root / f"{strategy}-seed{seed}"
             runs.append(run_real(strategy, mix, image, where, host, profiles, size=args.size, seed=seed, log=_say))
         real[strategy] = mean_run(runs)
-    print(report.table2(real, predicted))
-    print()
-    print(report.table3(real, predicted))
-    print()
-    print(report.format_agreement(report.agreement(real, predicted)))
-    report.write_json(real, predicted, root / "summary.json")
-    _say(f"wrote {root / 'summary.json'}")
-    failed = sum(1 for run in real.values() for w in run.workflows if not w.ok)
-    if failed:
-        for run in real.values():
-            for w in run.workflows:
-                if not w.ok:
-                    _say(f"{run.strategy} {w.name}: {'; '.join(w.problems)}")
-    return 1 if failed else 0
+    return real
 
 
 def _overrides(items: list[str]) -> dict[str, str]:

@@ -57,6 +57,7 @@ def _measure(profile: StageProfile) -> StageMeasurements:
         StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0),
         StageProfile("a.io", True, 0.3, 0.05, 0.7, 40.0, 8, 0.4, 8.0, cpu_one_core=0.45),
         StageProfile("a.bursty", True, 0.45, 0.05, 0.2, 40.0, 8, 0.4, 2.0),
+        StageProfile("a.fsyncs", True, 0.41, 0.03, 0.0, 21.8, 13, 0.03, 2.0, 0.49, throttle_penalty=1.35),
         StageProfile("a.seq", False, 0.7, 0.1, 0.3, 12.0, 1, 1.0, 4.0),
     ],
 )
@@ -67,6 +68,7 @@ def test_fit_profile_recovers_the_profile_that_produced_the_measurements(profile
     assert fitted.mem == pytest.approx(profile.mem, rel=1e-6)
     assert fitted.io == pytest.approx(profile.io, abs=1e-6)
     assert fitted.throttle_sharpness == profile.throttle_sharpness
+    assert fitted.throttle_penalty == pytest.approx(profile.throttle_penalty, abs=1e-6)
     assert fitted.work == pytest.approx(profile.work, rel=1e-6)
     assert runtime_alone(fitted, HOST) == pytest.approx(runtime_alone(profile, HOST), rel=1e-6)
     if profile.parallel:

@@ -35,7 +35,11 @@ TABLE2_SLURM = {
     "synthetic": (0.49, 99, 95),
 }
 
-profiles = st.sampled_from(sorted(PROFILES.values(), key=lambda p: p.app_class))
+HOST_PROFILES = load_profiles(Path(__file__).resolve().parents[1] / "workloads" / "profiles-host.toml")
+"""Measured on a host: with `cpu_one_core` and `throttle_penalty`, which the paper's profiles lack."""
+profiles = st.sampled_from(
+    [*sorted(PROFILES.values(), key=lambda p: p.app_class), *sorted(HOST_PROFILES.values(), key=lambda p: p.app_class)]
+)
 core_counts = st.sampled_from([1, 2, 8, 16, 32, 64, 256])
 fractions = st.floats(min_value=0.0, max_value=1.0)
 
@@ -247,6 +251,17 @@ def test_a_parallel_stage_on_one_core_wants_its_measured_one_core_share() -> Non
     assert usage(measured, 1, 1.0, 1.0)[0] == pytest.approx(0.49)
 
 
+def test_a_throttled_bursty_stage_slows_more_than_its_quota_was_cut() -> None:
+    """Statistics' moments ran 3.5 times slower at half its demand; the quota alone says 2.1."""
+    bursty = StageProfile("s.moments", True, 0.41, 0.03, 0.0, 21.8, 13, 0.03, 2.0, throttle_penalty=1.35)
+    smooth = replace(bursty, throttle_penalty=0.0)
+    assert 1 / speed(bursty, 2, 0.41) == pytest.approx(1 + 2.35 * (1 / speed(smooth, 2, 0.41) - 1))
+    assert 1 / speed(bursty, 2, 0.41) > 3.0 > 1 / speed(smooth, 2, 0.41)
+    assert speed(bursty, 2, 2.0) == speed(smooth, 2, 2.0) == 1.0  # nothing throttled, nothing to pay
+    beside = PROFILES["blast.blastn"]
+    assert speed(bursty, 2, 1.0, beside, 1.0) < speed(smooth, 2, 1.0, beside, 1.0)
+
+
 # -- Usage -----------------------------------------------------------------------------------
 
 
@@ -331,6 +346,7 @@ def test_load_a_good_file(tmp_path: Path) -> None:
         ("tasks = 1\n", "tasks = 1\ncores = 3\n", r"profile 'a.seq' has unknown key\(s\) cores"),
         ("work = 10\n", "work = 10\nserial_fraction = 0.5\n", r"'a.seq': serial_fraction only applies"),
         ("work = 10\n", "work = 10\ncpu_one_core = 0.5\n", r"'a.seq': cpu_one_core only applies"),
+        ("work = 10\n", "work = 10\nthrottle_penalty = -1\n", r"'a.seq': throttle_penalty must be in \[0, 5\]"),
         ("serial_fraction = 0.1", "serial_fraction = 0.1\ncpu_one_core = 0", r"'a.par': cpu_one_core must be in"),
     ],
 )

@@ -134,3 +134,34 @@ def test_runs_of_one_mix_average_workflow_by_workflow_and_keep_every_problem() -
     assert mean.makespan == 150.0
     assert mean.workflows[0].ok and not mean.workflows[1].ok
     assert mean.workflows[1].problems == ["no hits", "no db"]
+
+
+def test_a_saved_run_is_held_against_the_replay_again_without_running(tmp_path: Path) -> None:
+    """`--measured SUMMARY`: after a recalibration, the tables again from the saved measurements."""
+    from cosched.errors import ConfigError
+    from cosched.experiments.asax_real import scaled_mix
+    from cosched.experiments.asax_real_report import read_measured, write_json
+
+    profiles_path = ROOT / "workloads" / "profiles-host.toml"
+    profiles, params = load_profiles(profiles_path), load_params(profiles_path)
+    mix = scaled_mix(2)
+    measured = {s: predict(s, mix, profiles, params, 2, seeds=[4]) for s in ("slurm", "asax")}
+    summary = tmp_path / "summary.json"
+    write_json(measured, measured, summary, {"host_cores": 2, "size": "small", "seeds": [4], "repeats": 1})
+    again, settings = read_measured(summary, host_cores=64)
+    assert settings["host_cores"] == 2 and settings["seeds"] == [4]
+    assert {s: r.overall() for s, r in again.items()} == {s: r.overall() for s, r in measured.items()}
+    done = subprocess.run(
+        [sys.executable, "-m", "cosched.cli", "experiment", "asax", "--real", "--measured", str(summary)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    # the same replay as the one saved as measured: every gap is zero
+    assert "Replay within 15% of the measured runtime: 8/8" in done.stdout
+    assert "+0%" in done.stdout and "ASAx" in done.stdout and "Static" not in done.stdout
+    summary.write_text('{"measured": {"asax": {"makespan": 1}}}')
+    with pytest.raises(ConfigError, match=r"summary\.json: not a summary\.json .*workflows"):
+        read_measured(summary, host_cores=2)

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cosched.errors import ConfigError
 from cosched.experiments.asax import PAPER_TABLE2, PAPER_TABLE3
-from cosched.experiments.asax_real import StrategyRun
+from cosched.experiments.asax_real import StrategyRun, WorkflowResult
 from cosched.report import format_table
 from workloads.workflows import APPS
 
@@ -107,7 +108,9 @@ def format_agreement(gaps: list[tuple[str, str, float]]) -> str:
     )
 
 
-def write_json(real: Mapping[str, StrategyRun], predicted: Mapping[str, StrategyRun], path: Path) -> None:
+def write_json(
+    real: Mapping[str, StrategyRun], predicted: Mapping[str, StrategyRun], path: Path, settings: Mapping[str, Any]
+) -> None:
     def run_dict(run: StrategyRun) -> dict[str, Any]:
         return {
             "makespan": run.makespan,
@@ -131,7 +134,39 @@ def write_json(real: Mapping[str, StrategyRun], predicted: Mapping[str, Strategy
         }
 
     document = {
+        "settings": dict(settings),
         "measured": {s: run_dict(r) for s, r in real.items()},
         "replay": {s: run_dict(r) for s, r in predicted.items()},
     }
     path.write_text(json.dumps(document, indent=2))
+
+
+def read_measured(path: Path, host_cores: int) -> tuple[dict[str, StrategyRun], dict[str, Any]]:
+    """The measured runs and settings of a `summary.json`, to hold against another replay.
+
+    Why: a recalibration changes only the replay's side; the live runs it is checked
+    against took half an hour and need not be repeated. A summary written before
+    settings were saved ran on this host, which stands in for `host_cores`.
+    """
+    try:
+        document = json.loads(path.read_text())
+        settings = dict(document.get("settings") or {})
+        cores = int(settings.get("host_cores", host_cores))
+        runs = {
+            strategy: StrategyRun(
+                strategy,
+                [WorkflowResult(**workflow) for workflow in body["workflows"]],
+                float(body["makespan"]),
+                cores,
+            )
+            for strategy, body in document["measured"].items()
+        }
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: not a summary.json of `cosched experiment asax --real`: {exc!r}") from None
+    unknown = sorted(set(runs) - set(LABELS))
+    if unknown or not runs:
+        raise ConfigError(f"{path}: unknown strategies {unknown} (known: {', '.join(LABELS)})")
+    settings["host_cores"] = cores
+    return runs, settings
