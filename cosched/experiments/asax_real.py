@@ -1,12 +1,12 @@
 """The ASAx paper's experiment on real containers: `cosched experiment asax --real`.
 
 The section 4.4 mix, scaled to this host, is submitted at once to a daemon on
-the local Docker engine, once per strategy (space sharing + EASY, Static 50%,
-ASAx). Each strategy gets a daemon of its own, started here with that
-strategy's ``[policies]`` and a fresh state directory, so ASAx starts from
-uniform weights as in the paper and no strategy inherits another's queue; a
-co-scheduling policy is a daemon's configuration, not something to switch
-under queued jobs.
+the local Docker engine, once per strategy (space sharing + EASY, Static 50%)
+and once per seed for ASAx, which samples (`sampled_seeds`). Each run gets a
+daemon of its own, started here with that strategy's ``[policies]`` and a fresh
+state directory, so ASAx starts from uniform weights as in the paper and no
+strategy inherits another's queue; a co-scheduling policy is a daemon's
+configuration, not something to switch under queued jobs.
 
 What is measured, per stage job: runtime from the container's start and end
 (the daemon's record), CPU seconds from the container's cgroup
