@@ -70,11 +70,11 @@ def table3(experiment: Experiment) -> str:
                     "size": size,
                     "wait h": _mean_spread([o["wait_h"] for o in overall]),
                     "paper wait": paper[0] if paper else "-",
-                    "CPU % of granted": _mean_spread([o["cpu_pct"] for o in overall]),
-                    "paper CPU": paper[1] if paper else "-",
                     "response h": _mean_spread([o["response_h"] for o in overall]),
                     "paper resp": paper[2] if paper else "-",
+                    "CPU % of granted": _mean_spread([o["cpu_pct"] for o in overall]),
                     "cluster CPU %": _mean_spread([o["cluster_cpu_pct"] for o in overall]),
+                    "paper cluster CPU": paper[1] if paper else "-",
                     "makespan h": _mean_spread([o["makespan_h"] for o in overall]),
                     "degradation %": "-"
                     if strategy == "slurm"
@@ -96,9 +96,17 @@ def goals(experiment: Experiment) -> list[tuple[str, str, bool]]:
     sizes = sorted({r.size for r in experiment.runs})
     out: list[tuple[str, str, bool]] = []
     for size in sizes:
-        cpu = _change(experiment, size, "asax", "cpu_pct")
+        # The paper's "up to 51%" is cluster CPU utilization (its Table 3, section 4.5.2), not CPU of granted.
+        cpu = _change(experiment, size, "asax", "cluster_cpu_pct")
+        granted = _change(experiment, size, "asax", "cpu_pct")
         wait = _change(experiment, size, "asax", "wait_h")
-        out.append((f"{size} cores: CPU utilization up >= 50%", f"{100 * cpu:+.0f}%", cpu >= 0.5))
+        out.append(
+            (
+                f"{size} cores: cluster CPU utilization up >= 50%",
+                f"{100 * cpu:+.0f}% (CPU of granted {100 * granted:+.0f}%)",
+                cpu >= 0.5,
+            )
+        )
         out.append((f"{size} cores: mean wait down >= 50%", f"{100 * wait:+.0f}%", wait <= -0.5))
         degradation = experiment.degradation(size, "asax")
         out.append(
