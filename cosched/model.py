@@ -148,6 +148,3 @@ class Cluster:
                 return job.nodes
             return -(-job.cores // self.cores_per_node)
         return job.cores
-
-    def cores_for(self, units: int) -> int:
-        return units * self.cores_per_node if self.allocation is Allocation.NODE else units

@@ -6,8 +6,8 @@ config message, a misread cgroup file or an off-by-one in the CPU map shows up
 is pinned alone: the config refuses what it must and names the key, the state
 file and the port fail with a clear ConfigError, cgroup v1 and v2 files are
 read from fake trees whose numbers we chose, CPU maps hand out the CPUs we
-expect, submissions are checked field by field, and `estimated_starts` gives
-the starts computed on paper.
+expect, submissions are checked field by field, and the queue view shows the
+core's own order and reservations.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.run import bind
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
-from cosched.daemon.views import estimated_starts
 from cosched.errors import ConfigError, SchedulingError
 
 # -- config -------------------------------------------------------------------
@@ -474,7 +473,8 @@ def test_cyclic_workflow_names_the_cycle() -> None:
     with pytest.raises(ValidationError) as caught:
         WorkflowSpec.model_validate(_workflow(stages=stages))
     message = str(caught.value)
-    assert "stages: workflow 'wf': stages: dependency cycle a -> b -> c -> a" in message
+    assert "stages: dependency cycle a -> b -> c -> a" in message
+    assert message.count("stages:") == 1 and "workflow 'wf'" not in message  # the field once, no repeats
 
 
 def test_unknown_dependency_is_named() -> None:
@@ -510,44 +510,49 @@ def test_data_dirs_allowed(tmp_path: Path) -> None:
     assert "not a usable path" in data_dirs_allowed([str(root / ("n" * 300))], roots)
 
 
-# -- estimated starts ------------------------------------------------------------------
+# -- the queue view ----------------------------------------------------------------
 
 
-def _running(cores: int, end: float, host: int = -1) -> SimpleNamespace:
-    return SimpleNamespace(cores=cores, expected_end=end, host=host)
+def test_queue_view_shows_the_cores_order_and_reservations() -> None:
+    """`cosched queue` lists pending jobs in the queue policy's order (WFP3 here, not arrival)
+    and shows the start the core's backfill policy reserved, not a second scheduler's guess."""
+    from cosched.core.events import JobSubmitted, Offer
+    from cosched.core.scheduler import Scheduler
+    from cosched.daemon import views
+    from cosched.model import Cluster, Job
+    from cosched.policies.registry import create
 
-
-def _pending(job_id: int, cores: int, estimate: float) -> SimpleNamespace:
-    return SimpleNamespace(id=job_id, cores=cores, estimate=estimate)
-
-
-def test_estimated_starts_worked_by_hand() -> None:
-    # 4 cores; 2 busy until 10, 1 until 5; the guest (host 7) holds none of its own.
-    # free 1 -> job 1 (2 cores) waits for 5, runs 5..9; free 0.
-    # job 2 (3 cores): 9 frees 2, 10 frees 2 -> starts at 10, runs to 12; free 1.
-    # job 3 (1 core) fits at 10 (served in order, never earlier than job 2).
-    running = [_running(2, 10.0), _running(1, 5.0), _running(1, 3.0, host=7)]
-    order = [_pending(1, 2, 4.0), _pending(2, 3, 2.0), _pending(3, 1, 1.0)]
-    assert estimated_starts(0.0, running, order, 4) == {1: 5.0, 2: 10.0, 3: 10.0}
-
-
-def test_estimated_starts_on_an_idle_cluster() -> None:
-    # 4 free cores at 20: jobs 1 (2 cores, to 26) and 2 (1 core, to 21) start now; job 3
-    # (2 cores) gets job 2's core back at 21 and runs to 22; job 4 (4 cores) needs job 3's
-    # cores (22) and job 1's (26).
-    order = [_pending(1, 2, 6.0), _pending(2, 1, 1.0), _pending(3, 2, 1.0), _pending(4, 4, 1.0)]
-    assert estimated_starts(20.0, [], order, 4) == {1: 20.0, 2: 20.0, 3: 21.0, 4: 26.0}
-
-
-def test_estimated_starts_overdue_jobs_end_now() -> None:
-    # the running job was expected to end at 10; it is 20 now, so the next start is now, not in the past
-    assert estimated_starts(20.0, [_running(4, 10.0)], [_pending(1, 1, 5.0)], 4) == {1: 20.0}
-
-
-def test_estimated_starts_stop_at_a_job_that_can_never_fit() -> None:
-    order = [_pending(1, 1, 1.0), _pending(2, 5, 1.0), _pending(3, 1, 1.0)]
-    assert estimated_starts(0.0, [_running(2, 3.0)], order, 4) == {1: 0.0}
-    assert estimated_starts(0.0, [], [], 4) == {}
+    cluster = Cluster(1, 4)
+    core = Scheduler(
+        cluster,
+        create("queue", "wfp3"),
+        create("backfill", "easy"),
+        create("estimate", "requested"),
+        create("placement", "first-fit"),
+        create("cosched", "none"),
+    )
+    big = Job(id=1, submit=0.0, cores=3, walltime=100.0)
+    core.step(0.0, [Offer(((0, 4),), (0,)), JobSubmitted(big)])  # 3 of 4 cores until 100
+    # Arrival order 2, 3, 4; WFP3 favours the long wait relative to walltime: 3 first, then 2, 4.
+    waiting = [
+        Job(id=2, submit=10.0, cores=2, walltime=1000.0),
+        Job(id=3, submit=11.0, cores=4, walltime=20.0),
+        Job(id=4, submit=12.0, cores=1, walltime=5000.0),
+    ]
+    decision = core.step(50.0, [JobSubmitted(j) for j in waiting])
+    daemon = SimpleNamespace(
+        clock=lambda: 50.0, core=core, cluster=cluster, reservations=decision.reservations, inbox=[], specs={}
+    )
+    rows = views.queue(daemon)  # type: ignore[arg-type]
+    pending = [(r["id"], r["reason"], r["start"]) for r in rows if r["state"] == "pending"]
+    expected = [j.id for j in sorted(waiting, key=lambda j: core.queue_policy.score(j, 50.0))]
+    assert [job_id for job_id, _, _ in pending] == expected == [3, 2, 4]
+    assert [reason for _, reason, _ in pending] == ["Resources", "Priority", "Priority"]
+    # EASY reserves for the blocked head alone, at the big job's expected end; nothing backfills
+    # (job 4 would hold the one free core past 100, where the head needs all four).
+    assert dict(decision.reservations) == {3: 100.0}
+    assert {job_id: start for job_id, _, start in pending} == {3: 100.0, 2: None, 4: None}
+    assert [r["id"] for r in rows if r["state"] == "running"] == [1]
 
 
 def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> None:

@@ -137,9 +137,8 @@ class Decision:
 
     `reservations` maps job ids to the start time the backfill policy reserved
     for them in this pass (EASY: the blocked head; conservative: every queued
-    job); `wake_at` asks the driver for a step at that time even with no events.
+    job).
     """
 
     actions: list[Action] = field(default_factory=list)
     reservations: Mapping[int, float] = field(default_factory=dict)
-    wake_at: float | None = None

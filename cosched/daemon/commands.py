@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -15,6 +17,8 @@ from typing import Any
 from cosched.daemon.client import Client
 from cosched.errors import ConfigError
 from cosched.report import format_table
+
+FINAL_STATES = ("done", "failed", "cancelled")
 
 
 def add_commands(commands: Any, parser_class: type) -> None:
@@ -30,9 +34,15 @@ def add_commands(commands: Any, parser_class: type) -> None:
     sp = commands.add_parser("submit", help="submit a job (image and command) or a workflow (TOML file)")
     sp.add_argument("--workflow", type=Path, help="a workflow TOML file instead of a single job")
     sp.add_argument("--image", help="container image in the local engine")
-    sp.add_argument("--cores", type=int, default=1)
-    sp.add_argument("--memory", type=int, help="MiB for the whole job (default: its cores' share of a node)")
-    sp.add_argument("--walltime", type=float, default=3600.0, help="seconds; the job is killed after it")
+    sp.add_argument("--cores", type=int, default=1, help="cores of the job's gang (default: %(default)s)")
+    sp.add_argument(
+        "--memory",
+        type=int,
+        help="MiB for the whole job (default: the daemon's cluster.default_memory_per_core per core, 1024 unless set)",
+    )
+    sp.add_argument(
+        "--walltime", type=float, default=3600.0, help="seconds; the job is killed after it (default: %(default)s)"
+    )
     sp.add_argument("--app-class", default="unknown", help="application class ASAx learns about")
     sp.add_argument("--tasks", type=int, default=1, help="tasks the job reports progress in")
     sp.add_argument("--serial", action="store_true", help="the job uses one core at a time")
@@ -85,9 +95,13 @@ def _submit(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.workflow is not None:
         try:
-            document = tomllib.loads(args.workflow.read_text())
+            document = tomllib.loads(args.workflow.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{args.workflow}: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{args.workflow}: not UTF-8 text (byte {exc.start}); TOML files are UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"{args.workflow}: cannot read: {exc.strerror or exc}") from None
         body = _workflow_body(document)
         answer = client.call("POST", "/v1/workflows", body)
         print(json.dumps(answer) if args.json else f"Submitted workflow {answer['id']} (first jobs {answer['jobs']})")
@@ -172,28 +186,8 @@ def _status(args: argparse.Namespace) -> int:
             for line in (failure["log_tail"] or "").rstrip().splitlines():
                 print(f"    {line}")
         return 0
-    for key in (
-        "id",
-        "name",
-        "state",
-        "reason",
-        "image",
-        "command",
-        "cores",
-        "cpus",
-        "quota",
-        "host",
-        "walltime",
-        "app_class",
-        "workflow",
-        "stage",
-        "exit_code",
-        "runtime",
-        "usage",
-    ):
-        value = status.get(key)
-        if value not in (None, "", []):
-            print(f"{key:>10}: {' '.join(value) if key == 'command' else value}")
+    for key, value in _status_lines(status):
+        print(f"{key:>10}: {value}")
     for key in ("submit", "start", "end"):
         print(f"{key:>10}: {_when(status.get(key))}")
     if status.get("log_tail"):
@@ -204,11 +198,47 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    """Like scancel: a job that already ended is an error (exit 1), the others are cancelled."""
     client = _client(args)
+    status = 0
     for job_id in args.ids:
         answer = client.call("DELETE", f"/v1/jobs/{job_id}")
-        print(json.dumps(answer) if args.json else f"job {job_id}: was {answer['state']}, cancel requested")
-    return 0
+        if args.json:
+            print(json.dumps(answer))
+        elif answer["state"] in FINAL_STATES:
+            print(f"cosched: error: job {job_id} already {answer['state']}; nothing to cancel", file=sys.stderr)
+        else:
+            print(f"job {job_id}: was {answer['state']}, cancel requested")
+        if answer["state"] in FINAL_STATES:
+            status = 1
+    return status
+
+
+def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """A job's fields as an operator reads them: units, rounding, no Python reprs."""
+    lines = []
+    for key in ("id", "name", "state", "reason", "image", "command", "cores", "cpus", "quota", "host"):
+        value = status.get(key)
+        if value in (None, "", []):
+            continue
+        if key == "command":
+            value = shlex.join(value)
+        elif key == "cpus":
+            value = _ranges(value)
+        elif key == "quota":
+            value = f"{value:g} CPUs"
+        lines.append((key, str(value)))
+    lines.append(("walltime", f"{status['walltime']:g} s"))
+    for key in ("app_class", "workflow", "stage", "exit_code"):
+        if status.get(key) not in (None, ""):
+            lines.append((key, str(status[key])))
+    if status.get("runtime") is not None:
+        lines.append(("runtime", f"{status['runtime']:.1f} s"))
+    usage = status.get("usage")
+    if usage:
+        tasks = f", tasks {usage['tasks_done']}/{usage['tasks']}" if usage.get("tasks") else ""
+        lines.append(("usage", f"CPU {usage['cpu']:.0%} of its quota, memory {usage['mem']:.0%} of its limit{tasks}"))
+    return lines
 
 
 def _nodes(args: argparse.Namespace) -> int:

@@ -100,7 +100,10 @@ class WorkflowSpec(Container):
         try:
             self.dag()
         except ConfigError as exc:
-            raise ValueError(f"stages: {exc}") from None
+            # The DAG's own message names the workflow and may say "stages:" itself; the API's
+            # error names the field once: "stages: dependency cycle a -> b -> a".
+            problem = str(exc).removeprefix(f"workflow {self.name!r}: ").removeprefix("stages: ")
+            raise ValueError(f"stages: {problem}") from None
         return self
 
     def dag(self) -> Workflow:

@@ -6,9 +6,9 @@ tables; the wording follows Slurm's (`squeue --start` reasons, `scontrol show`).
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any
 
+from cosched.core.view import SchedulerView
 from cosched.daemon import workflow_stages
 from cosched.model import JobState
 
@@ -17,14 +17,19 @@ if TYPE_CHECKING:
 
 
 def queue(daemon: Daemon) -> list[dict[str, Any]]:
-    """Pending and running jobs: pending ones in the order they will be considered,
-    with Slurm's reason (Resources for the blocked head, Priority behind it) and
-    the start the backfill policy reserved, where it reserved one."""
+    """Pending and running jobs: pending ones in the order the queue policy serves them,
+    with Slurm's reason (Resources for the head, Priority behind it) and the start the
+    backfill policy reserved at the last pass, where it reserved one (EASY reserves for
+    the head only, conservative for every job; none is made while no core is free).
+
+    No second scheduler estimates starts here: what is shown is what the core planned."""
     now = daemon.clock()
-    order, jobs = _snapshot(daemon)
+    queued, jobs = _snapshot(daemon)
+    core = daemon.core
     running = [job for job in jobs if job.state is JobState.RUNNING]
-    reservations = estimated_starts(now, running, order, daemon.cluster.cores)
-    reservations.update(daemon.reservations)
+    # A view of our own over the copies: the core's view belongs to the pass.
+    order = core.queue_policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
+    reservations = dict(daemon.reservations)
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
     rows = []
     for position, job in enumerate(order):
@@ -47,7 +52,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
 
 def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:
     """The queue (in the order it is kept) and the core's jobs, copied without the scheduling
-    lock: a pass holds it through its Docker calls, and a query must not wait for those.
+    lock: a pass holds it while it steps the core, and a query must not wait for that.
     A copy that races a pass's change is simply taken again."""
     core = daemon.core
     while True:
@@ -55,27 +60,6 @@ def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:
             return list(core.queue), list(core.jobs.values())
         except RuntimeError:  # the dict changed size while being copied
             continue
-
-
-def estimated_starts(now: float, running: list[Any], order: list[Any], cores: int) -> dict[int, float]:
-    """When each pending job would start if every job ran to its estimate and the queue
-    were served in order with no backfilling: a no-later-than bound, like `squeue --start`."""
-    releases = [(job.expected_end, job.cores) for job in running if job.host < 0]
-    heapq.heapify(releases)
-    free = cores - sum(c for _, c in releases)
-    clock = now
-    starts = {}
-    for job in order:
-        while free < job.cores and releases:
-            end, freed = heapq.heappop(releases)
-            clock = max(clock, end)
-            free += freed
-        if free < job.cores:
-            break
-        starts[job.id] = clock
-        free -= job.cores
-        heapq.heappush(releases, (clock + job.estimate, job.cores))
-    return starts
 
 
 def _row(daemon: Daemon, job: Any, state: str, reason: str, start: float | None) -> dict[str, Any]:

@@ -1,0 +1,111 @@
+"""The operator's daemon commands as a person reads them (cosched/daemon/commands.py).
+
+The API answers are real shapes (as `views.job_status` and the DELETE endpoint return
+them); the HTTP hop is replaced by a recording client so that each test pins what is
+printed and the exit status, which is what a script or an operator acts on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cosched.cli import main
+from cosched.daemon import commands
+
+
+class Answers:
+    """A client that answers each (method, path) from a table and records the calls."""
+
+    def __init__(self, table: dict[tuple[str, str], Any]) -> None:
+        self.table, self.calls = table, []
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append((method, path))
+        return self.table[(method, path)]
+
+
+def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answers: Answers, *argv: str):
+    monkeypatch.setattr(commands, "_client", lambda args: answers)
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cancel_of_a_finished_job_is_an_error(monkeypatch, capsys) -> None:
+    answers = Answers({("DELETE", "/v1/jobs/3"): {"id": 3, "state": "done"}})
+    rc, out, err = run(monkeypatch, capsys, answers, "cancel", "3")
+    assert rc == 1
+    assert out == ""
+    assert err.strip() == "cosched: error: job 3 already done; nothing to cancel"
+
+
+def test_cancel_of_a_running_job_and_a_finished_one(monkeypatch, capsys) -> None:
+    answers = Answers(
+        {
+            ("DELETE", "/v1/jobs/1"): {"id": 1, "state": "running"},
+            ("DELETE", "/v1/jobs/2"): {"id": 2, "state": "failed"},
+        }
+    )
+    rc, out, err = run(monkeypatch, capsys, answers, "cancel", "1", "2")
+    assert rc == 1  # one of them could not be cancelled
+    assert out.strip() == "job 1: was running, cancel requested"
+    assert "job 2 already failed" in err
+    assert answers.calls == [("DELETE", "/v1/jobs/1"), ("DELETE", "/v1/jobs/2")]
+
+
+def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
+    status = {
+        "id": 7,
+        "name": "blast.blastn",
+        "state": "running",
+        "reason": None,
+        "image": "cosched/workflows:abc",
+        "command": ["python3", "-m", "workloads.stages", "blast", "blastn", "--dir", "/srv/a b"],
+        "cores": 2,
+        "cpus": [0, 1],
+        "quota": 1.5,
+        "host": None,
+        "walltime": 600.0,
+        "app_class": "blast.blastn",
+        "workflow": 2,
+        "stage": "blastn",
+        "exit_code": None,
+        "runtime": None,
+        "usage": {"cpu": 0.8712, "mem": 0.0391, "tasks_done": 3, "tasks": 8},
+        "submit": 1.0,
+        "start": 2.0,
+        "end": None,
+        "log_tail": "",
+    }
+    rc, out, _ = run(monkeypatch, capsys, Answers({("GET", "/v1/jobs/7"): status}), "status", "7")
+    assert rc == 0
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines()}
+    assert lines["command"] == "python3 -m workloads.stages blast blastn --dir '/srv/a b'"
+    assert lines["cpus"] == "0-1"
+    assert lines["quota"] == "1.5 CPUs"
+    assert lines["walltime"] == "600 s"
+    assert lines["usage"] == "CPU 87% of its quota, memory 4% of its limit, tasks 3/8"
+    assert "{" not in out and "0.8712" not in out  # no Python dict, no raw floats
+    assert lines["end"] == "N/A"
+
+
+def test_submit_help_states_the_defaults(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["submit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 1)" in text and "(default: 3600.0)" in text
+    assert "default_memory_per_core per core, 1024 unless set" in text
+    assert "share of a node" not in text
+
+
+def test_non_utf8_workflow_file_is_one_line(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "wf.toml"
+    path.write_bytes(b'[workflow]\nname = "caf\xe9"\n')
+    rc = main(["submit", "--workflow", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip() == f"cosched: error: {path}: not UTF-8 text (byte 22); TOML files are UTF-8"
+    assert "Traceback" not in err
