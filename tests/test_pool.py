@@ -29,7 +29,7 @@ def test_core_allocation_gang_spans_nodes_lowest_first() -> None:
     assert slots == ((0, 4), (1, 2))
     pool.remove(slots)
     assert pool.free_units == 6
-    assert pool.avail == [1, 2]  # node 0 is full, node 1 keeps 2 cores
+    assert list(pool.avail) == [1, 2]  # node 0 is full, node 1 keeps 2 cores
     assert pool.first_fit(job(3)) == ((1, 2), (2, 1))
     assert pool.first_fit(job(7)) is None  # only 6 free: the gang never launches in part
 
@@ -48,9 +48,9 @@ def test_node_allocation_takes_whole_nodes() -> None:
     slots = pool.first_fit(big)
     assert slots == ((0, 8), (1, 8))
     pool.remove(slots)
-    assert pool.free_units == 2 and pool.avail == [2, 3]
+    assert pool.free_units == 2 and list(pool.avail) == [2, 3]
     pool.add(((1, 8),))
-    assert pool.avail == [1, 2, 3] and pool.free_cores(1) == 8 and pool.free_cores(0) == 0
+    assert list(pool.avail) == [1, 2, 3] and pool.free_cores(1) == 8 and pool.free_cores(0) == 0
 
 
 def test_partial_offer_in_node_mode_is_not_usable_until_whole() -> None:
@@ -58,7 +58,7 @@ def test_partial_offer_in_node_mode_is_not_usable_until_whole() -> None:
     pool.add(((0, 2),))
     assert pool.free_units == 0 and pool.free_cores(0) == 2
     pool.add(((0, 2), (1, 4)))
-    assert pool.free_units == 2 and pool.avail == [0, 1]
+    assert pool.free_units == 2 and list(pool.avail) == [0, 1]
 
 
 def test_double_offer_and_overdraw_are_errors() -> None:
