@@ -53,10 +53,7 @@ _ZIP_MAGIC = b"PK\x03\x04"
 _MAX_TIME = 1e10
 _MAX_PROCS = 1e8
 _FIELD_LIMITS = np.array(
-    [
-        _MAX_TIME if name in FLOAT_FIELDS else _MAX_PROCS if name.endswith("_procs") else 2.0**53
-        for name in SWF_FIELDS
-    ]
+    [_MAX_TIME if name in FLOAT_FIELDS else _MAX_PROCS if name.endswith("_procs") else 2.0**53 for name in SWF_FIELDS]
 )
 _STATUS_CANCELLED = 5
 _STATUS_FAILED = 0

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from swf_lines import TRACES, job_line, write_text
+from conftest import real_trace
+from swf_lines import job_line, write_text
 
 from cosched.cli import main
 from cosched.report import CSV_COLUMNS
@@ -463,13 +464,6 @@ def test_console_script(tmp_path: Path) -> None:
     bad = subprocess.run([script, "replay", "--length", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.stdout == ""
     assert_one_error(bad.returncode, bad.stderr, "--length")
-
-
-def real_trace(name: str) -> Path:
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"real trace {path} not available")
-    return path
 
 
 def test_real_trace_samples(capsys: pytest.CaptureFixture[str]) -> None:
