@@ -55,7 +55,7 @@ POLICY_SETS_SYNTAX = (
     "comma-separated queue:backfill[:estimate] sets; each field is an alias (fcfs, easy, actual, ...) "
     "or a plugin class in brackets, [module:Class]: fcfs:easy,[mylab.queues:Fair]:easy"
 )
-_FIELD = r"\[[\w.]+:\w+\]|[^:\[\],\s]+"
+_FIELD = r"\[[\w.]+:\w+\]|[\w-]+"  # [module:Class], or an alias (a word: no dot, no colon)
 _POLICY_SET = re.compile(rf"({_FIELD}):({_FIELD})(?::({_FIELD}))?")
 
 
