@@ -3,8 +3,9 @@
 The pool answers two questions on the hottest path of every scheduling pass,
 "does a gang of this size fit?" and "which slots would first-fit give it?",
 so it keeps counters and the usable nodes in order (`SortedNodes`) instead of
-scanning all nodes; no operation on it costs more on a larger machine. A node is *usable* when it has a free core (core allocation) or is
-entirely idle (node allocation).
+scanning all nodes; no operation on it costs more on a larger machine. A node
+is *usable* when it has a free core (core allocation) or is entirely idle
+(node allocation).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ Every policy set of a comparison sees exactly the same job sequences.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-import re
 from pathlib import Path
 
 import numpy as np
