@@ -38,11 +38,18 @@ Workloads (``--workloads``, comma-separated, default all)
 ``hpc2n``      HPC2N-2002-2.2-cln.swf.gz, whole trace
 ``lublin50k``  first 50,000 jobs of ``lublin500k``
 ``lublin500k`` Lublin-Feitelson, 500,000 jobs, 256 processors, load 0.9, seed 1
+``wide256``    Lublin-Feitelson, 20,000 jobs for 256 processors (load 0.9, seed 1), replayed on 256
+``wide93k``    the same jobs on 93,312 processors (CEA-Curie's size)
+``wide1m``     the same jobs on 1,000,000 processors
 
 Archive logs are read from ``--traces`` (default ``<repo>/../shared/traces``);
 a missing file is shown as ``skipped (absent)``. The 50k/500k pair shows whether
 time per job stays flat as the trace grows 10x: the ratio of their FCFS+EASY
-us/job is printed under the table.
+us/job is printed under the table. The wide* trio shows whether time and memory
+per job stay flat as the machine grows (`cosched replay lublin:20000:256 --procs N`):
+the same 20,000 jobs on 256, 93,312 and 1,000,000 one-core nodes; their us/job
+ratio is printed too. Replays clear a finished job's slots (``keep_slots=False``),
+as the CLI's do.
 
 Policy sets: every registered queue policy x every registered backfill policy
 with the ``requested`` estimator, plus FCFS+EASY with the ``actual`` estimator;
@@ -82,7 +89,9 @@ ARCHIVE_TRACES: dict[str, str] = {
 }
 LUBLIN_JOBS, LUBLIN_PROCS, LUBLIN_LOAD, LUBLIN_SEED = 500_000, 256, 0.9, 1
 LUBLIN_SMALL = 50_000
-WORKLOADS: tuple[str, ...] = ("sp2", "hpc2n", "lublin50k", "lublin500k")
+WIDE_JOBS = 20_000
+WIDE_PROCS: dict[str, int] = {"wide256": 256, "wide93k": 93_312, "wide1m": 1_000_000}
+WORKLOADS: tuple[str, ...] = ("sp2", "hpc2n", "lublin50k", "lublin500k", *WIDE_PROCS)
 GOAL_JOBS_PER_S = 100_000
 RESULT_TAG = "REPLAY_SPEED_RESULT "
 MIB = 1024 * 1024
@@ -142,6 +151,8 @@ def _load(workload: str, traces: Path) -> Any:
         return read_swf(traces / ARCHIVE_TRACES[workload])
     from workloads.lublin import generate
 
+    if workload in WIDE_PROCS:
+        return generate(WIDE_JOBS, LUBLIN_PROCS, seed=LUBLIN_SEED, load=LUBLIN_LOAD)
     trace = generate(LUBLIN_JOBS, LUBLIN_PROCS, seed=LUBLIN_SEED, load=LUBLIN_LOAD)
     if workload == "lublin50k":
         # Copies, not views: the 500k columns are freed, so RSS is that of a 50k trace.
@@ -160,7 +171,7 @@ def run_one(workload: str, policy: str, traces: Path, repeat: int) -> dict[str, 
     started = time.perf_counter()
     trace = _load(workload, traces)
     load_seconds = time.perf_counter() - started
-    cluster = trace.cluster()
+    cluster = trace.cluster(procs=WIDE_PROCS.get(workload))
     gc.collect()
     _trim_heap()
     rss_after_load = _current_rss_bytes()
@@ -171,7 +182,7 @@ def run_one(workload: str, policy: str, traces: Path, repeat: int) -> dict[str, 
     best = float("inf")
     finished = rejected = 0
     for _ in range(repeat):
-        result = replay(trace.jobs(), cluster, policies)
+        result = replay(trace.jobs(), cluster, policies, keep_slots=False)
         best = min(best, result.seconds)
         finished, rejected = len(result.jobs), len(result.rejected)
         del result
@@ -306,6 +317,14 @@ def _notes(rows: Sequence[Row]) -> list[str]:
             f"FCFS+EASY \u00b5s/job, lublin500k / lublin50k: {_per_job(big):.1f} / {_per_job(small):.1f} "
             f"= {_per_job(big) / _per_job(small):.2f} (1.00 = time per job flat as the trace grows 10x)"
         )
+    base = _find(rows, "wide256", "fcfs+easy")
+    for wide in ("wide93k", "wide1m"):
+        found = _find(rows, wide, "fcfs+easy")
+        if base and found:
+            notes.append(
+                f"FCFS+EASY \u00b5s/job, {wide} / wide256: {_per_job(found):.1f} / {_per_job(base):.1f} "
+                f"= {_per_job(found) / _per_job(base):.2f} (1.00 = time per job flat as the machine grows)"
+            )
     sp2 = _find(rows, "sp2", "fcfs+easy")
     if sp2 is None:
         verdict = "not measured"

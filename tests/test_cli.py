@@ -120,7 +120,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str], good_swf: Path) -> None
 def test_json_prints_nothing_but_json(capsys: pytest.CaptureFixture[str], good_swf: Path) -> None:
     rc, out, err = run_cli(capsys, str(good_swf), "--json")
     assert rc == 0
-    assert set(json.loads(out)) == {"workload", "samples", "results"}
+    assert set(json.loads(out)) == {"workload", "samples", "results", "load_report"}
     assert err == ""
 
 
