@@ -10,7 +10,7 @@ nodes fall in, and first fit reads the first buckets.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from itertools import chain
 
@@ -69,15 +69,18 @@ class SortedNodes:
             maxes[0] = bucket[-1]
             self._split(0)
             return
-        # Group the nodes by the bucket they fall in: a job's nodes usually fall in one or two.
-        groups: dict[int, list[int]] = {}
-        last = len(buckets) - 1
-        for node in nodes:
-            i = bisect_left(maxes, node)
-            groups.setdefault(i if i <= last else last, []).append(node)
-        for i in sorted(groups, reverse=True):  # from the back, so splits do not shift the indexes still to do
+        # Cut the sorted nodes into the runs that fall in one bucket: a job's nodes usually fall in one or two.
+        nodes = sorted(nodes)
+        runs: list[tuple[int, list[int]]] = []
+        last, j = len(buckets) - 1, 0
+        while j < len(nodes):
+            i = min(bisect_left(maxes, nodes[j]), last)
+            k = len(nodes) if i == last else bisect_right(nodes, maxes[i], j)
+            runs.append((i, nodes[j:k]))
+            j = k
+        for i, run in reversed(runs):  # from the back, so splits do not shift the indexes still to do
             bucket = buckets[i]
-            bucket += groups[i]
+            bucket += run
             bucket.sort()  # two sorted runs: a merge in C
             maxes[i] = bucket[-1]
             self._split(i)
