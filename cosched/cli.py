@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
     rp.add_argument("--samples", type=_positive, help="replay K random windows of --length jobs")
     rp.add_argument("--seed", type=_non_negative, default=1, help="seed for sampling and generated workloads")
-    rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines")
+    rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines and repeated job ids")
     rp.add_argument(
         "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
     )
