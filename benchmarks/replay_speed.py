@@ -14,6 +14,10 @@ with :func:`cosched.replay.driver.replay`, and reports:
   inside the replay loop (it excludes building the ``Job`` objects and sorting
   them by submit time). ``jobs/s`` and ``us/job`` are derived from it, with
   ``jobs`` the number of jobs in the trace.
+* ``start s``: a replay of one 1-second job on the same machine: the fixed cost
+  of offering every node once (a million tuples on 1,000,000 cores), paid once
+  per replay, not per job. The wide* ratios below are of ``(replay s - start s)
+  / jobs``, the cost per job.
 * ``RSS after load MiB``: the resident set size right after loading (from
   ``/proc/self/statm``; the process's peak so far where that file is missing),
   after a garbage collection and glibc's ``malloc_trim(0)``, so heap freed by
@@ -38,11 +42,18 @@ Workloads (``--workloads``, comma-separated, default all)
 ``hpc2n``      HPC2N-2002-2.2-cln.swf.gz, whole trace
 ``lublin50k``  first 50,000 jobs of ``lublin500k``
 ``lublin500k`` Lublin-Feitelson, 500,000 jobs, 256 processors, load 0.9, seed 1
+``wide256``    Lublin-Feitelson, 20,000 jobs for 256 processors (load 0.9, seed 1), replayed on 256
+``wide93k``    the same jobs on 93,312 processors (CEA-Curie's size)
+``wide1m``     the same jobs on 1,000,000 processors
 
 Archive logs are read from ``--traces`` (default ``<repo>/../shared/traces``);
 a missing file is shown as ``skipped (absent)``. The 50k/500k pair shows whether
 time per job stays flat as the trace grows 10x: the ratio of their FCFS+EASY
-us/job is printed under the table.
+us/job is printed under the table. The wide* trio shows whether time and memory
+per job stay flat as the machine grows (`cosched replay lublin:20000:256 --procs N`):
+the same 20,000 jobs on 256, 93,312 and 1,000,000 one-core nodes; their us/job
+ratio is printed too. Replays clear a finished job's slots (``keep_slots=False``),
+as the CLI's do.
 
 Policy sets: every registered queue policy x every registered backfill policy
 with the ``requested`` estimator, plus FCFS+EASY with the ``actual`` estimator;
@@ -82,7 +93,9 @@ ARCHIVE_TRACES: dict[str, str] = {
 }
 LUBLIN_JOBS, LUBLIN_PROCS, LUBLIN_LOAD, LUBLIN_SEED = 500_000, 256, 0.9, 1
 LUBLIN_SMALL = 50_000
-WORKLOADS: tuple[str, ...] = ("sp2", "hpc2n", "lublin50k", "lublin500k")
+WIDE_JOBS = 20_000
+WIDE_PROCS: dict[str, int] = {"wide256": 256, "wide93k": 93_312, "wide1m": 1_000_000}
+WORKLOADS: tuple[str, ...] = ("sp2", "hpc2n", "lublin50k", "lublin500k", *WIDE_PROCS)
 GOAL_JOBS_PER_S = 100_000
 RESULT_TAG = "REPLAY_SPEED_RESULT "
 MIB = 1024 * 1024
@@ -95,6 +108,7 @@ COLUMNS: tuple[tuple[str, int], ...] = (
     ("replay s", 9),
     ("jobs/s", 9),
     ("\u00b5s/job", 8),
+    ("start s", 7),
     ("peak RSS MiB", 12),
     ("RSS after load MiB", 18),
 )
@@ -142,6 +156,8 @@ def _load(workload: str, traces: Path) -> Any:
         return read_swf(traces / ARCHIVE_TRACES[workload])
     from workloads.lublin import generate
 
+    if workload in WIDE_PROCS:
+        return generate(WIDE_JOBS, LUBLIN_PROCS, seed=LUBLIN_SEED, load=LUBLIN_LOAD)
     trace = generate(LUBLIN_JOBS, LUBLIN_PROCS, seed=LUBLIN_SEED, load=LUBLIN_LOAD)
     if workload == "lublin50k":
         # Copies, not views: the 500k columns are freed, so RSS is that of a 50k trace.
@@ -154,13 +170,14 @@ def _load(workload: str, traces: Path) -> Any:
 
 def run_one(workload: str, policy: str, traces: Path, repeat: int) -> dict[str, Any]:
     """Load `workload`, replay it `repeat` times under `policy` (queue:backfill:estimate)."""
+    from cosched.model import Job
     from cosched.replay.driver import PolicySet, replay
 
     queue, backfill, estimate = policy.split(":")
     started = time.perf_counter()
     trace = _load(workload, traces)
     load_seconds = time.perf_counter() - started
-    cluster = trace.cluster()
+    cluster = trace.cluster(procs=WIDE_PROCS.get(workload))
     gc.collect()
     _trim_heap()
     rss_after_load = _current_rss_bytes()
@@ -171,14 +188,19 @@ def run_one(workload: str, policy: str, traces: Path, repeat: int) -> dict[str, 
     best = float("inf")
     finished = rejected = 0
     for _ in range(repeat):
-        result = replay(trace.jobs(), cluster, policies)
+        result = replay(trace.jobs(), cluster, policies, keep_slots=False)
         best = min(best, result.seconds)
         finished, rejected = len(result.jobs), len(result.rejected)
         del result
         gc.collect()
+    start = min(
+        replay([Job(id=1, submit=0.0, cores=1, walltime=1.0, runtime=1.0)], cluster, policies).seconds
+        for _ in range(repeat)
+    )
     return {
         "workload": workload,
         "policies": policies.label,
+        "start_s": start,
         "jobs": len(trace),
         "finished": finished,
         "rejected": rejected,
@@ -217,6 +239,7 @@ class Row:
             f"{seconds:.2f}",
             f"{jobs / seconds:,.0f}" if seconds > 0 else "-",
             f"{seconds / jobs * 1e6:.1f}" if jobs else "-",
+            f"{r['start_s']:.2f}",
             peak,
             f"{r['rss_after_load'] / MIB:.0f}",
         ]
@@ -294,8 +317,9 @@ def _find(rows: Sequence[Row], workload: str, label: str) -> dict[str, Any] | No
     return None
 
 
-def _per_job(result: dict[str, Any]) -> float:
-    return result["replay_s"] / result["jobs"] * 1e6
+def _per_job(result: dict[str, Any], *, net: bool = False) -> float:
+    seconds = result["replay_s"] - (result["start_s"] if net else 0.0)
+    return seconds / result["jobs"] * 1e6
 
 
 def _notes(rows: Sequence[Row]) -> list[str]:
@@ -306,6 +330,15 @@ def _notes(rows: Sequence[Row]) -> list[str]:
             f"FCFS+EASY \u00b5s/job, lublin500k / lublin50k: {_per_job(big):.1f} / {_per_job(small):.1f} "
             f"= {_per_job(big) / _per_job(small):.2f} (1.00 = time per job flat as the trace grows 10x)"
         )
+    base = _find(rows, "wide256", "fcfs+easy")
+    for wide in ("wide93k", "wide1m"):
+        found = _find(rows, wide, "fcfs+easy")
+        if base and found:
+            big, small = _per_job(found, net=True), _per_job(base, net=True)
+            notes.append(
+                f"FCFS+EASY \u00b5s/job net of start, {wide} / wide256: {big:.1f} / {small:.1f} "
+                f"= {big / small:.2f} (1.00 = time per job flat as the machine grows)"
+            )
     sp2 = _find(rows, "sp2", "fcfs+easy")
     if sp2 is None:
         verdict = "not measured"

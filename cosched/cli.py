@@ -18,6 +18,7 @@ from cosched.errors import ConfigError, CoschedError
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
     DEFAULT_WORKLOAD,
+    POLICY_SETS_SYNTAX,
     StudyResult,
     cluster_for,
     cut,
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         const=DEFAULT_COMPARISON,
         default=None,
         metavar="SETS",
-        help=f"run several queue:backfill[:estimate] sets side by side (default set: {DEFAULT_COMPARISON})",
+        help=f"run several policy sets side by side: {POLICY_SETS_SYNTAX} (default: {DEFAULT_COMPARISON})",
     )
     rp.add_argument(
         "--allocation", default="core", choices=("core", "node"), help="jobs take any free cores, or whole nodes"
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
     rp.add_argument("--samples", type=_positive, help="replay K random windows of --length jobs")
     rp.add_argument("--seed", type=_non_negative, default=1, help="seed for sampling and generated workloads")
-    rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines")
+    rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines and repeated job ids")
     rp.add_argument(
         "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
     )
@@ -243,7 +244,10 @@ def _replay(args: argparse.Namespace) -> int:
         args.trace, seed=args.seed, lenient=args.lenient, drop_cancelled=args.drop_cancelled, procs=args.procs
     )
     cluster = cluster_for(trace, args.allocation, args.procs)
-    sequences = cut(trace, start=args.start, length=args.length, samples=args.samples, seed=args.seed)
+    warnings = list(trace.report.warnings)
+    sequences = cut(trace, start=args.start, length=args.length, samples=args.samples, seed=args.seed, notes=warnings)
+    for warning in warnings:  # with --json too: they say the numbers may mean nothing
+        print(f"cosched: warning: {warning}", file=sys.stderr)
 
     if not args.json:
         print(
@@ -271,6 +275,7 @@ def _replay(args: argparse.Namespace) -> int:
     if rejected:
         print(f"cosched: warning: {rejected} jobs larger than the cluster were rejected, not replayed", file=sys.stderr)
     payload = _payload(results, trace.name, len(sequences))
+    payload["load_report"] = {**trace.report.as_dict(), "warnings": warnings}
     if args.out:
         _write_outputs(args.out, results, payload, cluster.cores, plots=not args.no_plots)
     if args.json:

@@ -13,11 +13,16 @@ through the slow per-line path, whose job is to name the bad line or skip it.
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import math
 import re
+import stat
+import sys
 import warnings
+import zipfile
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,7 +40,21 @@ FLOAT_FIELDS: frozenset[str] = frozenset({"submit", "wait", "runtime", "avg_cpu"
 
 _NFIELDS = len(SWF_FIELDS)
 _COL = {name: i for i, name in enumerate(SWF_FIELDS)}
-_GZIP_MAGIC = b"\x1f\x8b"
+# Compressed traces are recognised by content, as names lie both ways (.gz files that are plain text).
+_DECOMPRESSORS = (
+    (b"\x1f\x8b", "gzip", gzip.decompress),
+    (b"BZh", "bzip2", bz2.decompress),
+    (b"\xfd7zXZ\x00", "xz", lzma.decompress),
+)
+_ZIP_MAGIC = b"PK\x03\x04"
+# The largest |value| a field may hold. Times (seconds) stop at 10^10 (317 years); processor counts at
+# 10^8 (ten times the largest machine built); other counts at 2^53, the last integer a float holds exactly.
+# Beyond these a value is a corrupt line, not a job, and would overflow the integer columns or the metrics.
+_MAX_TIME = 1e10
+_MAX_PROCS = 1e8
+_FIELD_LIMITS = np.array(
+    [_MAX_TIME if name in FLOAT_FIELDS else _MAX_PROCS if name.endswith("_procs") else 2.0**53 for name in SWF_FIELDS]
+)
 _STATUS_CANCELLED = 5
 _STATUS_FAILED = 0
 # "; Key: value": a one-word key, then a colon followed by space or the line's end, so
@@ -52,11 +71,12 @@ _LENIENT_HINT = "lenient loading (--lenient) skips malformed lines"
 def read_swf(
     path: str | Path, *, lenient: bool = False, max_procs: int | None = None, drop_cancelled: bool = False
 ) -> Trace:
-    """Read and clean an SWF trace (plain or gzip, detected by its magic bytes).
+    """Read and clean an SWF trace (plain, gzip, bzip2, xz, or a zip of one file; `-` is standard input).
 
-    Cleaning, in this order, each step counted in `trace.report`: jobs with
-    runtime <= 0 (which includes jobs cancelled before they started), jobs with
-    no known processor count, and jobs larger than the machine are dropped.
+    Cleaning, in this order, each step counted in `trace.report`: jobs with an
+    unknown (negative) submit time, jobs with runtime <= 0 (which includes jobs
+    cancelled before they started), jobs with no known processor count, and jobs
+    larger than the machine are dropped.
     Jobs cancelled after they started (status 5, runtime > 0) held their
     processors until cancelled, a quarter of SDSC-SP2's processor-seconds, so
     they are kept and counted (`cancelled_kept`), as the RL scheduling papers'
@@ -64,18 +84,23 @@ def read_swf(
     Then a requested time <= 0 is set to the runtime
     and one below the runtime is raised to it (so `req_time >= runtime` always holds,
     which backfilling relies on). `procs` = max(req_procs, alloc_procs). Jobs are
-    then sorted stably by submit time.
+    then sorted stably by submit time (`submit_out_of_order` counts the jobs that moved).
 
     The machine size is `max_procs` when given (it overrides the header, and is
     stored as `trace.header.max_procs`; the header's own text stays in
     `header.fields`), else the header's MaxProcs, else MaxNodes; with none of these
-    nothing is dropped for size and a note records that the size was inferred
-    from the largest job.
+    nothing is dropped for size, the size is inferred from the largest job, and
+    `report.warnings` says so loudly when the trace's offered load on that size exceeds 1.
 
-    A malformed job line (not 18 fields, or a token that is not a finite number)
-    raises `TraceError("FILE:LINE: ...")`, or with `lenient=True` is skipped and
-    counted in `report.malformed_skipped`. A missing or unreadable file, or a trace
-    with no job left after cleaning, raises `TraceError` too.
+    A malformed job line (not 18 fields, a token that is not a finite number, or
+    a value out of range) raises `TraceError("FILE:LINE: ...")`, or with
+    `lenient=True` is skipped and counted in `report.malformed_skipped`. A job id
+    seen on an earlier line raises likewise, or with `lenient=True` is dropped
+    (the first line with that id is kept) and counted in `dropped_duplicate_id`.
+    A file whose every job line has the same wrong number of fields is another
+    format, which `lenient` cannot help: that raises in both modes. A missing,
+    unreadable or non-regular file, or a trace with no job left after cleaning,
+    raises `TraceError` too.
     """
     if max_procs is not None and max_procs <= 0:
         raise TraceError(f"max_procs must be positive, got {max_procs}")
@@ -86,10 +111,11 @@ def read_swf(
     report.comments = len(comments)
     header = parse_header(comments)
 
-    data = _parse_fast(text)
+    data = _parse_fast(text, path)
     if data is None:
         data, report.malformed_skipped = _parse_slow(text, path, lenient)
     report.read = data.shape[0] + report.malformed_skipped
+    data, report.dropped_duplicate_id = _unique_ids(data, text, path, lenient)
 
     columns = _to_columns(data)
     limit = _machine_limit(header, max_procs, report)
@@ -98,13 +124,36 @@ def read_swf(
     if report.kept == 0:
         skipped = f", {report.malformed_skipped} of them malformed" if report.malformed_skipped else ""
         raise TraceError(f"{path}: no jobs left after cleaning ({report.read} job lines read{skipped})")
-    if limit is None:
-        largest = int(columns["procs"].max())
-        report.notes.append(
-            f"cluster size not in the header (no MaxProcs or MaxNodes): "
-            f"inferred from the largest job ({largest} processors)"
+    _report_load(columns, limit, report)
+    return Trace(_trace_name(path), _sort_by_submit(columns, report), header, report)
+
+
+def _report_load(columns: dict[str, np.ndarray], limit: int | None, report: LoadReport) -> None:
+    """The offered load on the machine, and a warning when a guessed machine size makes it absurd.
+
+    Offered load = processor-seconds asked for / (processors x the submission span).
+    Above 1, jobs arrive faster than the machine can run them and waits grow
+    without bound; with a size read from the header that is the log's truth,
+    with a size inferred from the largest job (METACENTRUM: 60 processors, load 5)
+    it usually means the guess is wrong.
+    """
+    procs = limit if limit is not None else int(columns["procs"].max())
+    submit = columns["submit"]
+    span = float(submit.max() - submit.min())
+    work = float(np.dot(columns["runtime"], columns["procs"]))
+    report.offered_load = work / (procs * span) if span > 0 else None
+    if limit is not None:
+        return
+    report.inferred_procs = procs
+    report.notes.append(
+        f"cluster size not in the header (no MaxProcs or MaxNodes): inferred from the largest job ({procs} processors)"
+    )
+    if report.offered_load is not None and report.offered_load > 1:
+        report.warnings.append(
+            f"offered load {report.offered_load:.2f} on the inferred machine of {procs} processors: jobs arrive "
+            f"faster than it can run them and waits grow without bound; the log's machine is probably larger: "
+            f"pass its size with --procs N (read_swf(..., max_procs=N))"
         )
-    return Trace(_trace_name(path), _sort_by_submit(columns), header, report)
 
 
 def parse_header(comments: Iterable[str]) -> SwfHeader:
@@ -140,30 +189,64 @@ def _leading_int(value: str) -> int | None:
 
 
 def _read_text(path: Path) -> str:
-    """The decompressed text; gzip is recognised by content, as .gz names lie both ways."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"trace not found: {path}") from None
-    except OSError as exc:
-        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceError(f"{path}: corrupt gzip data: {exc}") from None
-    text = raw.decode("utf-8", errors="replace")
+    """The decompressed text, with a UTF-8 byte order mark and CR line ends removed."""
+    raw = _decompress(_read_bytes(path), path)
+    text = raw.decode("utf-8-sig", errors="replace")
     if "\r" in text:  # CRLF copies of archive logs exist
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
 
 
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes; `-` is standard input.
+
+    Anything else that is not a regular file is refused before it is opened:
+    reading a FIFO with no writer, or a terminal, would block forever.
+    """
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceError(f"cannot read trace {path}: it is a directory")
+        if not stat.S_ISREG(mode):
+            raise TraceError(f"cannot read trace {path}: not a regular file (pipe or device); use '-' for stdin")
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"trace not found: {path}") from None
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+
+
+def _decompress(raw: bytes, path: Path) -> bytes:
+    """gzip, bzip2 and xz by their magic bytes; a zip archive holding exactly one file."""
+    for magic, name, decompress in _DECOMPRESSORS:
+        if raw.startswith(magic):
+            try:
+                return decompress(raw)
+            except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as exc:
+                raise TraceError(f"{path}: corrupt {name} data: {exc}") from None
+    if raw.startswith(_ZIP_MAGIC):
+        try:
+            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                members = [m for m in archive.infolist() if not m.is_dir()]
+                if len(members) != 1:
+                    raise TraceError(
+                        f"{path}: a zip archive of {len(members)} files; cosched reads a zip of exactly one trace "
+                        f"(unzip it and name the trace)"
+                    )
+                return archive.read(members[0])
+        except (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError) as exc:
+            raise TraceError(f"{path}: corrupt zip archive: {exc}") from None
+    return raw
+
+
 def _trace_name(path: Path) -> str:
-    """File name without its .swf/.gz suffixes: SDSC-SP2-1998-4.2-cln.swf.gz -> SDSC-SP2-1998-4.2-cln."""
+    """File name without its .swf and compression suffixes: SDSC-SP2-1998-4.2-cln.swf.gz -> SDSC-SP2-1998-4.2-cln."""
     name = path.name
     while True:
         stem, dot, suffix = name.rpartition(".")
-        if not (dot and stem and suffix.lower() in ("swf", "gz")):
+        if not (dot and stem and suffix.lower() in ("swf", "gz", "bz2", "xz", "zip")):
             return name
         name = stem
 
@@ -198,11 +281,12 @@ def _comment_lines(text: str) -> list[str]:
     return comments
 
 
-def _parse_fast(text: str) -> np.ndarray | None:
+def _parse_fast(text: str, path: Path) -> np.ndarray | None:
     """All job lines as an (n, 18) float array, or None if any line is malformed.
 
     NumPy's C parser checks that every line has the same number of fields; the
-    shape and finiteness checks below catch the rest (e.g. every line with 19).
+    shape, finiteness and range checks below catch the rest. Every line with the
+    same wrong number of fields is another format, reported here in both modes.
     """
     try:
         with warnings.catch_warnings():
@@ -212,9 +296,31 @@ def _parse_fast(text: str) -> np.ndarray | None:
         return None
     if data.size == 0:
         return np.empty((0, _NFIELDS))
-    if data.shape[1] != _NFIELDS or not np.isfinite(data).all():
+    if data.shape[1] != _NFIELDS:
+        raise TraceError(f"{path}:{_job_line_numbers(text)[0]}: {_other_format(data.shape[1])}")
+    if not (np.abs(data) <= _FIELD_LIMITS).all():  # NaN and inf fail too
         return None
     return data
+
+
+def _other_format(width: int) -> str:
+    """What a file whose every job line has `width` fields is, and what to do with it."""
+    what = (
+        "an extended SWF (e.g. the Theta/Mira walltime logs' 19 fields, Alea's 21-field format), whose extra "
+        "columns cosched does not guess at"
+        if width > _NFIELDS
+        else "not SWF, or a log cut short"
+    )
+    fix = "; if the first 18 are the standard fields, keep them: awk '/^;/ {print; next} {NF=18; print}' IN > OUT"
+    return (
+        f"expected {_NFIELDS} SWF fields, found {width} on every job line: {what}"
+        f"{fix if width > _NFIELDS else ''} (--lenient cannot help: it would skip every line)"
+    )
+
+
+def _job_line_numbers(text: str) -> list[int]:
+    """1-based line numbers of the job lines (neither blank nor comment), in order; for error messages only."""
+    return [n for n, line in enumerate(text.split("\n"), start=1) if line.split(";", 1)[0].strip()]
 
 
 def _parse_slow(text: str, path: Path, lenient: bool) -> tuple[np.ndarray, int]:
@@ -251,8 +357,33 @@ def _parse_line(tokens: Sequence[str]) -> tuple[list[float], str | None]:
             value = math.nan
         if not math.isfinite(value):
             return [], f"field {i + 1} ({SWF_FIELDS[i]}) is not a number: {token!r}"
+        if abs(value) > _FIELD_LIMITS[i]:
+            return [], f"field {i + 1} ({SWF_FIELDS[i]}) is out of range: {token} (limit {_FIELD_LIMITS[i]:.3g})"
         values.append(value)
     return values, None
+
+
+def _unique_ids(data: np.ndarray, text: str, path: Path, lenient: bool) -> tuple[np.ndarray, int]:
+    """The rows with the first occurrence of each job id, and how many repeats were dropped.
+
+    The core keys jobs by id, so a repeat would fail mid-replay (overlapping) or
+    appear twice in the results (not); strict mode names both lines instead.
+    """
+    ids = data[:, 0]
+    _, first = np.unique(ids, return_index=True)
+    if first.shape[0] == ids.shape[0]:
+        return data, 0
+    keep = np.zeros(ids.shape[0], dtype=bool)
+    keep[first] = True
+    if lenient:
+        return data[keep], int((~keep).sum())
+    repeat = int(np.flatnonzero(~keep)[0])
+    original = int(np.flatnonzero(ids == ids[repeat])[0])
+    lines = _job_line_numbers(text)  # strict: no line was skipped, so row i is job line i
+    raise TraceError(
+        f"{path}:{lines[repeat]}: job id {int(ids[repeat])} already used on line {lines[original]}; "
+        f"lenient loading (--lenient) keeps the first line of each id and drops the repeats"
+    )
 
 
 def _to_columns(data: np.ndarray) -> dict[str, np.ndarray]:
@@ -293,11 +424,12 @@ def _clean(
     """Apply the cleaning rules in order, counting each on the jobs that survived the previous."""
     cancelled = columns["status"] == _STATUS_CANCELLED
     drops: list[tuple[str, np.ndarray]] = [
+        ("dropped_submit_unknown", columns["submit"] < 0),
         ("dropped_runtime", columns["runtime"] <= 0),
         ("dropped_procs_unknown", columns["procs"] <= 0),
     ]
     if drop_cancelled:
-        drops.insert(0, ("dropped_cancelled", cancelled))
+        drops.insert(1, ("dropped_cancelled", cancelled))
     if limit is not None:
         drops.append(("dropped_procs_above_max", columns["procs"] > limit))
     keep = np.ones(columns["submit"].shape[0], dtype=bool)
@@ -319,10 +451,14 @@ def _clean(
     return columns
 
 
-def _sort_by_submit(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Stable sort by submit time; archive logs are already sorted, so usually a no-op."""
+def _sort_by_submit(columns: dict[str, np.ndarray], report: LoadReport) -> dict[str, np.ndarray]:
+    """Stable sort by submit time; archive logs are already sorted, so usually a no-op.
+
+    `report.submit_out_of_order` counts the jobs submitted before the job on the line above them.
+    """
     submit = columns["submit"]
-    if submit.shape[0] < 2 or bool((submit[1:] >= submit[:-1]).all()):
+    report.submit_out_of_order = int((submit[1:] < submit[:-1]).sum())
+    if not report.submit_out_of_order:
         return columns
     order = np.argsort(submit, kind="stable")
     return {name: col[order] for name, col in columns.items()}

@@ -7,7 +7,7 @@ made fresh for each replay so two replays of one trace never share state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,8 @@ class LoadReport:
     comments: int = 0
     read: int = 0
     malformed_skipped: int = 0
+    dropped_duplicate_id: int = 0
+    dropped_submit_unknown: int = 0
     dropped_runtime: int = 0
     dropped_cancelled: int = 0
     cancelled_kept: int = 0
@@ -62,14 +64,23 @@ class LoadReport:
     dropped_procs_above_max: int = 0
     req_time_from_runtime: int = 0
     req_time_raised_to_runtime: int = 0
+    submit_out_of_order: int = 0
     kept: int = 0
+    offered_load: float | None = None
+    """Processor-seconds asked for / (machine processors x submission span); None for one instant."""
+    inferred_procs: int | None = None
+    """The machine size taken from the largest job, when no header or argument gave one."""
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Problems that make results doubtful (printed as warnings, even with --json)."""
 
     def lines_out(self) -> list[str]:
-        """Human-readable lines, one per non-zero counter, for the terminal."""
+        """Human-readable lines, one per non-zero counter, for the terminal (warnings apart)."""
         labels = {
             "read": "job lines read",
             "malformed_skipped": "malformed lines skipped (--lenient)",
+            "dropped_duplicate_id": "dropped: job id already used on an earlier line (--lenient)",
+            "dropped_submit_unknown": "dropped: submit time negative (unknown)",
             "dropped_runtime": "dropped: runtime -1 or 0",
             "dropped_cancelled": "dropped: cancelled (status 5, --drop-cancelled)",
             "cancelled_kept": "kept: cancelled after starting (ran until cancelled)",
@@ -77,10 +88,17 @@ class LoadReport:
             "dropped_procs_above_max": "dropped: processors above MaxProcs",
             "req_time_from_runtime": "requested time -1: set to runtime",
             "req_time_raised_to_runtime": "requested time below runtime: raised to runtime",
+            "submit_out_of_order": "submitted before the line above: sorted by submit time",
             "kept": "jobs kept",
         }
         out = [f"{label}: {getattr(self, key)}" for key, label in labels.items() if getattr(self, key)]
+        if self.offered_load is not None:
+            out.append(f"offered load: {self.offered_load:.2f}")
         return out + self.notes
+
+    def as_dict(self) -> dict[str, object]:
+        """Every counter, note and warning, for `--json` and summary.json."""
+        return asdict(self)
 
 
 @dataclass(slots=True)

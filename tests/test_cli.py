@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from swf_lines import TRACES, job_line, write_text
+from conftest import real_trace
+from swf_lines import job_line, write_text
 
 from cosched.cli import main
 from cosched.report import CSV_COLUMNS
@@ -119,7 +120,7 @@ def test_json_output(capsys: pytest.CaptureFixture[str], good_swf: Path) -> None
 def test_json_prints_nothing_but_json(capsys: pytest.CaptureFixture[str], good_swf: Path) -> None:
     rc, out, err = run_cli(capsys, str(good_swf), "--json")
     assert rc == 0
-    assert set(json.loads(out)) == {"workload", "samples", "results"}
+    assert set(json.loads(out)) == {"workload", "samples", "results", "load_report"}
     assert err == ""
 
 
@@ -463,13 +464,6 @@ def test_console_script(tmp_path: Path) -> None:
     bad = subprocess.run([script, "replay", "--length", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.stdout == ""
     assert_one_error(bad.returncode, bad.stderr, "--length")
-
-
-def real_trace(name: str) -> Path:
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"real trace {path} not available")
-    return path
 
 
 def test_real_trace_samples(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,14 +7,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("sklearn")
+from conftest import require_module
 
 from cosched.errors import ConfigError
 from experts.features import JobFeatures
 from experts.fit import DecisionRecord, describe, fit_experts, read_log, write_log
 from experts.tree import ExpertSet, expected_lent, leaves
 from experts.weights import ExponentialWeights
+
+
+@pytest.fixture(autouse=True)
+def _sklearn() -> None:
+    """Every test here fits trees: without scikit-learn they skip, or fail under CI."""
+    require_module("sklearn")
 
 
 def synthetic_records(count: int = 600, seed: int = 0) -> list[DecisionRecord]:

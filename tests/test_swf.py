@@ -7,21 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from swf_lines import TRACES, job_line, write_text
+from conftest import real_trace
+from swf_lines import job_line, write_text
 
 import cosched.swf as swf
 from cosched.errors import TraceError
 from cosched.model import Job, JobState
 from cosched.swf import read_swf, write_swf
 from cosched.trace import SWF_FIELDS, SwfHeader, Trace
-
-
-def real_trace(name: str) -> Path:
-    path = TRACES / name
-    if not path.exists():
-        pytest.skip(f"real trace {path} not available")
-    return path
-
 
 # --------------------------------------------------------------------------- header
 

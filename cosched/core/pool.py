@@ -2,9 +2,10 @@
 
 The pool answers two questions on the hottest path of every scheduling pass,
 "does a gang of this size fit?" and "which slots would first-fit give it?",
-so it keeps counters and a sorted list of usable nodes instead of scanning all
-nodes. A node is *usable* when it has a free core (core allocation) or is
-entirely idle (node allocation).
+so it keeps counters and the usable nodes in order (`SortedNodes`) instead of
+scanning all nodes; no operation on it costs more on a larger machine. A node
+is *usable* when it has a free core (core allocation) or is entirely idle
+(node allocation).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from cosched.core.events import Slots
+from cosched.core.sorted_nodes import SortedNodes
 from cosched.errors import SchedulingError
 from cosched.model import Allocation, Cluster, Job
 
@@ -24,7 +26,6 @@ class ResourcePool:
     """Free cores and memory per node, from the offers the core holds."""
 
     __slots__ = (
-        "_full_slot",
         "avail",
         "cluster",
         "free",
@@ -49,9 +50,8 @@ class ResourcePool:
         self.partial: dict[int, int] = {}
         """Node allocation: free cores of nodes offered only in part (not usable yet)."""
         self.free_mem = [0] * cluster.nodes
-        self.avail: list[int] = []
+        self.avail = SortedNodes()
         self.free_units = 0
-        self._full_slot = [(n, self.per_node) for n in range(cluster.nodes)]
 
     def free_cores(self, node: int) -> int:
         if self.node_mode:
@@ -77,9 +77,7 @@ class ResourcePool:
             self.free_units += cores
             if before == 0 and cores:
                 added.append(node)
-        if added:
-            self.avail += added
-            self.avail.sort()
+        self.avail.add(added)
 
     def remove(self, slots: Slots, memory: Sequence[int] | None = None) -> None:
         """Give up resources: taken by a launch, or rescinded by the backend."""
@@ -99,8 +97,7 @@ class ResourcePool:
             self.free_units -= cores
             if before == cores and cores:
                 gone.append(node)
-        if gone:
-            self._drop_avail(gone)
+        self.avail.remove(gone)
 
     def _add_nodes(self, slots: Slots) -> None:
         # Whole nodes are the common case: set and list operations run in C.
@@ -113,8 +110,7 @@ class ResourcePool:
         if len(idle) != before + len(nodes):
             raise SchedulingError(f"offer of nodes already held: {sorted(set(nodes) & idle)[:5]}")
         self.free_units += len(nodes)
-        self.avail += nodes
-        self.avail.sort()
+        self.avail.add(nodes)
 
     def _add_part(self, node: int, cores: int) -> bool:
         """Add part of a node; True when that makes it whole."""
@@ -140,11 +136,7 @@ class ResourcePool:
         if len(idle) != before - k:
             raise SchedulingError(f"nodes taken that are not idle: {sorted(set(nodes) - idle)[:5]}")
         self.free_units -= k
-        avail = self.avail
-        if avail[:k] == nodes:  # first-fit took a prefix of the sorted idle nodes
-            del avail[:k]
-        else:
-            self._drop_avail(nodes)
+        self.avail.remove(nodes)
 
     def _remove_part(self, node: int, cores: int) -> bool:
         """Take part of a node; True when it was whole (it leaves the idle set)."""
@@ -162,16 +154,6 @@ class ResourcePool:
         else:
             self.partial[node] = have - cores
         return False
-
-    def _drop_avail(self, gone: list[int]) -> None:
-        avail = self.avail
-        k = len(gone)
-        # First-fit takes a prefix of the sorted usable nodes: drop it in one go.
-        if avail[:k] == gone:
-            del avail[:k]
-        else:
-            dropped = set(gone)
-            avail[:] = [n for n in avail if n not in dropped]
 
     def take_memory(self, nodes: Sequence[int], memory: Sequence[int]) -> bool:
         """Reserve memory (MiB) on nodes for a guest sharing another job's cores.
@@ -202,7 +184,8 @@ class ResourcePool:
         if job.memory and self.cluster.memory_per_node:
             return self._first_fit_with_memory(job)
         if self.node_mode:
-            return tuple(map(self._full_slot.__getitem__, self.avail[:need]))
+            per_node = self.per_node
+            return tuple([(node, per_node) for node in self.avail.first(need)])
         free, slots = self.free, []
         for node in self.avail:
             f = free[node]

@@ -73,7 +73,9 @@ class Accounts:
 class SimulatedBackend:
     """Virtual-time execution of launched jobs."""
 
-    def __init__(self, cluster: Cluster, rates: RateModel | None = None, *, account: bool = False) -> None:
+    def __init__(
+        self, cluster: Cluster, rates: RateModel | None = None, *, account: bool = False, keep_slots: bool = True
+    ) -> None:
         self.cluster = cluster
         self.rates: RateModel = rates or CpuBound()
         self.account = account
@@ -93,6 +95,10 @@ class SimulatedBackend:
         self._host: dict[int, int] = {}
         self._guests: dict[int, list[int]] = {}
         self._quota: dict[int, float] = {}
+        self.keep_slots = keep_slots
+        """False: `forget_slots` clears the slots of ended jobs (see there)."""
+        self._ended: list[Job] = []
+        """Jobs `pop` ended since the last `forget_slots` (only without `keep_slots`)."""
 
     def start(self) -> list[Event]:
         """Offer every node of the cluster."""
@@ -191,6 +197,8 @@ class SimulatedBackend:
                 continue
             del end_at[job.id]
             del running[job.id]
+            if not self.keep_slots:
+                self._ended.append(job)
             if self.account:
                 self.accounts[job.id].close(at)
             if not shared:
@@ -219,6 +227,17 @@ class SimulatedBackend:
             slots = tuple((node, cores - held.get(node, 0)) for node, cores in slots)
         memory = slot_memory(self.cluster, job, job.slots) if self._memory_tracked else None
         return Offer(slots, memory)
+
+    def forget_slots(self) -> None:
+        """Clear the slots of the jobs ended since the last call, once the core has taken their offers back.
+
+        A finished job's slots hold one entry per node it used: kept for every job
+        of a long trace on a large machine they were most of a replay's memory
+        (1.8 GB for CEA-Curie's 296k jobs), and no result reads them.
+        """
+        for job in self._ended:
+            job.slots = ()
+        self._ended.clear()
 
     def sample(self, now: float) -> list[Event]:
         """Usage of every running job, as a monitor sampling cgroups would report it."""

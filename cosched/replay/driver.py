@@ -18,11 +18,12 @@ from cosched.core.events import Event, JobSubmitted
 from cosched.core.scheduler import Scheduler
 from cosched.core.validate import ValidatingScheduler
 from cosched.errors import SchedulingError
-from cosched.model import Cluster, Job
+from cosched.model import Cluster, Job, JobState
 from cosched.policies.registry import create, resolve
 from cosched.replay.backend import Accounts, RateModel, SimulatedBackend
 
 PROGRESS_EVERY = 4096
+_UNFINISHED = (JobState.PENDING, JobState.RUNNING)
 
 
 @dataclass(slots=True)
@@ -107,6 +108,7 @@ def replay(
     sample_every: float = 30.0,
     core: Scheduler | None = None,
     account: bool = False,
+    keep_slots: bool = True,
 ) -> ReplayResult:
     """Run `jobs` (fresh, unstarted) through the core on `cluster`.
 
@@ -115,12 +117,16 @@ def replay(
     `ValidatingScheduler`, which raises on any broken scheduling rule. When the
     core co-schedules, the backend's usage of running jobs is sampled every
     `sample_every` simulated seconds, as the daemon's monitor samples cgroups.
+    With `keep_slots=False` a job's slots are cleared when it ends, so the memory
+    a finished job holds does not grow with the nodes it ran on (studies and the
+    CLI replay that way; keep them to inspect placements).
     """
     policies = policies or PolicySet()
     core = core or policies.build(cluster)
     checker = ValidatingScheduler(core) if validate else None
     step = checker.step if checker else core.step
-    backend = SimulatedBackend(cluster, rates, account=account)
+    backend = SimulatedBackend(cluster, rates, account=account, keep_slots=keep_slots)
+    forget = None if keep_slots else backend.forget_slots
     sampling = core.cosched is not None and core.cosched.active
     pending = sorted(jobs, key=lambda j: j.submit)
     started_at = time.perf_counter()
@@ -154,6 +160,8 @@ def replay(
         actions = step(now, events).actions
         if actions:
             apply(now, actions)
+        if forget:
+            forget()
         next_end = next_time()
         if sampling and next_sample == inf and (backend.running or core.queue):
             next_sample = now + sample_every
@@ -166,7 +174,7 @@ def replay(
 
     if core.queue:
         raise SchedulingError(f"{len(core.queue)} jobs were still queued when the replay ran out of events")
-    finished = [j for j in (pending + reacted if reacted else pending) if j.start >= 0]
+    finished = _finished(pending + reacted if reacted else pending, backend.rejected)
     return ReplayResult(
         policies.label,
         cluster,
@@ -178,3 +186,18 @@ def replay(
         core,
         backend.accounts,
     )
+
+
+def _finished(submitted: list[Job], rejected: list[Job]) -> list[Job]:
+    """The jobs that ran, checked so that none is lost: every submitted job ran or was rejected.
+
+    Whether a job ran is its state, not its start time: a trace's clock may start
+    below zero, and a job started at -5 ran as surely as one started at 5.
+    """
+    refused = {id(job) for job in rejected}
+    finished = [j for j in submitted if j.state not in _UNFINISHED and id(j) not in refused]
+    lost = len(submitted) - len(finished) - len(refused)
+    if lost:
+        first = next(j for j in submitted if j.state in _UNFINISHED)
+        raise SchedulingError(f"{lost} submitted jobs neither ran nor were rejected (first: job {first.id})")
+    return finished

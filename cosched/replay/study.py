@@ -7,6 +7,7 @@ Every policy set of a comparison sees exactly the same job sequences.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,15 +51,28 @@ def load_workload(
     return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled)
 
 
+POLICY_SETS_SYNTAX = (
+    "comma-separated queue:backfill[:estimate] sets; each field is an alias (fcfs, easy, actual, ...) "
+    "or a plugin class in brackets, [module:Class]: fcfs:easy,[mylab.queues:Fair]:easy"
+)
+_FIELD = r"\[[\w.]+:\w+\]|[\w-]+"  # [module:Class], or an alias (a word: no dot, no colon)
+_POLICY_SET = re.compile(rf"({_FIELD}):({_FIELD})(?::({_FIELD}))?")
+
+
 def parse_policy_sets(text: str) -> list[PolicySet]:
-    """`queue:backfill[:estimate]` items, comma-separated: `fcfs:easy,sjf:easy:actual`."""
+    """Policy sets as `--compare` writes them (see `POLICY_SETS_SYNTAX`).
+
+    A plugin class needs brackets because `module:Class` has the colon that
+    separates fields: `[m:Q]:easy` is queue `m:Q`, where `m:Q:easy` could be
+    read two ways. Aliases never contain a colon, so brackets make it unambiguous.
+    """
     sets = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        fields = item.split(":")
-        if not 2 <= len(fields) <= 3 or not all(fields):
-            raise ConfigError(f"bad policy set {item!r}; expected queue:backfill[:estimate]")
-        queue, backfill, *estimate = fields
-        sets.append(PolicySet(queue, backfill, estimate[0] if estimate else "requested"))
+        match = _POLICY_SET.fullmatch(item)
+        if match is None:
+            raise ConfigError(f"bad policy set {item!r}; expected {POLICY_SETS_SYNTAX}")
+        queue, backfill, estimate = (field.strip("[]") if field else None for field in match.groups())
+        sets.append(PolicySet(queue, backfill, estimate or "requested"))
     if not sets:
         raise ConfigError("no policy sets given")
     return sets
@@ -71,10 +85,12 @@ def cut(
     length: int | None = None,
     samples: int | None = None,
     seed: int = 1,
+    notes: list[str] | None = None,
 ) -> list[Trace]:
     """The job sequences to replay: the trace, a window of it, or K random windows.
 
-    Samples start at uniformly drawn positions (seeded) and keep the trace's own
+    A window that runs past the trace's end is shortened to it, and `notes`
+    (when given) gets a line saying so. Samples start at uniformly drawn positions (seeded) and keep the trace's own
     submit times: policies such as F1 read absolute submit times.
     """
     if length is not None and length <= 0:
@@ -84,6 +100,11 @@ def cut(
     if seed < 0:
         raise ConfigError(f"--seed must be >= 0, got {seed}")
     if samples is None:
+        if length is not None and start + length > len(trace) and notes is not None:
+            notes.append(
+                f"the window --start {start} --length {length} runs past the trace's end: "
+                f"replaying its last {max(0, len(trace) - start)} jobs"
+            )
         return [trace.slice(start, length)] if start or length else [trace]
     if samples <= 0:
         raise ConfigError(f"--samples must be positive, got {samples}")
@@ -135,7 +156,7 @@ def run_study(
     for policies in policy_sets:
         study = StudyResult(policies)
         for sequence in sequences:
-            run = replay(sequence.jobs(), cluster, policies, validate=validate, progress=progress)
+            run = replay(sequence.jobs(), cluster, policies, validate=validate, progress=progress, keep_slots=False)
             study.runs.append(run)
             study.summaries.append(summarize(run.jobs, cluster.cores))
         results.append(study)
