@@ -1,0 +1,189 @@
+"""A real Mesos master and agents for the scheduler-client tests, and a handler that records events.
+
+The cluster comes from ../shared/mesos (a Mesos 1.12 build and `local-cluster.sh`). Without it the tests
+skip, except under CI (CI=true), where they fail: a broken set-up must not pass by skipping. Mesos is
+installed to /opt/mesos (as root) when absent, as on a fresh CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cosched.mesos import EventHandler, SchedulerClient, SchedulerConfig
+
+SHARED_MESOS = Path(__file__).resolve().parents[1].parent / "shared" / "mesos"
+SCRIPT = SHARED_MESOS / "local-cluster.sh"
+MESOS_HOME = Path(os.environ.get("MESOS_HOME", "/opt/mesos"))
+AGENTS = 2
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"under CI the Mesos tests must run: {reason}")
+    pytest.skip(reason)
+
+
+def free_port_run(count: int) -> int:
+    """A port p with p .. p+count-1 free (the master takes p, agent i takes p+i)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = int(sock.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no run of {count} free ports")
+
+
+@dataclass
+class Cluster:
+    port: int
+    run_dir: Path
+    env: dict[str, str]
+
+    @property
+    def master(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{self.master}{path}", timeout=10) as response:
+            return json.load(response)
+
+    def state(self) -> Any:
+        return self.get("/master/state")
+
+    def framework(self, framework_id: str) -> dict[str, Any] | None:
+        state = self.state()
+        for entry in state["frameworks"] + state.get("completed_frameworks", []):
+            if entry["id"] == framework_id:
+                return dict(entry)
+        return None
+
+    def metric(self, framework_name: str, framework_id: str, name: str) -> float:
+        """A per-framework counter of /metrics/snapshot, e.g. 'offers/sent', 'offers/declined', 'calls/revive'."""
+        snapshot = self.get("/metrics/snapshot")
+        return float(snapshot.get(f"master/frameworks/{framework_name}/{framework_id}/{name}", 0.0))
+
+    def teardown_everything(self) -> None:
+        """Operator TEARDOWN of every framework still known, so no task outlives the cluster (posix launcher)."""
+        for entry in self.state()["frameworks"]:
+            data = urllib.parse.urlencode({"frameworkId": entry["id"]}).encode()
+            urllib.request.urlopen(f"http://{self.master}/master/teardown", data=data, timeout=10).close()
+        deadline = time.monotonic() + 20
+        while self.state()["frameworks"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def client(
+        self,
+        handler: EventHandler,
+        name: str,
+        framework_id: str | None = None,
+        on_framework_id: Callable[[str], None] | None = None,
+        **config: Any,
+    ) -> SchedulerClient:
+        settings = SchedulerConfig(masters=[self.master], name=name, user="root", failover_timeout=3600, **config)
+        return SchedulerClient(settings, handler, framework_id=framework_id, on_framework_id=on_framework_id)
+
+
+def start_cluster(run_dir: Path) -> Cluster:
+    if not SCRIPT.exists():
+        unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
+    if not (MESOS_HOME / "sbin" / "mesos-master").exists():
+        if os.geteuid() != 0:
+            unavailable(f"Mesos is not installed in {MESOS_HOME} and installing it needs root")
+        subprocess.run(["bash", str(SCRIPT), "install"], check=True, timeout=900, capture_output=True)
+    port = free_port_run(AGENTS + 1)
+    env = dict(os.environ, MESOS_PORT=str(port), MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
+    env.pop("MESOS_ZK", None)
+    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=60)
+    return Cluster(port, run_dir, env)
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    try:
+        cluster.teardown_everything()
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=cluster.env, check=False, timeout=60)
+
+
+def command_task(task_id: str, agent_id: str, command: str, cpus: float = 0.1, mem: float = 32) -> dict[str, Any]:
+    """A TaskInfo run by Mesos's command executor."""
+    return {
+        "name": task_id,
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "resources": [
+            {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}},
+            {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}},
+        ],
+        "command": {"value": command, "shell": True},
+    }
+
+
+class Recorder(EventHandler):
+    """Records every event; tests wait on it with a bound."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.subscribed: list[str] = []
+        self.offers: list[dict[str, Any]] = []
+        self.rescinded: list[str] = []
+        self.updates: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.disconnects: list[str] = []
+
+    def _add(self, items: list[Any], *values: Any) -> None:
+        with self.cond:
+            items.extend(values)
+            self.cond.notify_all()
+
+    def on_subscribed(self, framework_id: str, subscribed: dict[str, Any]) -> None:
+        self._add(self.subscribed, framework_id)
+
+    def on_offers(self, offers: list[dict[str, Any]]) -> None:
+        self._add(self.offers, *offers)
+
+    def on_rescind(self, offer_id: str) -> None:
+        self._add(self.rescinded, offer_id)
+
+    def on_update(self, status: dict[str, Any]) -> None:
+        self._add(self.updates, status)
+
+    def on_error(self, message: str) -> None:
+        self._add(self.errors, message)
+
+    def on_disconnected(self, reason: str) -> None:
+        self._add(self.disconnects, reason)
+
+    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        with self.cond:
+            result = self.cond.wait_for(predicate, timeout)
+        assert result, f"timed out after {timeout} s waiting for {what}"
+        return result
+
+    def states(self, task_id: str) -> list[str]:
+        with self.cond:
+            return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
+
+    def offers_from(self, hostname: str) -> list[dict[str, Any]]:
+        with self.cond:
+            return [o for o in self.offers if o["hostname"] == hostname]
