@@ -104,6 +104,15 @@ class Cluster:
         return SchedulerClient(settings, handler, framework_id=framework_id, on_framework_id=on_framework_id)
 
 
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+    return result
+
+
 def start_cluster(run_dir: Path) -> Cluster:
     if not SCRIPT.exists():
         unavailable(f"{SCRIPT} is absent (the shared Mesos build)")

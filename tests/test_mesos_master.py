@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mesos_support import Cluster, Recorder, command_task, start_cluster, stop_cluster
+from mesos_support import Cluster, Recorder, command_task, start_cluster, stop_cluster, wait_until
 
 from cosched.mesos import NotSubscribed, SchedulerClient, calls
 
@@ -71,12 +71,8 @@ def test_launch_is_acknowledged_and_finishes_despite_a_raising_handler(cluster: 
 
         # The master drops a terminal task from `tasks` only once its terminal update is acknowledged.
         fid = client.framework_id or ""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            framework = cluster.framework(fid) or {}
-            if not framework.get("tasks") and framework.get("completed_tasks"):
-                break
-            time.sleep(0.2)
+        done = lambda: (f := cluster.framework(fid)) and f["completed_tasks"] and f  # noqa: E731
+        framework = wait_until(done, 10, "the task to complete on the master")
         assert framework["active"] is True
         assert framework["tasks"] == [], f"unacknowledged tasks left: {framework['tasks']}"
         assert [t["state"] for t in framework["completed_tasks"]] == ["TASK_FINISHED"]
@@ -133,13 +129,16 @@ def test_resubscribing_with_the_framework_id_keeps_the_running_task(cluster: Clu
         client.accept([offer["id"]["value"]], [calls.launch([command_task("t-keep", agent, "sleep 120")])])
         first.wait(lambda: "TASK_RUNNING" in first.states("t-keep"), 30, "TASK_RUNNING")
         fid = client.framework_id or ""
+        # Once STARTING and RUNNING are acknowledged, only reconciliation can tell the next client about the task
+        # (an update left unacknowledged would simply be sent again).
+        wait_until(lambda: cluster.metric("failover", fid, "calls/acknowledge") >= 2, 10, "two acknowledgements")
         client.stop()  # leaves without TEARDOWN, as a crashed daemon would
         assert client.wait_stopped(5)
         with pytest.raises(NotSubscribed):
             client.revive()
 
-        framework = cluster.framework(fid)
-        assert framework is not None and framework["active"] is False
+        inactive = lambda: (f := cluster.framework(fid)) and not f["active"] and f  # noqa: E731
+        framework = wait_until(inactive, 10, "the master to see the framework gone")
         assert [t["state"] for t in framework["tasks"]] == ["TASK_RUNNING"]
 
         second = Recorder()

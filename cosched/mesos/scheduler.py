@@ -111,7 +111,7 @@ class SchedulerClient:
         with self._lock:
             stream = self._stream
         if stream is not None:
-            stream.close()
+            stream.interrupt()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -209,6 +209,13 @@ class SchedulerClient:
     # -- the event thread ---------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._keep_subscribed()
+        except Exception as exc:  # a bug here must stop the client visibly, not kill its thread silently
+            log.exception("the Mesos scheduler client crashed")
+            self._fail(f"the Mesos scheduler client crashed: {type(exc).__name__}: {exc}")
+
+    def _keep_subscribed(self) -> None:
         failures = 0
         while not self._stopping.is_set():
             try:
@@ -273,7 +280,7 @@ class SchedulerClient:
             self._stream = stream
             self._heartbeat = None
         if self._stopping.is_set():  # stop() ran between open_stream and publishing the stream
-            stream.close()
+            stream.interrupt()
         return stream
 
     def _read(self, stream: EventStream) -> tuple[str, bool]:

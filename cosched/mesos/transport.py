@@ -110,10 +110,14 @@ class EventStream:
         self._sock.settimeout(max(timeout, 0.001))
         return self._response.read1(65536)
 
-    def close(self) -> None:
-        """Safe from any thread: shutting the socket down wakes a reader blocked in `read`."""
+    def interrupt(self) -> None:
+        """From any thread: shut the socket down, so that a reader blocked in `read` returns at once."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """From the reading thread only (http.client objects are not thread-safe)."""
+        self.interrupt()
         self._connection.close()
 
 
