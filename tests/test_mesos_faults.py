@@ -10,6 +10,7 @@ import http.client
 import itertools
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,3 +157,31 @@ def test_the_stand_in_master_is_strict() -> None:
         assert connection.getresponse().status == 400
         assert len(master.errors) == 2
         master.errors.clear()
+
+
+def test_reconciles_periodically_and_calls_from_many_threads_carry_the_stream_id() -> None:
+    recorder = Recorder()
+    with (
+        stand_in([Stream(heartbeat=0.1, heartbeats=True)]) as master,
+        running([master.address], recorder, reconcile_interval=0.3) as client,
+    ):
+        assert client.wait_subscribed(5)
+        errors: list[BaseException] = []
+
+        def revive_many() -> None:
+            try:
+                for _ in range(10):
+                    client.revive()
+            except BaseException as exc:  # collected for the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=revive_many) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        assert errors == []
+        revives = master.wait_for("REVIVE", 40, 5)
+        assert {r.stream_id for r in revives} == {master.stream_ids[0]}
+        reconciles = master.wait_for("RECONCILE", 3, 5)  # at subscription, then every 0.3 s
+        assert reconciles[2].at - reconciles[0].at >= 0.5

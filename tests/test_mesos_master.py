@@ -17,7 +17,7 @@ from mesos_support import Cluster, Recorder, command_task, start_cluster, stop_c
 from cosched.mesos import NotSubscribed, SchedulerClient, calls
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     started = start_cluster(Path(tmp_path_factory.mktemp("mesos")))
     try:
