@@ -28,6 +28,7 @@ SHARED_MESOS = Path(__file__).resolve().parents[1].parent / "shared" / "mesos"
 SCRIPT = SHARED_MESOS / "local-cluster.sh"
 MESOS_HOME = Path(os.environ.get("MESOS_HOME", "/opt/mesos"))
 AGENTS = 2
+ZOOKEEPER = Path("/usr/share/zookeeper/bin/zkServer.sh")
 
 
 def unavailable(reason: str) -> None:
@@ -92,6 +93,10 @@ class Cluster:
         while self.state()["frameworks"] and time.monotonic() < deadline:
             time.sleep(0.2)
 
+    def restart_master(self) -> None:
+        """Kill the master and start it again (agents and tasks stay); needs the ZooKeeper set-up to recover."""
+        subprocess.run(["bash", str(SCRIPT), "restart-master"], env=self.env, check=True, timeout=60)
+
     def client(
         self,
         handler: EventHandler,
@@ -113,18 +118,22 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     return result
 
 
-def start_cluster(run_dir: Path) -> Cluster:
+def start_cluster(run_dir: Path, zookeeper: bool = False) -> Cluster:
+    """A master and AGENTS agents on free ports; with `zookeeper`, a ZooKeeper and a replicated-log registry too."""
     if not SCRIPT.exists():
         unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
-    if not (MESOS_HOME / "sbin" / "mesos-master").exists():
-        if os.geteuid() != 0:
-            unavailable(f"Mesos is not installed in {MESOS_HOME} and installing it needs root")
-        subprocess.run(["bash", str(SCRIPT), "install"], check=True, timeout=900, capture_output=True)
-    port = free_port_run(AGENTS + 1)
-    env = dict(os.environ, MESOS_PORT=str(port), MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
+    env = dict(os.environ, MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
     env.pop("MESOS_ZK", None)
-    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=60)
-    return Cluster(port, run_dir, env)
+    if zookeeper:
+        env.update(MESOS_ZK="1", ZK_PORT=str(free_port_run(1)))
+    missing = not (MESOS_HOME / "sbin" / "mesos-master").exists() or (zookeeper and not ZOOKEEPER.exists())
+    if missing:
+        if os.geteuid() != 0:
+            unavailable(f"Mesos (or ZooKeeper) is not installed in {MESOS_HOME} and installing it needs root")
+        subprocess.run(["bash", str(SCRIPT), "install"], env=env, check=True, timeout=900, capture_output=True)
+    env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
+    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=90)
+    return Cluster(int(env["MESOS_PORT"]), run_dir, env)
 
 
 def stop_cluster(cluster: Cluster) -> None:

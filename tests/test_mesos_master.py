@@ -188,3 +188,36 @@ def test_error_event_from_the_master_stops_the_client_with_one_line(cluster: Clu
         assert not client.subscribed and recorder.subscribed == []
     finally:
         client.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = start_cluster(Path(tmp_path_factory.mktemp("mesos-zk")), zookeeper=True)
+    try:
+        yield started
+    finally:
+        stop_cluster(started)
+
+
+def test_a_restarted_master_gets_the_framework_back_with_its_task(zk_cluster: Cluster) -> None:
+    """With ZooKeeper and the replicated-log registry, the master restarts; the client re-subscribes by itself."""
+    recorder = Recorder()
+    client = subscribed(zk_cluster, recorder, "restart", backoff_base=0.2, backoff_cap=1.0)
+    try:
+        offer = offers_from_both(recorder)["agent1"]
+        agent = offer["agent_id"]["value"]
+        client.accept([offer["id"]["value"]], [calls.launch([command_task("t-survive", agent, "sleep 120")])])
+        recorder.wait(lambda: "TASK_RUNNING" in recorder.states("t-survive"), 30, "TASK_RUNNING")
+        fid = client.framework_id
+
+        zk_cluster.restart_master()
+        recorder.wait(lambda: len(recorder.subscribed) >= 2, 60, "re-subscription to the restarted master")
+        assert recorder.subscribed == [fid, fid] and recorder.disconnects
+        # Reconciliation after re-subscribing: RUNNING once the agent re-registered (TASK_UNREACHABLE or
+        # TASK_UNKNOWN before that, until the periodic or next reconciliation).
+        wait_until(lambda: [t["state"] for t in zk_cluster.framework(fid)["tasks"]] == ["TASK_RUNNING"], 60, "the task")  # type: ignore[index]
+        client.reconcile()
+        recorder.wait(lambda: recorder.states("t-survive")[-1:] == ["TASK_RUNNING"], 15, "reconciled TASK_RUNNING")
+        assert recorder.updates[-1]["reason"] == "REASON_RECONCILIATION"
+    finally:
+        finish(client)
