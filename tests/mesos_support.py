@@ -130,7 +130,10 @@ def start_cluster(run_dir: Path, zookeeper: bool = False) -> Cluster:
     if missing:
         if os.geteuid() != 0:
             unavailable(f"Mesos (or ZooKeeper) is not installed in {MESOS_HOME} and installing it needs root")
-        subprocess.run(["bash", str(SCRIPT), "install"], env=env, check=True, timeout=900, capture_output=True)
+        done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, timeout=900, capture_output=True, text=True)
+        if done.returncode:
+            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
     env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
     subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=90)
     return Cluster(int(env["MESOS_PORT"]), run_dir, env)
