@@ -104,7 +104,7 @@ def test_declined_offer_stays_away_for_its_refuse_filter(cluster: Cluster) -> No
         finish(client)
 
 
-def test_kill_running_task(cluster: Cluster) -> None:
+def test_message_to_the_executor_then_kill_the_running_task(cluster: Cluster) -> None:
     recorder = Recorder()
     client = subscribed(cluster, recorder, "kill")
     try:
@@ -112,6 +112,10 @@ def test_kill_running_task(cluster: Cluster) -> None:
         agent = offer["agent_id"]["value"]
         client.accept([offer["id"]["value"]], [calls.launch([command_task("t-kill", agent, "sleep 120")])])
         recorder.wait(lambda: "TASK_RUNNING" in recorder.states("t-kill"), 30, "TASK_RUNNING")
+        # A framework message is accepted (202) and relayed to the agent (the command executor id is the task id).
+        client.message(agent, "t-kill", b'{"cpu_quota": 0.5}')
+        relayed = lambda: cluster.get("/metrics/snapshot")["master/valid_framework_to_executor_messages"] >= 1  # noqa: E731
+        wait_until(relayed, 10, "the master to relay the framework message")
         client.kill("t-kill", agent)
         recorder.wait(lambda: "TASK_KILLED" in recorder.states("t-kill"), 30, "TASK_KILLED")
         assert recorder.states("t-kill")[-1] == "TASK_KILLED"

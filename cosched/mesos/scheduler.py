@@ -318,7 +318,7 @@ class SchedulerClient:
                     got_subscribed = True
                     next_reconcile = time.monotonic()
                 if event["type"] == "ERROR":
-                    message = str(event.get("error", {}).get("message", "")) or "no message"
+                    message = " ".join(str(event.get("error", {}).get("message", "")).split()) or "no message"
                     self._fail(f"mesos master {stream.master} sent ERROR: {message}")
                     self._dispatch(self.handler.on_error, message)
                     return "ERROR", got_subscribed
