@@ -79,6 +79,11 @@ class Cluster:
                 return dict(entry)
         return None
 
+    def task_states(self, framework_id: str) -> list[str]:
+        """States of the framework's tasks the master holds (terminal ones until acknowledged)."""
+        framework = self.framework(framework_id) or {"tasks": []}
+        return [task["state"] for task in framework["tasks"]]
+
     def metric(self, framework_name: str, framework_id: str, name: str) -> float:
         """A per-framework counter of /metrics/snapshot, e.g. 'offers/sent', 'offers/declined', 'calls/revive'."""
         snapshot = self.get("/metrics/snapshot")
@@ -204,6 +209,11 @@ class Recorder(EventHandler):
     def states(self, task_id: str) -> list[str]:
         with self.cond:
             return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
+
+    def updates_since(self, index: int, task_id: str, reason: str) -> list[dict[str, Any]]:
+        """Updates for `task_id` with `reason`, among those received after the first `index`."""
+        with self.cond:
+            return [u for u in self.updates[index:] if u["task_id"]["value"] == task_id and u.get("reason") == reason]
 
     def offers_from(self, hostname: str) -> list[dict[str, Any]]:
         with self.cond:

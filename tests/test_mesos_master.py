@@ -212,16 +212,18 @@ def test_a_restarted_master_gets_the_framework_back_with_its_task(zk_cluster: Cl
         agent = offer["agent_id"]["value"]
         client.accept([offer["id"]["value"]], [calls.launch([command_task("t-survive", agent, "sleep 120")])])
         recorder.wait(lambda: "TASK_RUNNING" in recorder.states("t-survive"), 30, "TASK_RUNNING")
-        fid = client.framework_id
+        fid = client.framework_id or ""
+        wait_until(lambda: zk_cluster.metric("restart", fid, "calls/acknowledge") >= 2, 10, "acknowledgements")
 
         zk_cluster.restart_master()
         recorder.wait(lambda: len(recorder.subscribed) >= 2, 60, "re-subscription to the restarted master")
         assert recorder.subscribed == [fid, fid] and recorder.disconnects
-        # Reconciliation after re-subscribing: RUNNING once the agent re-registered (TASK_UNREACHABLE or
-        # TASK_UNKNOWN before that, until the periodic or next reconciliation).
-        wait_until(lambda: [t["state"] for t in zk_cluster.framework(fid)["tasks"]] == ["TASK_RUNNING"], 60, "the task")  # type: ignore[index]
+        # Once the agent re-registered, the master knows the task RUNNING again, and says so when asked.
+        wait_until(lambda: zk_cluster.task_states(fid) == ["TASK_RUNNING"], 60, "the task on the restarted master")
+        seen = len(recorder.updates)
         client.reconcile()
-        recorder.wait(lambda: recorder.states("t-survive")[-1:] == ["TASK_RUNNING"], 15, "reconciled TASK_RUNNING")
-        assert recorder.updates[-1]["reason"] == "REASON_RECONCILIATION"
+        reconciled = lambda: recorder.updates_since(seen, "t-survive", "REASON_RECONCILIATION")  # noqa: E731
+        (answer,) = recorder.wait(reconciled, 15, "the reconciliation answer")
+        assert answer["state"] == "TASK_RUNNING"
     finally:
         finish(client)
