@@ -1,0 +1,38 @@
+"""Offers as the offer book sees them: id, agent and the cpus and memory they hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cosched.mesos.errors import MesosError
+
+
+@dataclass(frozen=True)
+class Offer:
+    id: str
+    agent_id: str
+    hostname: str
+    cpus: float
+    mem: float
+    """MiB."""
+    received_at: float
+    """When the offer arrived (the caller's clock, seconds): the hold timeout counts from here."""
+
+
+def parse_offer(offer: dict[str, Any], received_at: float) -> Offer:
+    """An Offer message (JSON) -> Offer, summing its scalar `cpus` and `mem` over all roles offered to us."""
+    try:
+        totals = {"cpus": 0.0, "mem": 0.0}
+        for resource in offer.get("resources", []):
+            if resource.get("name") in totals and resource.get("type") == "SCALAR":
+                totals[resource["name"]] += float(resource["scalar"]["value"])
+        return Offer(
+            offer["id"]["value"],
+            offer["agent_id"]["value"],
+            offer.get("hostname", ""),
+            **totals,
+            received_at=received_at,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise MesosError(f"malformed offer {str(offer)[:120]}: {type(exc).__name__}: {exc}") from None

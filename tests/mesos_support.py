@@ -1,0 +1,220 @@
+"""A real Mesos master and agents for the scheduler-client tests, and a handler that records events.
+
+The cluster comes from ../shared/mesos (a Mesos 1.12 build and `local-cluster.sh`). Without it the tests
+skip, except under CI (CI=true), where they fail: a broken set-up must not pass by skipping. Mesos is
+installed to /opt/mesos (as root) when absent, as on a fresh CI machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cosched.mesos import EventHandler, SchedulerClient, SchedulerConfig
+
+SHARED_MESOS = Path(__file__).resolve().parents[1].parent / "shared" / "mesos"
+SCRIPT = SHARED_MESOS / "local-cluster.sh"
+MESOS_HOME = Path(os.environ.get("MESOS_HOME", "/opt/mesos"))
+AGENTS = 2
+ZOOKEEPER = Path("/usr/share/zookeeper/bin/zkServer.sh")
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"under CI the Mesos tests must run: {reason}")
+    pytest.skip(reason)
+
+
+def free_port_run(count: int) -> int:
+    """A port p with p .. p+count-1 free (the master takes p, agent i takes p+i)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = int(sock.getsockname()[1])
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError(f"no run of {count} free ports")
+
+
+@dataclass
+class Cluster:
+    port: int
+    run_dir: Path
+    env: dict[str, str]
+
+    @property
+    def master(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{self.master}{path}", timeout=10) as response:
+            return json.load(response)
+
+    def state(self) -> Any:
+        return self.get("/master/state")
+
+    def framework(self, framework_id: str) -> dict[str, Any] | None:
+        state = self.state()
+        for entry in state["frameworks"] + state.get("completed_frameworks", []):
+            if entry["id"] == framework_id:
+                return dict(entry)
+        return None
+
+    def task_states(self, framework_id: str) -> list[str]:
+        """States of the framework's tasks the master holds (terminal ones until acknowledged)."""
+        framework = self.framework(framework_id) or {"tasks": []}
+        return [task["state"] for task in framework["tasks"]]
+
+    def metric(self, framework_name: str, framework_id: str, name: str) -> float:
+        """A per-framework counter of /metrics/snapshot, e.g. 'offers/sent', 'offers/declined', 'calls/revive'."""
+        snapshot = self.get("/metrics/snapshot")
+        return float(snapshot.get(f"master/frameworks/{framework_name}/{framework_id}/{name}", 0.0))
+
+    def teardown_everything(self) -> None:
+        """Operator TEARDOWN of every framework still known, so no task outlives the cluster (posix launcher)."""
+        for entry in self.state()["frameworks"]:
+            data = urllib.parse.urlencode({"frameworkId": entry["id"]}).encode()
+            urllib.request.urlopen(f"http://{self.master}/master/teardown", data=data, timeout=10).close()
+        deadline = time.monotonic() + 20
+        while self.state()["frameworks"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def restart_master(self) -> None:
+        """Kill the master and start it again (agents and tasks stay); needs the ZooKeeper set-up to recover."""
+        subprocess.run(["bash", str(SCRIPT), "restart-master"], env=self.env, check=True, timeout=60)
+
+    def client(
+        self,
+        handler: EventHandler,
+        name: str,
+        framework_id: str | None = None,
+        on_framework_id: Callable[[str], None] | None = None,
+        **config: Any,
+    ) -> SchedulerClient:
+        settings = SchedulerConfig(masters=[self.master], name=name, user="root", failover_timeout=3600, **config)
+        return SchedulerClient(settings, handler, framework_id=framework_id, on_framework_id=on_framework_id)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+    return result
+
+
+def start_cluster(run_dir: Path, zookeeper: bool = False) -> Cluster:
+    """A master and AGENTS agents on free ports; with `zookeeper`, a ZooKeeper and a replicated-log registry too."""
+    if not SCRIPT.exists():
+        unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
+    env = dict(os.environ, MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
+    env.pop("MESOS_ZK", None)
+    if zookeeper:
+        env.update(MESOS_ZK="1", ZK_PORT=str(free_port_run(1)))
+    missing = not (MESOS_HOME / "sbin" / "mesos-master").exists() or (zookeeper and not ZOOKEEPER.exists())
+    if missing:
+        if os.geteuid() != 0:
+            unavailable(f"Mesos (or ZooKeeper) is not installed in {MESOS_HOME} and installing it needs root")
+        done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, timeout=900, capture_output=True, text=True)
+        if done.returncode:
+            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
+    env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
+    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=90)
+    return Cluster(int(env["MESOS_PORT"]), run_dir, env)
+
+
+def stop_cluster(cluster: Cluster) -> None:
+    try:
+        cluster.teardown_everything()
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=cluster.env, check=False, timeout=60)
+
+
+def command_task(task_id: str, agent_id: str, command: str, cpus: float = 0.1, mem: float = 32) -> dict[str, Any]:
+    """A TaskInfo run by Mesos's command executor."""
+    return {
+        "name": task_id,
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "resources": [
+            {"name": "cpus", "type": "SCALAR", "scalar": {"value": cpus}},
+            {"name": "mem", "type": "SCALAR", "scalar": {"value": mem}},
+        ],
+        "command": {"value": command, "shell": True},
+    }
+
+
+class Recorder(EventHandler):
+    """Records every event; tests wait on it with a bound."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.subscribed: list[str] = []
+        self.offers: list[dict[str, Any]] = []
+        self.rescinded: list[str] = []
+        self.updates: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.disconnects: list[str] = []
+
+    def _add(self, items: list[Any], *values: Any) -> None:
+        with self.cond:
+            items.extend(values)
+            self.cond.notify_all()
+
+    def on_subscribed(self, framework_id: str, subscribed: dict[str, Any]) -> None:
+        self._add(self.subscribed, framework_id)
+
+    def on_offers(self, offers: list[dict[str, Any]]) -> None:
+        self._add(self.offers, *offers)
+
+    def on_rescind(self, offer_id: str) -> None:
+        self._add(self.rescinded, offer_id)
+
+    def on_update(self, status: dict[str, Any]) -> None:
+        self._add(self.updates, status)
+
+    def on_error(self, message: str) -> None:
+        self._add(self.errors, message)
+
+    def on_disconnected(self, reason: str) -> None:
+        self._add(self.disconnects, reason)
+
+    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        with self.cond:
+            result = self.cond.wait_for(predicate, timeout)
+        assert result, f"timed out after {timeout} s waiting for {what}"
+        return result
+
+    def states(self, task_id: str) -> list[str]:
+        with self.cond:
+            return [u["state"] for u in self.updates if u["task_id"]["value"] == task_id]
+
+    def updates_since(self, index: int, task_id: str, reason: str) -> list[dict[str, Any]]:
+        """Updates for `task_id` with `reason`, among those received after the first `index`."""
+        with self.cond:
+            return [u for u in self.updates[index:] if u["task_id"]["value"] == task_id and u.get("reason") == reason]
+
+    def offers_from(self, hostname: str) -> list[dict[str, Any]]:
+        with self.cond:
+            return [o for o in self.offers if o["hostname"] == hostname]

@@ -1,0 +1,148 @@
+"""The Mesos client's pure parts: RecordIO framing, call bodies, master addresses, backoff."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cosched.errors import ConfigError
+from cosched.mesos import calls
+from cosched.mesos.backoff import Backoff
+from cosched.mesos.masters import Master, follow_location, parse_masters
+from cosched.mesos.recordio import RecordIODecoder, RecordIOError, encode
+
+# -- RecordIO -----------------------------------------------------------------------------------------------
+
+
+@given(
+    records=st.lists(st.binary(max_size=300), max_size=8),
+    cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=20),
+)
+def test_recordio_decodes_any_chunking_of_any_records(records: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(encode(r) for r in records)
+    points = sorted({0, len(stream), *(c % (len(stream) + 1) for c in cuts)})
+    decoder = RecordIODecoder()
+    decoded = [r for a, b in itertools.pairwise(points) for r in decoder.feed(stream[a:b])]
+    assert decoded == records
+    assert not decoder.mid_record
+
+
+def test_recordio_byte_by_byte_and_many_records_in_one_feed() -> None:
+    events = [json.dumps({"type": "HEARTBEAT"}).encode(), b"", b"x" * 1000]
+    stream = b"".join(encode(e) for e in events)
+    one_by_one = RecordIODecoder()
+    assert [r for i in range(len(stream)) for r in one_by_one.feed(stream[i : i + 1])] == events
+    assert RecordIODecoder().feed(stream) == events
+
+
+def test_recordio_holds_an_unfinished_record() -> None:
+    decoder = RecordIODecoder()
+    assert decoder.feed(b"10\nabc") == []
+    assert decoder.mid_record
+    assert decoder.feed(b"defghij5\nab") == [b"abcdefghij"]
+    assert decoder.mid_record
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"12x\n{}", "decimal digits"),
+        (b"\n{}", "decimal digits"),
+        (b"-3\nabc", "decimal digits"),
+        (b"{}", "decimal digits"),  # JSON without framing is caught before any newline
+        (b"1" * 30, "decimal digits"),
+        (b"999999999\n", "over the limit"),
+    ],
+)
+def test_recordio_bad_framing_is_one_line_and_final(data: bytes, problem: str) -> None:
+    decoder = RecordIODecoder(max_record=1024)
+    with pytest.raises(RecordIOError, match=problem) as error:
+        decoder.feed(data)
+    assert "\n" not in str(error.value)
+    with pytest.raises(RecordIOError):
+        decoder.feed(b"2\n{}")
+
+
+# -- call bodies ---------------------------------------------------------------------------------------------
+
+
+def test_first_subscribe_has_no_framework_id_and_a_resubscribe_repeats_it() -> None:
+    first = calls.subscribe(calls.framework_info(name="cosched", user="root", framework_id=None))
+    info = first["subscribe"]["framework_info"]
+    assert "framework_id" not in first and "id" not in info
+    assert info["checkpoint"] is True and info["failover_timeout"] == 7 * 24 * 3600
+    again = calls.subscribe(calls.framework_info(name="cosched", user="root", framework_id="F1", roles=["hpc"]))
+    assert again["framework_id"] == again["subscribe"]["framework_info"]["id"] == {"value": "F1"}
+    assert again["subscribe"]["framework_info"]["roles"] == ["hpc"]
+    assert {"type": "MULTI_ROLE"} in again["subscribe"]["framework_info"]["capabilities"]
+
+
+def test_decline_and_accept_carry_the_refuse_filter_only_when_given() -> None:
+    assert calls.decline(["O1", "O2"], 120) == {
+        "type": "DECLINE",
+        "decline": {"offer_ids": [{"value": "O1"}, {"value": "O2"}], "filters": {"refuse_seconds": 120.0}},
+    }
+    accept = calls.accept(["O1"], [calls.launch([{"name": "t"}])], None)
+    assert accept["accept"] == {
+        "offer_ids": [{"value": "O1"}],
+        "operations": [{"type": "LAUNCH", "launch": {"task_infos": [{"name": "t"}]}}],
+    }
+
+
+def test_launch_group_reconcile_acknowledge_message_bodies() -> None:
+    group = calls.launch_group({"executor_id": {"value": "E"}}, [{"name": "a"}, {"name": "b"}])
+    assert group["launch_group"]["task_group"]["tasks"] == [{"name": "a"}, {"name": "b"}]
+    assert calls.reconcile() == {"type": "RECONCILE", "reconcile": {"tasks": []}}
+    assert calls.reconcile([("t1", "S1"), ("t2", None)])["reconcile"]["tasks"] == [
+        {"task_id": {"value": "t1"}, "agent_id": {"value": "S1"}},
+        {"task_id": {"value": "t2"}},
+    ]
+    ack = calls.acknowledge("S1", "t1", "AAEC")
+    assert ack["acknowledge"] == {"agent_id": {"value": "S1"}, "task_id": {"value": "t1"}, "uuid": "AAEC"}
+    message = calls.message("S1", "E1", b'{"quota": 1.5}')
+    assert base64.b64decode(message["message"]["data"]) == b'{"quota": 1.5}'
+    assert calls.revive() == {"type": "REVIVE"} and calls.suppress(["r"]) == {
+        "type": "SUPPRESS",
+        "suppress": {"roles": ["r"]},
+    }
+    assert calls.kill("t1", "S1")["kill"] == {"task_id": {"value": "t1"}, "agent_id": {"value": "S1"}}
+
+
+# -- master addresses --------------------------------------------------------------------------------------
+
+
+def test_master_addresses_parse_and_a_location_is_followed() -> None:
+    assert parse_masters("m1:5050, m2,https://m3:443/") == [
+        Master("m1", 5050),
+        Master("m2", 5050),
+        Master("m3", 443, "https"),
+    ]
+    current = Master("m1", 5050)
+    assert follow_location("//10.0.0.2:5051/api/v1/scheduler", current) == Master("10.0.0.2", 5051)
+    assert follow_location("https://m9:5050/api/v1/scheduler", current) == Master("m9", 5050, "https")
+
+
+@pytest.mark.parametrize("bad", ["zk://z1:2181/mesos", "m1:notaport", "ftp://m1", "", "m1:99999"])
+def test_bad_master_addresses_are_one_line_config_errors(bad: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_masters(bad)
+    assert "\n" not in str(error.value)
+
+
+# -- backoff -------------------------------------------------------------------------------------------------
+
+
+def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
+    backoff = Backoff(base=0.5, cap=8.0, rng=random.Random(1))
+    for attempt in range(12):
+        ceiling = min(8.0, 0.5 * 2**attempt)
+        delays = {backoff.delay(attempt) for _ in range(50)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(delays) > 1, "jittered"
+    assert backoff.delay(10_000) <= 8.0
