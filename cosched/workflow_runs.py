@@ -77,12 +77,8 @@ class WorkflowRuns:
         return submitted
 
     def _release(self, run: WorkflowRun, now: float) -> list[Job]:
-        if run.failed_stage is not None:
-            return []
         jobs = []
-        for stage in run.workflow.ready(run.done):
-            if stage.name in run.jobs:
-                continue
+        for stage in run.workflow.to_release(run.done, run.jobs, run.failed_stage is not None):
             walltime, runtime = self.sizer(run.workflow, stage)
             job = Job(
                 id=next(self._ids),

@@ -104,6 +104,13 @@ def test_ready_progression_through_a_diamond() -> None:
     assert wf.ready({"a", "b", "c", "d"}) == []
 
 
+def test_release_skips_submitted_stages_and_stops_after_a_failure() -> None:
+    wf = _chain()
+    assert [s.name for s in wf.to_release({"a"}, {"a", "b"}, failed=False)] == ["c"]
+    assert wf.to_release({"a"}, {"a"}, failed=True) == []
+    assert wf.to_release({"a", "b", "c", "d"}, {"a", "b", "c", "d"}, failed=False) == []
+
+
 def test_ready_runs_montage_overlaps_beside_project() -> None:
     montage = paper_workflows(8)["montage"]
     assert {s.name for s in montage.ready({"imgtbl"})} == {"project", "overlaps"}

@@ -208,6 +208,18 @@ class Workflow:
             raise SchedulingError(f"workflow {self.name!r} has no stage(s) {', '.join(sorted(unknown))}")
         return [s for s in self._order if s.name not in finished and finished.issuperset(s.depends)]
 
+    def to_release(self, done: Iterable[str], submitted: Iterable[str], failed: bool) -> list[Stage]:
+        """The stages to submit now: ready and not submitted yet; none once a stage failed.
+
+        The one release rule: replay's `WorkflowRuns` (in memory) and the
+        daemon's `workflow_stages` (in the store) both ask it, so a stage is
+        released at the same moment in both worlds.
+        """
+        if failed:
+            return []
+        already = set(submitted)
+        return [stage for stage in self.ready(done) if stage.name not in already]
+
 
 def _is_int(value: object) -> bool:
     """An integer that is not a bool (TOML and Python both let True pass as 1)."""

@@ -47,7 +47,7 @@ from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
 from cosched.errors import CoschedError
 from cosched.model import Cluster, Job, JobState, Usage
-from cosched.policies.asax import ASAx, LendingDecision
+from cosched.policies.asax import ASAx
 from cosched.policies.registry import create
 from experts.weights import WeightBook
 
@@ -584,12 +584,3 @@ class Daemon:
             self._engine_lost(exc)
             return False
         return True
-
-    # -- reading ------------------------------------------------------------
-    def decisions_of(self, job_id: int) -> list[dict[str, Any]]:
-        return self.store.decisions(job_id)
-
-
-def decision_from(body: dict[str, Any]) -> LendingDecision:
-    """A stored decision back as the policy's object."""
-    return LendingDecision(**body)

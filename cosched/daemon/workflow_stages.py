@@ -18,7 +18,7 @@ from cosched.daemon.store import Store
 def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) -> list[tuple[int, dict[str, Any]]]:
     """Submit every stage of a workflow that is ready and not yet submitted: [(job id, spec)]."""
     record = store.workflow(workflow_id)
-    if record is None or record["state"] != "running":
+    if record is None or record["state"] == "done":
         return []
     spec = WorkflowSpec.model_validate(record["spec"])
     rows = {row["stage"]: row for row in _stage_rows(db, workflow_id)}
@@ -27,9 +27,7 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
         store.update_workflow(db, workflow_id, "done")
         return []
     submitted = []
-    for stage in spec.dag().ready(done):
-        if stage.name in rows:
-            continue
+    for stage in spec.dag().to_release(done, rows, failed=record["state"] == "failed"):
         job_spec = spec.job_spec(stage.name).model_dump()
         job_id = store.add_job(db, job_spec, now, workflow_id, stage.name)
         submitted.append((job_id, job_spec))
