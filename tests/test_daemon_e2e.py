@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,16 @@ def test_asax_learns_from_lendings_that_hurt(daemon: DaemonProcess, image: str) 
         assert max(weights.alpha) - min(weights.alpha) > 1e-6, weights.to_state()
     metrics = daemon.client.call("GET", "/v1/health")
     assert metrics["engine_up"] is True
+
+
+def test_every_released_workflow_stage_counts_as_submitted(daemon: DaemonProcess, image: str) -> None:
+    """A stage released by its predecessor's end is a submission too: /metrics counts all three."""
+    stages = [{"name": "a"}, {"name": "b", "depends": ["a"]}, {"name": "c", "depends": ["b"]}]
+    spec = {"name": "chain", "cores": 1, "walltime": 60, "image": image, "command": ["true"], "stages": stages}
+    workflow_id = daemon.client.call("POST", "/v1/workflows", spec)["id"]
+    deadline = time.monotonic() + 60
+    while daemon.client.call("GET", f"/v1/workflows/{workflow_id}")["state"] == "running":
+        assert time.monotonic() < deadline, "workflow not finished in 60 s"
+        time.sleep(0.2)
+    metrics = urllib.request.urlopen(daemon.client.url + "/metrics").read().decode()
+    assert "cosched_jobs_submitted_total 3.0" in metrics

@@ -60,6 +60,7 @@ class Rejected(CoschedError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.problem = message
 
 
 @dataclass(slots=True)
@@ -163,23 +164,23 @@ class Daemon:
             recover(self)
 
     # -- submissions --------------------------------------------------------
-    def check_job(self, spec: JobSpec, where: str = "") -> None:
+    def check_job(self, spec: JobSpec) -> None:
         """Rejected naming the field if this cluster can never run `spec`."""
         cores = self.cluster.cores
         if spec.cores > cores:
-            raise Rejected(f"{where}cores", f"{spec.cores} cores asked, the cluster has {cores}")
+            raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
         memory = self._memory_mib(spec)
         if memory > self.cluster.memory_per_node * self.cluster.nodes:
             raise Rejected(
-                f"{where}memory_mib",
+                "memory_mib",
                 f"{memory} MiB asked, the cluster has {self.cluster.memory_per_node * self.cluster.nodes}",
             )
         problem = data_dirs_allowed(spec.data_dirs, self.config.docker.data_roots)
         if problem:
-            raise Rejected(f"{where}data_dirs", problem)
+            raise Rejected("data_dirs", problem)
         if spec.image not in self._images_checked:
             if not self.backend.has_image(spec.image):
-                raise Rejected(f"{where}image", f"image {spec.image!r} is not in the local Docker engine")
+                raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
             self._images_checked.add(spec.image)
 
     def submit_job(self, spec: JobSpec) -> int:
@@ -196,7 +197,10 @@ class Daemon:
     def submit_workflow(self, spec: WorkflowSpec) -> tuple[int, list[int]]:
         """Accept a workflow; its first ready stages are submitted now, the rest as they become ready."""
         for stage in spec.stages:
-            self.check_job(spec.job_spec(stage.name), f"stages.{stage.name}.")
+            try:
+                self.check_job(spec.job_spec(stage.name))
+            except Rejected as exc:
+                raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
         now = self.clock()
         with self.store.transaction() as db:
             workflow_id = self.store.add_workflow(db, spec.name, spec.model_dump(), now)
@@ -284,6 +288,7 @@ class Daemon:
             for job_id, document in plan.submitted:
                 record = self.store.job(job_id)
                 self._queue(job_id, document, now, record["workflow"] if record else None)
+            self.metrics.submitted.inc(len(plan.submitted))
             self.metrics.observe_pass(self, time.perf_counter() - started)
             return bool(plan.submitted)
 

@@ -114,6 +114,11 @@ class WorkflowSpec(Container):
         )
         return Workflow(self.name, self.app, self.cores, 0, stages)
 
+    def path_of(self, stage_name: str, field: str) -> str:
+        """Where a stage's job got `field` from: the stage's own key, or the workflow's shared one."""
+        stage = next(s for s in self.stages if s.name == stage_name)
+        return f"stages.{stage_name}.{field}" if getattr(stage, field, None) else field
+
     def job_spec(self, stage_name: str) -> JobSpec:
         """The job one stage is submitted as."""
         stage = next(s for s in self.stages if s.name == stage_name)
