@@ -25,7 +25,7 @@ from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DaemonConfig, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import data_dirs_allowed
-from cosched.daemon.run import bind
+from cosched.daemon.run import bind, serve
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
 from cosched.errors import ConfigError, SchedulingError
@@ -149,6 +149,18 @@ def test_bind_on_a_taken_port() -> None:
         port = holder.getsockname()[1]
         with pytest.raises(ConfigError, match=rf"cannot listen on 127\.0\.0\.1:{port}: .*port in use"):
             bind("127.0.0.1", port)
+
+
+def test_a_daemon_refused_for_a_taken_port_creates_no_state_file(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        config = tmp_path / "cosched.toml"
+        config.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[api]\nport = {port}\n')
+        with pytest.raises(ConfigError, match="port in use"):
+            serve(load_config(config))
+    assert not (tmp_path / "state").exists()
 
 
 def test_bind_on_a_free_port_listens() -> None:

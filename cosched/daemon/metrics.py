@@ -28,7 +28,7 @@ class DaemonMetrics:
         self.cores_used = Gauge("cosched_cores_used", "CPUs running jobs used at the last sample", registry=r)
         self.cores_lent = Gauge("cosched_cores_lent", "CPU quota lent by hosts to co-scheduled guests", registry=r)
         self.engine_up = Gauge("cosched_engine_up", "1 while the Docker engine answers", registry=r)
-        self.submitted = Counter("cosched_jobs_submitted", "Jobs submitted to the queue: single jobs, and each workflow stage as it is released", registry=r)
+        self.submitted = Counter("cosched_jobs_submitted", "Jobs queued (each released workflow stage too)", registry=r)
         self.launched = Counter("cosched_jobs_launched", "Containers started", registry=r)
         self.decisions = Counter(
             "cosched_lending_decisions",

@@ -1,8 +1,9 @@
 """`cosched daemon`: open the state, bind the port, reach Docker, then serve until SIGTERM.
 
 The checks run in the order an operator fixes them, each failing with one line:
-a bad config key, a state directory that cannot be written, a port in use, an
-engine that does not answer. The periodic work (scheduling pass, usage
+a bad config key, a port in use (checked before the state file is created, so
+a refused start leaves nothing behind), a state directory that cannot be
+written, an engine that does not answer. The periodic work (scheduling pass, usage
 sampling, review of walltimes and quotas, reconciliation with Docker) runs on
 APScheduler in background threads; the HTTP API runs on uvicorn in the main
 thread, which turns SIGTERM and SIGINT into a graceful stop. Running
@@ -60,8 +61,12 @@ def periodic(daemon: Daemon) -> BackgroundScheduler:
 def serve(config: DaemonConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
-    daemon = Daemon(config)
-    sock = bind(config.api.host, config.api.port)
+    sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
+    try:
+        daemon = Daemon(config)
+    except BaseException:
+        sock.close()
+        raise
     daemon.start()
     scheduler = periodic(daemon)
     scheduler.start()
