@@ -160,3 +160,22 @@ def test_every_released_workflow_stage_counts_as_submitted(daemon: DaemonProcess
         time.sleep(0.2)
     metrics = urllib.request.urlopen(daemon.client.url + "/metrics").read().decode()
     assert "cosched_jobs_submitted_total 3.0" in metrics
+
+
+def test_job_lifecycle_and_refusals_are_logged_one_grep_able_line_each(daemon: DaemonProcess, image: str) -> None:
+    ok = daemon.submit(image=image, command=["true"], cores=1, walltime=60, app_class="ok")
+    bad = daemon.submit(image=image, command=["sh", "-c", "exit 3"], cores=1, walltime=60)
+    with pytest.raises(Exception, match="99 cores asked"):
+        daemon.submit(image=image, command=["true"], cores=99, walltime=60)
+    daemon.wait_final([ok, bad], 60)
+    time.sleep(0.5)  # the lines are written after the pass's commit
+    lines = daemon.log.read_text().splitlines()
+
+    def story(job_id: int) -> list[str]:
+        return [line.split(f"job={job_id} ", 1)[1] for line in lines if f" job={job_id} " in line]
+
+    assert [entry.split()[0] for entry in story(ok)] == ["event=accepted", "event=started", "event=ended"]
+    assert "app_class=ok" in story(ok)[0] and "quota=1.00" in story(ok)[1]
+    assert story(ok)[2].startswith("event=ended state=done exit_code=0")
+    assert story(bad)[-1].startswith("event=ended state=failed exit_code=3")
+    assert any('submission=refused path=/v1/jobs reason="cores: 99 cores asked' in line for line in lines)

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cosched.daemon import views
+from cosched.daemon import journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon, Rejected
@@ -107,6 +107,7 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        journal.refused(request.url.path, _message(first))
         return JSONResponse(
             {"error": _message(first), "fields": [_field(e) for e in errors[:20]]},
             status_code=422,
@@ -114,6 +115,7 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.exception_handler(Rejected)
     async def rejected(request: Request, exc: Rejected) -> JSONResponse:
+        journal.refused(request.url.path, str(exc))
         return JSONResponse({"error": str(exc), "fields": [exc.field]}, status_code=422)
 
     @app.exception_handler(EngineUnavailable)

@@ -38,7 +38,7 @@ from cosched.core.events import (
 )
 from cosched.core.pool import slot_memory
 from cosched.core.scheduler import Scheduler
-from cosched.daemon import workflow_stages
+from cosched.daemon import journal, workflow_stages
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, data_dirs_allowed
@@ -191,6 +191,7 @@ class Daemon:
         with self.store.transaction() as db:
             job_id = self.store.add_job(db, document, now)
         self._queue(job_id, document, now)
+        journal.accepted(job_id, document)
         self.metrics.submitted.inc()
         return job_id
 
@@ -207,6 +208,7 @@ class Daemon:
             released = workflow_stages.release(self.store, db, workflow_id, now)
         for job_id, document in released:
             self._queue(job_id, document, now, workflow_id)
+            journal.accepted(job_id, document, workflow_id)
         self.metrics.submitted.inc(len(released))
         return workflow_id, [job_id for job_id, _ in released]
 
@@ -284,10 +286,14 @@ class Daemon:
             decision = self.core.step(now, events)
             self.reservations = decision.reservations
             plan = self._record(now, ends, cancels, decision.actions)
+            for end in ends:
+                journal.ended(end.job, end.exit_code, end.reason)
+            journal.decided(decision.actions, self.cpus_of, self.kill_reason, cancels)
             self._carry_out(now, ends, decision.actions, plan)
             for job_id, document in plan.submitted:
                 record = self.store.job(job_id)
                 self._queue(job_id, document, now, record["workflow"] if record else None)
+                journal.accepted(job_id, document, record["workflow"] if record else None)
             self.metrics.submitted.inc(len(plan.submitted))
             self.metrics.observe_pass(self, time.perf_counter() - started)
             return bool(plan.submitted)

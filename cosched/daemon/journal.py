@@ -1,0 +1,82 @@
+"""One INFO line per thing that happened to a job, in a form operators can grep.
+
+Every line starts with `job=<id> event=<what>` followed by `key=value` pairs
+(logfmt), so `journalctl -u cosched | grep 'job=42 '` tells a job's whole
+story: accepted, started (where, with what quota), lent to or lent from,
+killed and why, ended and how. Lines are written after the pass's
+transaction committed: a line in the log is something the state file holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cosched.core.events import Colocate, Kill, Launch, Reject, SetQuota
+from cosched.model import Job, JobState
+
+log = logging.getLogger("cosched.jobs")
+
+
+def _line(job_id: int, event: str, **fields: Any) -> str:
+    pairs = " ".join(f"{key}={_value(value)}" for key, value in fields.items() if value is not None)
+    return f"job={job_id} event={event}" + (f" {pairs}" if pairs else "")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    text = str(value)
+    return json.dumps(text) if (not text or any(c in text for c in ' "=\\\n')) else text
+
+
+def accepted(job_id: int, spec: Mapping[str, Any], workflow: int | None = None) -> None:
+    log.info(
+        _line(
+            job_id,
+            "accepted",
+            workflow=workflow,
+            cores=spec.get("cores"),
+            walltime=spec.get("walltime"),
+            image=spec.get("image"),
+            app_class=spec.get("app_class"),
+        )
+    )
+
+
+def refused(path: str, problem: str) -> None:
+    """A submission refused: it has no job id, so the line names the endpoint it came to."""
+    log.info(f"submission=refused path={path} reason={_value(problem)}")
+
+
+def ended(job: Job, exit_code: int | None, reason: str) -> None:
+    state = job.state.value if job.state is not JobState.RUNNING else "failed"
+    log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))
+
+
+def decided(
+    actions: Iterable[Any],
+    cpus_of: Mapping[int, Sequence[int]],
+    kill_reason: Mapping[int, str],
+    cancelled: Iterable[Job] = (),
+) -> None:
+    """The pass's decisions, once they are in the state file."""
+    for job in cancelled:
+        if job.state is JobState.CANCELLED:
+            log.info(_line(job.id, "cancelled", reason="cancelled by user"))
+    for action in actions:
+        if isinstance(action, Launch):
+            log.info(_line(action.job.id, "started", cpus=cpus_of.get(action.job.id), quota=action.job.quota))
+        elif isinstance(action, Colocate):
+            job_id = action.guest.id
+            log.info(_line(job_id, "colocated", host=action.host_id, cpus=cpus_of.get(job_id), quota=action.quota))
+        elif isinstance(action, SetQuota):
+            log.info(_line(action.job_id, "quota", cpus=action.cpus))
+        elif isinstance(action, Kill):
+            log.info(_line(action.job_id, "kill", reason=kill_reason.get(action.job_id)))
+        elif isinstance(action, Reject):
+            log.info(_line(action.job.id, "rejected", reason=action.reason))
