@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from cosched.core.events import JobEnded, JobSubmitted, Offer, UsageReported
-from cosched.daemon.config import from_dict
+from cosched.daemon.config import DockerSection, from_dict
 from cosched.daemon.service import Daemon
 from cosched.model import Usage
 from cosched.report import format_table
@@ -145,7 +145,7 @@ def bench_quota(changes: int = 200) -> dict:
 
     client = require_engine()
     image = busybox_image(client)
-    backend = DockerBackend("bench-quota")
+    backend = DockerBackend("bench-quota", DockerSection())
     backend.connect()
     spec = {"image": image, "command": ["sleep", "600"], "cores": 1}
     container, _ = backend.launch(0, spec, [0], 1.0, 64)

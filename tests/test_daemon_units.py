@@ -22,7 +22,7 @@ import requests
 from pydantic import ValidationError
 
 from cosched.daemon.cgroups import CgroupFiles
-from cosched.daemon.config import DaemonConfig, from_dict, load_config, validate
+from cosched.daemon.config import DaemonConfig, DockerSection, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.run import bind, serve
@@ -576,7 +576,7 @@ def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> No
 
     socket_path = tmp_path / "no-engine.sock"
     with pytest.raises(EngineUnavailable, match=r"no-engine\.sock"):
-        DockerBackend("x", base_url=f"unix://{socket_path}").connect()
+        DockerBackend("x", DockerSection(base_url=f"unix://{socket_path}")).connect()
     config = tmp_path / "cosched.toml"
     config.write_text(
         f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n[api]\nport = {_free_port()}\n'
@@ -625,7 +625,7 @@ def test_quota_update_refused_mid_exit_is_an_end_not_an_engine_failure(running: 
     collects it); on a container still running it is the engine failing, and said so."""
     from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable
 
-    backend = DockerBackend("x")
+    backend = DockerBackend("x", DockerSection())
     backend._client = _EngineRefusingUpdates(running)  # type: ignore[assignment]
     if running:
         with pytest.raises(EngineUnavailable, match=r"updating the quota of abc: 500 .*runc did not terminate"):

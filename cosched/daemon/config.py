@@ -26,6 +26,10 @@ default. Example (every key, with its default)::
     cpu_period = 100000           # CFS period, microseconds
     data_roots = []               # host directories jobs may mount (and their subdirectories)
     log_tail = 20                 # lines of a finished job's log kept
+    job_user = "65534:65534"      # uid:gid every job runs as (never root; data dirs must be writable by it)
+    pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
+    log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
+    nofile = 4096                 # open files per process in a job
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -95,6 +99,10 @@ class DockerSection:
     cpu_period: int = 100_000
     data_roots: tuple[str, ...] = ()
     log_tail: int = 20
+    job_user: str = "65534:65534"
+    pids_limit: int = 4096
+    log_max_mib: int = 10
+    nofile: int = 4096
 
 
 @dataclass(frozen=True)
@@ -225,10 +233,23 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     for root in config.docker.data_roots:
         if not os.path.isabs(root):
             raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
+    _validate_job_limits(config.docker)
     for f in fields(intervals):
         if getattr(intervals, f.name) <= 0:
             raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")
     return config
+
+
+def _validate_job_limits(docker: DockerSection) -> None:
+    uid, sep, gid = docker.job_user.partition(":")
+    if not (sep and uid.isdigit() and gid.isdigit()) or int(uid) == 0 or int(gid) == 0:
+        raise ConfigError(
+            f"config key docker.job_user: expected 'uid:gid' with neither 0 (jobs never run as root), "
+            f"got {docker.job_user!r}"
+        )
+    for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64)):
+        if getattr(docker, key) < least:
+            raise ConfigError(f"config key docker.{key}: must be >= {least}, got {getattr(docker, key)}")
 
 
 def _is_loopback(host: str) -> bool:

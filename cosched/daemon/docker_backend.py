@@ -5,9 +5,12 @@ the daemon tells it and reports what the engine and the kernel say. Every
 container it makes carries labels naming the daemon instance and the job, so
 a restarted daemon finds its own containers (and only its own) by label.
 
-Safety rules the operator can rely on: no container is privileged, none gets
-extra capabilities, and the only host paths mounted are the job's declared
-data directories, which must lie under the configured `data_roots`.
+Safety rules the operator can rely on (docs/security.md): a job runs as the
+configured unprivileged uid:gid with every capability dropped and
+`no-new-privileges`, under a pids limit, a log size cap and file ulimits, with
+no network; the only host paths mounted are its declared data directories,
+under the configured `data_roots`, re-checked link by link at launch and
+mounted `nosuid,nodev` (`cosched.daemon.sandbox`).
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 import requests.exceptions
 
-from cosched.daemon.cgroups import PROC, CgroupFiles
+from cosched.daemon.cgroups import CgroupFiles
+from cosched.daemon.config import DockerSection
+from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, read_progress
 from cosched.errors import CoschedError
 
 log = logging.getLogger("cosched.docker")
@@ -38,6 +42,10 @@ _ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestExce
 
 class EngineUnavailable(CoschedError):
     """The Docker engine cannot be reached (not running, restarting, no permission)."""
+
+
+class LaunchRefused(CoschedError):
+    """This one job cannot start (its image was removed, its data dir changed); the engine is fine."""
 
 
 class QuotaMismatch(CoschedError):
@@ -77,11 +85,13 @@ class Sample:
 class DockerBackend:
     """The daemon's hands on one Docker engine."""
 
-    def __init__(self, instance: str, *, base_url: str = "", cpu_period: int = 100_000, log_tail: int = 20) -> None:
+    def __init__(self, instance: str, settings: DockerSection, staging: StagingMounts | None = None) -> None:
         self.instance = instance
-        self.cpu_period = cpu_period
-        self.log_tail = log_tail
-        self._base_url = base_url
+        self.settings = settings
+        self.cpu_period = settings.cpu_period
+        self.log_tail = settings.log_tail
+        self.staging = staging
+        self._base_url = settings.base_url
         self._client: docker.DockerClient | None = None
         self._images: set[str] = set()
         self._pids: dict[str, int] = {}
@@ -117,18 +127,26 @@ class DockerBackend:
 
     # -- images -------------------------------------------------------------
     def has_image(self, name: str) -> bool:
-        """Whether the engine has `name` locally (no registry is ever asked)."""
-        if name in self._images:
-            return True
+        """Whether the engine has `name` locally (no registry is ever asked).
+
+        The engine is asked every time, since an image can be removed after it
+        was seen; images seen before are trusted only while the engine is down.
+        """
         try:
             self.client.images.get(name)
         except docker.errors.ImageNotFound:
+            self._images.discard(name)
             return False
         except docker.errors.APIError as exc:
             if exc.status_code in (400, 404):
+                self._images.discard(name)
                 return False
+            if name in self._images:
+                return True
             raise EngineUnavailable(f"Docker engine error looking up image {name!r}: {_reason(exc)}") from None
-        except _ENGINE_ERRORS as exc:
+        except (EngineUnavailable, *_ENGINE_ERRORS) as exc:
+            if name in self._images:
+                return True
             raise EngineUnavailable(f"cannot reach the Docker engine: {_reason(exc)}") from None
         self._images.add(name)
         return True
@@ -156,7 +174,33 @@ class DockerBackend:
             COSCHED_CORES=str(spec["cores"]),
             COSCHED_PROGRESS=PROGRESS_PATH,
         )
-        volumes = {path: {"bind": path, "mode": "rw"} for path in spec.get("data_dirs") or ()}
+        data_dirs = list(spec.get("data_dirs") or ())
+        fds: list[int] = []
+        try:
+            for path in data_dirs:
+                fds.append(open_data_dir(path, self.settings.data_roots))
+            staged = self.staging.pin(job_id, fds) if self.staging and fds else data_dirs
+            volumes = {source: {"bind": path, "mode": "rw"} for source, path in zip(staged, data_dirs, strict=True)}
+            container = self._create_and_start(job_id, spec, env, volumes, cpus, quota, memory_mib)
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if self.staging and fds:
+                self.staging.release(job_id)  # the started container holds its own copy of the mounts
+        self._remember(container.id, int(container.attrs["State"].get("Pid") or 0))
+        return str(container.id), _timestamp(container.attrs["State"].get("StartedAt"))
+
+    def _create_and_start(
+        self,
+        job_id: int,
+        spec: dict[str, Any],
+        env: dict[str, str],
+        volumes: dict[str, dict[str, str]],
+        cpus: list[int],
+        quota: float,
+        memory_mib: int,
+    ) -> Any:
+        limits = self.settings
         try:
             try:
                 container = self.client.containers.create(
@@ -171,10 +215,25 @@ class DockerBackend:
                     mem_limit=memory_mib * (1 << 20),
                     memswap_limit=memory_mib * (1 << 20),
                     volumes=volumes,
+                    user=limits.job_user,
+                    cap_drop=["ALL"],
+                    security_opt=["no-new-privileges"],
+                    pids_limit=limits.pids_limit,
+                    ulimits=[
+                        docker.types.Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),
+                        docker.types.Ulimit(name="core", soft=0, hard=0),
+                    ],
+                    log_config=docker.types.LogConfig(
+                        type="json-file", config={"max-size": f"{limits.log_max_mib}m", "max-file": "1"}
+                    ),
                     privileged=False,
                     network_mode="none",
                     detach=True,
                 )
+            except docker.errors.ImageNotFound:
+                raise LaunchRefused(
+                    f"image {spec['image']!r} is no longer in the engine (removed after the job was accepted)"
+                ) from None
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
                     raise
@@ -184,8 +243,7 @@ class DockerBackend:
             container.reload()
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"launching job {job_id}: {_reason(exc)}") from None
-        self._remember(container.id, int(container.attrs["State"].get("Pid") or 0))
-        return str(container.id), _timestamp(container.attrs["State"].get("StartedAt"))
+        return container
 
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""
@@ -305,16 +363,8 @@ class DockerBackend:
         return Sample(max(0.0, cpu), min(1.0, mem), done, total)
 
     def _progress(self, container_id: str) -> tuple[int, int]:
-        """`done/total` from the job's progress file, read through its root in /proc."""
-        pid = self._pids.get(container_id, 0)
-        if pid <= 0:
-            return 0, 0
-        try:
-            text = (PROC / str(pid) / "root" / PROGRESS_PATH.lstrip("/")).read_text(errors="replace")
-            done, total = text.strip().split("/", 1)
-            return max(0, int(done)), max(0, int(total))
-        except (OSError, ValueError):
-            return 0, 0
+        """`done/total` from the job's progress file, read link-free through its root in /proc."""
+        return read_progress(self._pids.get(container_id, 0), PROGRESS_PATH)
 
     # -- internals ----------------------------------------------------------
     def _inspect(self, container_id: str) -> dict[str, Any]:
@@ -370,16 +420,5 @@ def _reason(exc: BaseException) -> str:
 
 
 def data_dirs_allowed(paths: list[str], roots: tuple[str, ...]) -> str:
-    """'' if every path is an existing directory under one of `roots`, else the problem."""
-    for path in paths:
-        if not os.path.isabs(path):
-            return f"{path!r} is not an absolute path"
-        try:
-            real = Path(os.path.realpath(path))
-            if not any(real == Path(root) or Path(root) in real.parents for root in map(os.path.realpath, roots)):
-                return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
-            if not real.is_dir():
-                return f"{path!r} is not an existing directory"
-        except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the filesystem allows
-            return f"{path!r} is not a usable path: {_reason(exc)}"
-    return ""
+    """'' if every path is an existing directory under one of `roots`, reached through no link, else the problem."""
+    return next((problem for path in paths if (problem := data_dir_problem(path, roots))), "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -43,9 +44,10 @@ from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, data_dirs_allowed
 from cosched.daemon.metrics import DaemonMetrics
+from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
-from cosched.errors import CoschedError
+from cosched.errors import ConfigError, CoschedError
 from cosched.model import Cluster, Job, JobState, Usage
 from cosched.policies.asax import ASAx
 from cosched.policies.registry import create
@@ -94,12 +96,7 @@ class Daemon:
         self.clock = clock
         self.store = Store(config.state_dir / "state.sqlite")
         self.instance = config.daemon.instance or self._instance_id()
-        self.backend = backend or DockerBackend(
-            self.instance,
-            base_url=config.docker.base_url,
-            cpu_period=config.docker.cpu_period,
-            log_tail=config.docker.log_tail,
-        )
+        self.backend = backend or DockerBackend(self.instance, config.docker, self._staging(config))
         nodes = config.cluster.nodes
         self.cpu_map = CpuMap(config.cpus(), nodes)
         self.cluster = Cluster(
@@ -121,7 +118,6 @@ class Daemon:
         self.engine_up = True
         self.metrics = DaemonMetrics()
         self._saved_decisions = 0
-        self._images_checked: set[str] = set()
 
     # -- set-up -------------------------------------------------------------
     def _instance_id(self) -> str:
@@ -164,6 +160,20 @@ class Daemon:
             recover(self)
 
     # -- submissions --------------------------------------------------------
+    @staticmethod
+    def _staging(config: DaemonConfig) -> StagingMounts | None:
+        """Where data dirs are pinned at launch; mounting needs root, so data roots need a root daemon."""
+        if not config.docker.data_roots:
+            return None
+        if os.geteuid() != 0:
+            raise ConfigError(
+                "config key docker.data_roots: jobs' data dirs are bind-mounted nosuid,nodev at launch, "
+                "which needs the daemon to run as root (or leave data_roots empty)"
+            )
+        staging = StagingMounts(config.state_dir / "mounts")
+        staging.release_all()  # a daemon killed mid-launch may have left some
+        return staging
+
     def check_job(self, spec: JobSpec) -> None:
         """Rejected naming the field if this cluster can never run `spec`."""
         cores = self.cluster.cores
@@ -178,10 +188,8 @@ class Daemon:
         problem = data_dirs_allowed(spec.data_dirs, self.config.docker.data_roots)
         if problem:
             raise Rejected("data_dirs", problem)
-        if spec.image not in self._images_checked:
-            if not self.backend.has_image(spec.image):
-                raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
-            self._images_checked.add(spec.image)
+        if not self.backend.has_image(spec.image):
+            raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
 
     def submit_job(self, spec: JobSpec) -> int:
         """Accept one job: stored before this returns, queued at the next pass."""

@@ -1,0 +1,194 @@
+"""What a job's container may touch on the host, checked when it starts, not only when it was accepted.
+
+A job is arbitrary code from any local user who can reach the API, and its
+data directories are host paths. Checking them at submission is not enough:
+a directory can be replaced by a symlink later (by the host, or by an earlier
+job writing into a shared data root), and Docker would follow it when it
+mounts. So at launch each accepted directory is opened again, one path
+component at a time, without following any link; a path that changed since
+it was accepted is refused. The directory actually opened is what the job
+gets: it is bind-mounted by file descriptor onto a private staging point
+(`<state_dir>/mounts`, root only) with `nosuid,nodev`, and Docker mounts that
+staging point, whose flags its bind mount inherits. Once the container has
+started, its mount namespace holds its own copy, and the staging mount is
+released.
+
+The progress file is read with the same care: it lives inside the container,
+whose root and `/tmp` the job controls, so it is opened component by
+component without following links, non-blocking, only if it is a regular file,
+and at most a few hundred bytes are read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import stat
+from pathlib import Path
+
+from cosched.errors import CoschedError
+
+PROGRESS_MAX_BYTES = 256
+"""`done/total` needs a few bytes; more is never read."""
+
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_REMOUNT = 0x20
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MNT_DETACH = 0x2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SandboxRefused(CoschedError):
+    """A job's data directory is not what was accepted (replaced by a link, moved out of the roots)."""
+
+
+def data_dir_problem(path: str, roots: tuple[str, ...]) -> str:
+    """'' if `path` is an existing directory under a data root reached through no link, else the problem.
+
+    A path through a symlink is refused with its real path to give instead:
+    the path accepted is then exactly the one walked, link-free, at launch.
+    """
+    if not os.path.isabs(path):
+        return f"{path!r} is not an absolute path"
+    try:
+        real = os.path.realpath(path)
+        if not _under(real, roots):
+            return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
+        if real != os.path.normpath(path):
+            return f"{path!r} leads through a symlink; give its real path {real!r}"
+        if not stat.S_ISDIR(os.stat(real).st_mode):
+            return f"{path!r} is not an existing directory"
+    except (FileNotFoundError, NotADirectoryError):
+        return f"{path!r} is not an existing directory"
+    except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the filesystem allows
+        return f"{path!r} is not a usable path: {str(exc).splitlines()[0][:200]}"
+    return ""
+
+
+def _under(real: str, roots: tuple[str, ...]) -> bool:
+    path = Path(real)
+    return any(path == Path(root) or Path(root) in path.parents for root in map(os.path.realpath, roots))
+
+
+def open_data_dir(path: str, roots: tuple[str, ...]) -> int:
+    """An O_DIRECTORY descriptor of `path`, reached without following any link.
+
+    `path` was accepted link-free under a data root (`data_dir_problem`); if
+    any component of it is now a symlink or not a directory, the job is
+    refused rather than given what the path now points at.
+    """
+    if not _under(os.path.normpath(path), roots):
+        raise SandboxRefused(f"data dir {path!r} is no longer under a configured data root")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in Path(path).parts[1:]:
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                why = "a symlink" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else os.strerror(exc.errno or 0)
+                raise SandboxRefused(
+                    f"data dir {path!r} changed since the job was accepted ({part!r} is now {why})"
+                ) from None
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class StagingMounts:
+    """Private `nosuid,nodev` bind mounts of the directories a launch opened, one folder per job."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def pin(self, job_id: int, fds: list[int]) -> list[str]:
+        """Mount each opened directory on `<root>/<job>/<n>`; the paths Docker should mount."""
+        self.release(job_id)
+        folder = self.root / str(job_id)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+        folder.mkdir(mode=0o700)
+        staged = []
+        try:
+            for n, fd in enumerate(fds):
+                target = folder / str(n)
+                target.mkdir(mode=0o700)
+                _mount(f"/proc/self/fd/{fd}", str(target), _MS_BIND)
+                _mount("", str(target), _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+                staged.append(str(target))
+        except BaseException:
+            self.release(job_id)
+            raise
+        return staged
+
+    def release(self, job_id: int) -> None:
+        """Unmount and remove a job's staging folder (its container keeps its own copy of the mounts)."""
+        folder = self.root / str(job_id)
+        if not folder.exists():
+            return
+        for target in folder.iterdir():
+            if os.path.ismount(target):
+                _umount(str(target))
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def release_all(self) -> None:
+        """Leftovers of a daemon killed mid-launch."""
+        if self.root.is_dir():
+            for folder in self.root.iterdir():
+                if folder.name.isdigit():
+                    self.release(int(folder.name))
+
+
+def _mount(source: str, target: str, flags: int) -> None:
+    if _libc.mount(source.encode() or None, target.encode(), None, ctypes.c_ulong(flags), None) != 0:
+        code = ctypes.get_errno()
+        raise SandboxRefused(f"cannot bind-mount a data dir on {target}: {os.strerror(code)}")
+
+
+def _umount(target: str) -> None:
+    if _libc.umount2(target.encode(), _MNT_DETACH) != 0:
+        code = ctypes.get_errno()
+        if code not in (errno.EINVAL, errno.ENOENT):
+            raise OSError(code, os.strerror(code), target)
+
+
+def read_progress(pid: int, path: str) -> tuple[int, int]:
+    """`done/total` from the file at `path` inside process `pid`'s root; (0, 0) if absent or not plain.
+
+    Every component is opened with O_NOFOLLOW from the container's root, so
+    a link (absolute links would resolve against the host's root), a FIFO, a
+    device or a huge file yields nothing instead of a host file, a blocked
+    daemon or a swollen one.
+    """
+    if pid <= 0:
+        return 0, 0
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0, 0
+    try:
+        parts = Path(path).parts[1:]
+        for part in parts[:-1]:
+            child = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        child = os.open(parts[-1], flags, dir_fd=fd)
+        os.close(fd)
+        fd = child
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0, 0
+        text = os.read(fd, PROGRESS_MAX_BYTES).decode("ascii", "replace")
+        done, total = text.strip().split("/", 1)
+        return max(0, int(done)), max(0, int(total))
+    except (OSError, ValueError):
+        return 0, 0
+    finally:
+        os.close(fd)
