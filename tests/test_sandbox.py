@@ -233,3 +233,14 @@ def test_a_daemon_that_is_not_root_cannot_have_data_roots(tmp_path: Path, monkey
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ConfigError, match="needs the daemon to run as root"):
         Daemon._staging(config)
+
+
+def test_workloads_write_gives_the_data_dir_to_the_jobs_user(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from cosched.cli import main
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a directory away")
+    data = tmp_path / "m1"
+    main(["workloads", "write", "synthetic", "--dir", str(data), "--image", "x:y", "--owner", "4321:4322"])
+    assert (data.stat().st_uid, data.stat().st_gid) == (4321, 4322)
+    assert str(data) in capsys.readouterr().out
