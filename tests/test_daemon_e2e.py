@@ -11,6 +11,7 @@ weights of their application class move and are persisted.
 from __future__ import annotations
 
 import json
+import signal
 import time
 import urllib.request
 from pathlib import Path
@@ -179,3 +180,20 @@ def test_job_lifecycle_and_refusals_are_logged_one_grep_able_line_each(daemon: D
     assert story(ok)[2].startswith("event=ended state=done exit_code=0")
     assert story(bad)[-1].startswith("event=ended state=failed exit_code=3")
     assert any('submission=refused path=/v1/jobs reason="cores: 99 cores asked' in line for line in lines)
+
+
+def test_sigterm_stops_gracefully_with_exit_0_and_leaves_jobs_running(daemon: DaemonProcess, image: str) -> None:
+    client = require_engine()
+    job_id = daemon.submit(image=image, command=["sleep", "30"], cores=1, walltime=60)
+    deadline = time.monotonic() + 30
+    while daemon.job(job_id)["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.process is not None and daemon.process.returncode == 0
+    log = daemon.log.read_text()
+    assert "stopping (SIGTERM)" in log and "cosched daemon stopped; running containers keep running" in log
+    labels = [f"cosched.instance={daemon.instance()}", f"cosched.job={job_id}"]
+    assert [c.status for c in client.containers.list(all=True, filters={"label": labels})] == ["running"]
+    daemon.start()  # the next start adopts it
+    assert daemon.job(job_id)["state"] == "running"

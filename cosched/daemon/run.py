@@ -13,6 +13,7 @@ containers are left running: the next start adopts them.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from datetime import datetime
 
@@ -44,6 +45,10 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def _stopping(sig: int, frame: object) -> None:
+    log.info("cosched daemon stopping (%s)", signal.Signals(sig).name)
 
 
 def periodic(daemon: Daemon) -> BackgroundScheduler:
@@ -80,6 +85,11 @@ def serve(config: DaemonConfig) -> None:
         config.state_dir,
     )
     server = uvicorn.Server(uvicorn.Config(create_app(daemon), log_level="warning", access_log=False, lifespan="off"))
+    # uvicorn turns SIGTERM/SIGINT into a graceful shutdown, then raises the signal again with
+    # the handler that was there before it: with the default one the process would die of it
+    # (-15) before the stop below. A no-op handler makes that re-raise harmless: exit 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stopping)
     try:
         server.run(sockets=[sock])
     finally:
