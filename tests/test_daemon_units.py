@@ -201,6 +201,33 @@ def test_store_creates_its_directory_and_keeps_what_it_wrote(tmp_path: Path) -> 
     again.close()
 
 
+def test_a_restart_reloads_the_recent_decisions_and_those_about_unfinished_jobs(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        done, live = store.add_job(db, {"cores": 1}, 0.0), store.add_job(db, {"cores": 1}, 0.0)
+        store.update_job(db, done, state="done")
+        for seq in range(1, 1001):
+            host = live if seq == 3 else done
+            store.save_decision(db, seq, {"seq": seq - 1, "guest": done, "host": host})
+    needed = [body["seq"] for body in store.decisions_needed(10)]
+    assert needed == [2, *range(990, 1000)]
+    assert len(store.decisions()) == 1000  # all kept on disk, for explain
+    store.close()
+
+
+def test_asax_forgets_old_decisions_but_numbers_and_finds_new_ones() -> None:
+    from cosched.policies.asax import ASAx, LendingDecision
+
+    asax = ASAx()
+    body = dict(time=0.0, guest=1, host=2, app_class="c", features={}, experts=[], distributions=[], weights=[])
+    asax.restore([LendingDecision(**body, action=0, fraction=0.0, seq=seq) for seq in range(40, 100)])
+    assert asax.decided == 100 and [d.seq for d in asax.since(95)] == [95, 96, 97, 98, 99]
+    asax.forget(10)
+    assert len(asax.decisions) == 10 and asax.decisions[0].seq == 90
+    assert [d.seq for d in asax.since(95)] == [95, 96, 97, 98, 99] and asax.since(100) == []
+    assert [d.seq for d in asax.since(0)] == list(range(90, 100))
+
+
 # -- cgroup files ------------------------------------------------------------------
 
 

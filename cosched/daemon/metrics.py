@@ -71,13 +71,13 @@ class DaemonMetrics:
         asax = daemon.asax
         if asax is None:
             return
-        for decision in asax.decisions[self._counted :]:
+        for decision in asax.since(self._counted):
             scores = [
                 w * dist[decision.action] for w, dist in zip(decision.weights, decision.distributions, strict=True)
             ]
             best = max(range(len(scores)), key=scores.__getitem__)
             self.decisions.labels(decision.experts[best], decision.app_class).inc()
-        self._counted = len(asax.decisions)
+        self._counted = asax.decided
         names = asax.experts.names
         for app_class in asax.book.classes():
             for name, alpha in zip(names, asax.book.get(app_class).alpha, strict=True):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from cosched.core.events import Event, JobAdopted, JobCancelled, Offer
 from cosched.core.pool import slot_memory
 from cosched.daemon import workflow_stages
+from cosched.daemon.store import DECISIONS_KEPT
 from cosched.policies.asax import LendingDecision
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
     if daemon.asax is None:
         return
     decisions = []
-    for body in daemon.store.decisions():
+    for body in daemon.store.decisions_needed(DECISIONS_KEPT):
         decision = LendingDecision(**body)
         if decision.loss is None and decision.executed and decision.fraction > 0:
             guest = daemon.store.job(decision.guest)
@@ -141,7 +142,7 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
                 decision.executed = False
         decisions.append(decision)
     daemon.asax.restore(decisions)
-    daemon._saved_decisions = len(decisions)
+    daemon._saved_decisions = daemon.asax.decided
 
 
 def _resume_workflows(daemon: Daemon, now: float) -> None:

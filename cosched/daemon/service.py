@@ -46,7 +46,7 @@ from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, Quot
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
-from cosched.daemon.store import Store
+from cosched.daemon.store import DECISIONS_KEPT, Store
 from cosched.errors import ConfigError, CoschedError
 from cosched.model import Cluster, Job, JobState, Usage
 from cosched.policies.asax import ASAx
@@ -304,6 +304,8 @@ class Daemon:
                 journal.accepted(job_id, document, record["workflow"] if record else None)
             self.metrics.submitted.inc(len(plan.submitted))
             self.metrics.observe_pass(self, time.perf_counter() - started)
+            if self.asax is not None:  # saved and counted: memory holds only recent decisions
+                self.asax.forget(DECISIONS_KEPT)
             return bool(plan.submitted)
 
     def _collect_ends(self, now: float) -> list[_End]:
@@ -493,13 +495,13 @@ class Daemon:
         """Weights and lending decisions, in the pass's transaction: a restart keeps what was learnt."""
         if self.asax is None:
             return
-        new = self.asax.decisions[self._saved_decisions :]
+        new = self.asax.since(self._saved_decisions)
         resolved, self.asax.resolved = self.asax.resolved, []
         if not new and not resolved:
             return
         for decision in [*resolved, *new]:
             self.store.save_decision(db, decision.seq + 1, decision.as_dict())
-        self._saved_decisions = len(self.asax.decisions)
+        self._saved_decisions = self.asax.decided
         self.store.set_meta(db, "weights", self.asax.book.to_state())
 
     def _stage_of(self, job_id: int) -> str:

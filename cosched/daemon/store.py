@@ -79,6 +79,10 @@ LIVE = ("pending", "launching", "running")
 FINAL = ("done", "failed", "cancelled")
 
 
+DECISIONS_KEPT = 256
+"""Lending decisions a daemon keeps in memory and reloads at start (the store keeps all; `explain` reads them here)."""
+
+
 class Store:
     """Typed access to the state file; every write inside `transaction()`."""
 
@@ -213,6 +217,18 @@ class Store:
             "INSERT OR REPLACE INTO decisions(seq, guest, host, body) VALUES (?, ?, ?, ?)",
             (seq, body["guest"], body["host"], json.dumps(body)),
         )
+
+    def decisions_needed(self, recent: int) -> list[dict[str, Any]]:
+        """What a restarted daemon needs of its decisions, in order: the last `recent`, and every
+        one about a job not finished yet (a loss to resolve, a pair not to ask again)."""
+        rows = self._conn().execute(
+            "SELECT body FROM decisions WHERE seq > (SELECT COALESCE(MAX(seq), 0) FROM decisions) - ?"
+            " OR guest IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
+            " OR host IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
+            " ORDER BY seq",
+            (recent,),
+        )
+        return [json.loads(row[0]) for row in rows]
 
     def decisions(self, job_id: int | None = None) -> list[dict[str, Any]]:
         if job_id is None:

@@ -102,6 +102,9 @@ class ASAx(CoschedulePolicy):
         self.loss = loss
         self.rng = np.random.default_rng(seed)
         self.decisions: list[LendingDecision] = []
+        """In order of `seq`: every decision in replay; the daemon keeps only recent ones (`forget`)."""
+        self.decided = 0
+        """How many decisions were ever made: the next one's `seq`."""
         self.weight_history: list[tuple[float, str, list[float]]] = []
         """(time, application class, weights) after each update of a class's weights."""
         self._asked: set[tuple[int, int]] = set()
@@ -149,7 +152,8 @@ class ASAx(CoschedulePolicy):
                 action=action,
                 fraction=float(self.fractions[action]),
             )
-            decision.seq = len(self.decisions)
+            decision.seq = self.decided
+            self.decided += 1
             self.decisions.append(decision)
             lent = decision.fraction * host.cores
             if 0 < lent < self.min_guest_share * guest.cores:
@@ -220,13 +224,27 @@ class ASAx(CoschedulePolicy):
         lender's end, so a restart loses no learning and asks no pair twice.
         """
         for decision in decisions:
-            decision.seq = len(self.decisions)
             self.decisions.append(decision)
+            self.decided = max(self.decided, decision.seq + 1)
             self._asked.add((decision.guest, decision.host))
             self._asked_by.setdefault(decision.guest, set()).add(decision.host)
             if decision.loss is None and decision.executed and decision.fraction > 0:
                 pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
                 self._awaiting.setdefault(decision.host, []).append(pending)
+
+    def since(self, seq: int) -> list[LendingDecision]:
+        """The decisions numbered `seq` and later that are still in memory."""
+        first = self.decisions[0].seq if self.decisions else self.decided
+        return self.decisions[max(0, seq - first) :]
+
+    def forget(self, keep: int) -> None:
+        """Keep only the last `keep` decisions in memory (the daemon's store has every one).
+
+        Decisions still waiting for their lender's end stay reachable from
+        `_awaiting`, so forgetting them here loses no learning.
+        """
+        if len(self.decisions) > 2 * keep:  # amortised: one slice per `keep` decisions
+            del self.decisions[:-keep]
 
     def explain(self, job_id: int) -> list[LendingDecision]:
         """Every decision in which `job_id` was the guest or the lender."""
