@@ -23,6 +23,7 @@ from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon, Rejected
 from cosched.daemon.specs import JobSpec, WorkflowSpec
+from cosched.daemon.store import StateError
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -118,6 +119,10 @@ def create_app(daemon: Daemon) -> FastAPI:
         journal.refused(request.url.path, str(exc))
         return JSONResponse({"error": str(exc), "fields": [exc.field]}, status_code=422)
 
+    @app.exception_handler(StateError)
+    async def state_unusable(request: Request, exc: StateError) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=503)
+
     @app.exception_handler(EngineUnavailable)
     async def engine_down(request: Request, exc: EngineUnavailable) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503)
@@ -174,7 +179,7 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.get("/v1/health")
     def health() -> dict[str, Any]:
-        return {"engine_up": daemon.engine_up, "instance": daemon.instance, "jobs": daemon.store.count_jobs()}
+        return {**daemon.health(), "jobs": daemon.store.count_jobs()}
 
     @app.get("/metrics", dependencies=guard)
     def metrics() -> Response:

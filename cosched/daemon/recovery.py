@@ -23,6 +23,7 @@ from cosched.core.events import Event, JobAdopted, JobCancelled, Offer
 from cosched.core.pool import slot_memory
 from cosched.daemon import workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
+from cosched.errors import ConfigError
 from cosched.policies.asax import LendingDecision
 
 if TYPE_CHECKING:
@@ -48,7 +49,14 @@ def recover(daemon: Daemon) -> None:
             queued.append(record)
         else:
             lost.append(record)
-    for info in listed.values():  # ours, for jobs already finished (or unknown): leftovers
+    unknown = sorted(info.job_id for info in listed.values() if store.job(info.job_id) is None)
+    if unknown:  # a container is made only after its job's row is committed: this is not that store
+        raise ConfigError(
+            f"state file {store.path} has no record of job(s) {', '.join(map(str, unknown[:10]))} whose containers "
+            f"exist under instance {daemon.instance}: it is not the file they were accepted in; put that one back, "
+            f"or remove those containers (label cosched.instance={daemon.instance})"
+        )
+    for info in listed.values():  # ours, for jobs already finished: leftovers
         log.info("removing leftover container %s of job %d", info.id[:12], info.job_id)
         backend.remove(info.id)
 

@@ -46,7 +46,7 @@ from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, Quot
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
-from cosched.daemon.store import DECISIONS_KEPT, Store
+from cosched.daemon.store import DECISIONS_KEPT, StateError, Store
 from cosched.errors import ConfigError, CoschedError
 from cosched.model import Cluster, Job, JobState, Usage
 from cosched.policies.asax import ASAx
@@ -116,6 +116,8 @@ class Daemon:
         self.kill_reason: dict[int, str] = {}
         self.failed_launches: dict[int, str] = {}
         self.engine_up = True
+        self.state_problem = ""
+        """Why the state file cannot be used ('' when it can): submissions are refused meanwhile."""
         self.metrics = DaemonMetrics()
         self._saved_decisions = 0
 
@@ -191,8 +193,20 @@ class Daemon:
         if not self.backend.has_image(spec.image):
             raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
 
+    def _accepting(self) -> None:
+        """StateError (a 503) while the state file is unusable: a job accepted now could be lost."""
+        if not self.state_problem:
+            try:
+                self.store.check()
+            except StateError as exc:
+                with self.lock:
+                    self._state_failed(exc)
+        if self.state_problem:
+            raise StateError(f"not accepting submissions: {self.state_problem}")
+
     def submit_job(self, spec: JobSpec) -> int:
         """Accept one job: stored before this returns, queued at the next pass."""
+        self._accepting()
         self.check_job(spec)
         now = self.clock()
         document = spec.model_dump()
@@ -205,6 +219,7 @@ class Daemon:
 
     def submit_workflow(self, spec: WorkflowSpec) -> tuple[int, list[int]]:
         """Accept a workflow; its first ready stages are submitted now, the rest as they become ready."""
+        self._accepting()
         for stage in spec.stages:
             try:
                 self.check_job(spec.job_spec(stage.name))
@@ -265,8 +280,62 @@ class Daemon:
         stage starts in the pass that saw its predecessor end rather than one interval later.
         """
         with self.lock:
-            if self._pass():
-                self._pass()
+            if not self._state_usable():
+                return
+            try:
+                if self._pass():
+                    self._pass()
+            except StateError as exc:
+                self._state_failed(exc)
+
+    # -- the state file failing -----------------------------------------------
+    def _state_usable(self) -> bool:
+        """False while the state file is lost or cannot be written.
+
+        A pass that could not write its decisions has stepped the core all the
+        same; once a write succeeds again, core and daemon are rebuilt from the
+        store, which holds nothing that was not done.
+        """
+        try:
+            self.store.check()
+            if self.state_problem:
+                self.store.probe()
+                log.warning("state file %s is writable again; rebuilding from it", self.store.path)
+                self._rebuild()
+                self.state_problem = ""
+        except StateError as exc:
+            self._state_failed(exc)
+            return False
+        return True
+
+    def _state_failed(self, exc: StateError) -> None:
+        problem = str(exc)
+        if self.state_problem.startswith(problem):
+            return
+        if "deleted" in problem or "replaced" in problem:
+            try:
+                problem += f"; what it held is copied to {self.store.rescue()}: put that back and restart"
+            except Exception as rescue_failed:  # reported, never raised: the cause matters more
+                problem += f"; no copy could be made ({rescue_failed})"
+        self.state_problem = problem
+        log.error("%s; scheduling and submissions stop until it is fixed", problem)
+
+    def _rebuild(self) -> None:
+        """Forget what memory holds and take everything back from the store, as a restart would."""
+        from cosched.daemon.recovery import recover
+
+        self.asax = self._policy()
+        self.core = self._new_core()
+        self.cpu_map = CpuMap(self.config.cpus(), self.config.cluster.nodes)
+        for held in (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches):
+            held.clear()
+        self.reservations = {}
+        self._saved_decisions = 0
+        recover(self)
+
+    def health(self) -> dict[str, Any]:
+        """From memory only: answers whatever the engine or the state file do."""
+        return {"engine_up": self.engine_up, "instance": self.instance, "state": self.state_problem or "ok"}
 
     def _pass(self) -> bool:
         """The pass itself; True when it submitted workflow stages that the core has not seen."""
@@ -563,12 +632,14 @@ class Daemon:
     def reconcile(self) -> None:
         """Compare with what Docker reports: launches the engine lost are retried."""
         with self.lock:
-            if not self._engine_ready():
+            if self.state_problem or not self._engine_ready():
                 return
             try:
                 self._reconcile_launching()
             except EngineUnavailable as exc:
                 self._engine_lost(exc)
+            except StateError as exc:
+                self._state_failed(exc)
 
     def _reconcile_launching(self) -> None:
         listed = self.backend.containers()

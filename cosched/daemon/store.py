@@ -17,14 +17,16 @@ proceed together.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from cosched.errors import ConfigError
+from cosched.errors import ConfigError, CoschedError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -83,6 +85,10 @@ DECISIONS_KEPT = 256
 """Lending decisions a daemon keeps in memory and reloads at start (the store keeps all; `explain` reads them here)."""
 
 
+class StateError(CoschedError):
+    """The state file cannot be written or read, or is no longer the file the daemon opened."""
+
+
 class Store:
     """Typed access to the state file; every write inside `transaction()`."""
 
@@ -90,11 +96,65 @@ class Store:
         self.path = Path(path)
         self._sync = "FULL" if durable_power else "NORMAL"
         self._local = threading.local()
+        self._refuse_a_lost_file()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn().executescript(SCHEMA)
+            self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
+
+    def _refuse_a_lost_file(self) -> None:
+        """A missing state file beside its own WAL or a rescued copy was lost, not never made.
+
+        Starting afresh there would forget every accepted job (and SQLite could
+        replay the old WAL into the new file): the operator decides instead.
+        """
+        if self.path.exists():
+            return
+        wal = self.path.with_name(self.path.name + "-wal")
+        rescued = sorted(self.path.parent.glob(self.path.name + ".rescued-*"))
+        if wal.exists() or rescued:
+            found = str(rescued[-1]) if rescued else str(wal)
+            raise ConfigError(
+                f"state file {self.path} is missing but {found} is there (was it deleted under a running daemon?): "
+                f"put the rescued copy back as {self.path.name} and delete {wal.name} and "
+                f"{self.path.name}-shm, or delete them all to start afresh"
+            )
+
+    def _file_identity(self) -> tuple[int, int]:
+        info = os.stat(self.path)
+        return info.st_dev, info.st_ino
+
+    def check(self) -> None:
+        """StateError if the state file was deleted or replaced since it was opened.
+
+        SQLite keeps writing to the open (now unlinked) file, so without this
+        check a daemon would accept jobs that no restart will ever see.
+        """
+        try:
+            identity = self._file_identity()
+        except FileNotFoundError:
+            raise StateError(f"state file {self.path} was deleted while the daemon ran") from None
+        except OSError as exc:
+            raise StateError(f"state file {self.path} cannot be checked: {exc.strerror}") from None
+        if identity != self._identity:
+            raise StateError(f"state file {self.path} was replaced by another file while the daemon ran")
+
+    def probe(self) -> None:
+        """One small write: StateError if the file still cannot take one."""
+        with self.transaction() as db:
+            self.set_meta(db, "probed", time.time())
+
+    def rescue(self) -> Path:
+        """A consistent copy of what the open connection still sees, beside the lost file."""
+        target = self.path.with_name(f"{self.path.name}.rescued-{time.strftime('%Y%m%dT%H%M%S')}")
+        destination = sqlite3.connect(target)
+        try:
+            self._conn().backup(destination)
+        finally:
+            destination.close()
+        return target
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -109,15 +169,25 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write: all of it is on disk when the block ends, or none of it."""
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        """One atomic write: all of it is on disk when the block ends, or none of it.
+
+        A database error (read-only file, full disk, lock held too long) is a
+        StateError naming the file and the cause.
+        """
+        try:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StateError(f"state file {self.path}: cannot write: {exc}") from None
         try:
             yield conn
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise StateError(f"state file {self.path}: cannot write: {exc}") from None
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
-        conn.execute("COMMIT")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -247,3 +317,8 @@ def _job_row(row: sqlite3.Row) -> dict[str, Any]:
         if record[key] is not None:
             record[key] = json.loads(record[key])
     return record
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    with suppress(sqlite3.Error):  # no transaction left to undo: SQLite rolled it back itself
+        conn.execute("ROLLBACK")
