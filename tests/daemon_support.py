@@ -55,7 +55,9 @@ FAST = {"schedule": 0.2, "sample": 0.3, "review": 0.5, "reconcile": 2.0}
 class DaemonProcess:
     """`cosched daemon` in a subprocess, with its own state directory, port and instance."""
 
-    def __init__(self, root: Path, *, cores: int = 2, extra: str = "", api: str = "", token: str = "") -> None:
+    def __init__(
+        self, root: Path, *, cores: int = 2, extra: str = "", api: str = "", docker: str = "", token: str = ""
+    ) -> None:
         self.root = root
         self.port = free_port()
         self.state = root / "state"
@@ -65,7 +67,7 @@ class DaemonProcess:
             f'[daemon]\nstate_dir = "{self.state}"\n'
             f"[api]\nport = {self.port}\n{api}\n"
             f"[cluster]\ncores = {cores}\n"
-            f'[docker]\ndata_roots = ["{root}"]\n'
+            f'[docker]\ndata_roots = ["{root}"]\n{docker}\n'
             f"[intervals]\n{intervals}\n{extra}"
         )
         self.client = Client(f"http://127.0.0.1:{self.port}", token, timeout=10)
