@@ -39,8 +39,7 @@ def guarded(tmp_path: Path) -> Iterator[DaemonProcess]:
 
 
 def connect(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-    return sock
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
 
 
 def exchange(port: int, request: bytes, timeout: float = 10.0) -> bytes:
@@ -98,6 +97,17 @@ def test_slow_and_surplus_connections_are_closed(guarded: DaemonProcess) -> None
     assert max(seconds for _, seconds in answers.values()) < 5.0, answers
     # and the door is open again for a well-behaved client
     assert status_of(exchange(port, get("/v1/health", f"Bearer {TOKEN}"))) == 200
+
+
+def test_oversized_headers_are_431(guarded: DaemonProcess) -> None:
+    """84 KB of headers, never finished: refused for their size at once, not left to time out."""
+    padding = "x" * 7000
+    headers = "".join(f"X-Pad-{k}: {padding}\r\n" for k in range(12))
+    started = time.monotonic()
+    answer = exchange(guarded.port, f"GET /v1/health HTTP/1.1\r\nHost: cosched\r\n{headers}".encode())
+    assert status_of(answer) == 431, answer[:200]
+    assert time.monotonic() - started < 0.9  # before header_timeout (1 s) could have closed it
+    assert status_of(exchange(guarded.port, get("/v1/health", f"Bearer {TOKEN}"))) == 200
 
 
 def test_a_body_sent_too_slowly_is_408(guarded: DaemonProcess) -> None:
