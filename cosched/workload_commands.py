@@ -40,6 +40,11 @@ def add_workload_commands(commands: Any, parser_class: type) -> None:
     write.add_argument("--name", help="workflow name (default: APP-CORES)")
     write.add_argument("--image", help="image tag (default: build or reuse the workflow image)")
     write.add_argument("--walltime", type=float, default=3600.0, help="seconds per stage")
+    write.add_argument(
+        "--owner",
+        default="65534:65534",
+        help="uid:gid given the data dir when run as root: the daemon's docker.job_user (default 65534:65534)",
+    )
     write.set_defaults(handler=_workloads_write)
     verify.set_defaults(handler=_workloads_verify)
 
@@ -268,11 +273,11 @@ def _images_build(args: argparse.Namespace) -> int:
 
 
 def _workloads_write(args: argparse.Namespace) -> int:
-    from workloads.real import real_workflow, spec_to_toml
+    from workloads.real import make_data_dir, real_workflow, spec_to_toml
 
     if args.cores < 1:
         raise ConfigError(f"--cores must be >= 1, got {args.cores}")
-    args.dir.mkdir(parents=True, exist_ok=True)  # the daemon mounts only existing directories
+    make_data_dir(args.dir, args.owner)  # the daemon mounts only existing directories, and jobs run as `owner`
     image = args.image
     if image is None:
         from workloads.images import workflow_image

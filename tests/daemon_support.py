@@ -58,6 +58,7 @@ class DaemonProcess:
     def __init__(
         self, root: Path, *, cores: int = 2, extra: str = "", api: str = "", docker: str = "", token: str = ""
     ) -> None:
+        """`extra` is appended to the config; `api` and `docker` add keys to those tables; `token` is the client's."""
         self.root = root
         self.port = free_port()
         self.state = root / "state"

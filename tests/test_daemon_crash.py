@@ -20,6 +20,7 @@ import pytest
 from daemon_support import DaemonProcess, cgroup_quota, require_engine
 
 from workloads.images import busybox_image
+from workloads.real import make_data_dir
 
 TRIALS = 10
 
@@ -73,8 +74,7 @@ def learning(daemon: DaemonProcess) -> tuple[int, dict]:
 
 def test_sigkill_at_random_moments_loses_nothing_and_runs_nothing_twice(tmp_path: Path, image: str) -> None:
     client = require_engine()
-    runs = tmp_path / "runs"
-    runs.mkdir()
+    runs = make_data_dir(tmp_path / "runs")
     daemon = DaemonProcess(tmp_path, extra="[policies]\nseed = 3\n")
     rng = random.Random(2026)
     accepted: list[int] = []

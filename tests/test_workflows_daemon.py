@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.daemon_support import DaemonProcess, require_engine, workflow_image
-from workloads.real import real_workflow, verify
+from workloads.real import make_data_dir, real_workflow, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_each_workflow_runs_and_its_outputs_are_right(daemon: DaemonProcess) -> 
     cores = {"montage": 2, "blast": 2, "statistics": 1, "synthetic": 1}
     data = {app: daemon.root / app for app in cores}
     for path in data.values():
-        path.mkdir()
+        make_data_dir(path)
     ids = {
         app: submit(daemon, real_workflow(app, cores=n, data_dir=data[app], image=daemon.image))
         for app, n in cores.items()
@@ -91,8 +91,7 @@ def test_each_workflow_runs_and_its_outputs_are_right(daemon: DaemonProcess) -> 
 
 
 def _broken(daemon: DaemonProcess, name: str, stages: list[dict[str, Any]]) -> dict[str, Any]:
-    data = daemon.root / name
-    data.mkdir()
+    data = make_data_dir(daemon.root / name)
     return {
         "name": name,
         "app": "montage",

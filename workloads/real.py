@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,25 @@ from workloads.workflows import APPS, paper_workflows
 GENERATE = "generate"
 STAGE_WALLTIME = 3600.0
 """Default per-stage walltime (s): generous, since real stage times depend on the host."""
+
+
+JOB_USER = "65534:65534"
+"""The daemon's default `docker.job_user`: jobs run as nobody, so their data dir must be its."""
+
+
+def make_data_dir(path: str | Path, owner: str = JOB_USER) -> Path:
+    """Create a job's data directory, owned by the uid:gid jobs run as, so the job can write there.
+
+    Only root can give a directory away; another user gets the directory as
+    is and must make it writable for the jobs' user (the daemon that mounts it
+    runs as root anyway).
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    uid, _, gid = owner.partition(":")
+    if os.geteuid() == 0:
+        os.chown(path, int(uid), int(gid or uid))
+    return path
 
 
 def stage_module(app: str) -> ModuleType:

@@ -354,7 +354,8 @@ class DockerBackend:
         except OSError:
             return None
         previous = self._last_cpu.get(container_id)
-        self._last_cpu[container_id] = (now, used)
+        if container_id in self._pids:  # sampled off the daemon's lock: not after the pass forgot it
+            self._last_cpu[container_id] = (now, used)
         cpu = 0.0
         if previous is not None and now > previous[0] and quota > 0:
             cpu = (used - previous[1]) / ((now - previous[0]) * quota)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -131,12 +130,14 @@ class StagingMounts:
     def release(self, job_id: int) -> None:
         """Unmount and remove a job's staging folder (its container keeps its own copy of the mounts)."""
         folder = self.root / str(job_id)
-        if not folder.exists():
+        if not folder.is_dir():
             return
         for target in folder.iterdir():
-            if os.path.ismount(target):
-                _umount(str(target))
-        shutil.rmtree(folder, ignore_errors=True)
+            # A bind mount on the same filesystem is invisible to os.path.ismount: unmount
+            # unconditionally, then rmdir, which refuses a directory that still shows data.
+            _umount(str(target))
+            target.rmdir()
+        folder.rmdir()
 
     def release_all(self) -> None:
         """Leftovers of a daemon killed mid-launch."""

@@ -508,22 +508,30 @@ class Daemon:
 
     # -- periodic work ------------------------------------------------------
     def sample(self) -> None:
-        """Measure every running job; the next pass hands the usage to the core."""
+        """Measure every running job; the next pass hands the usage to the core.
+
+        The reads (cgroup files, the job's progress file) happen outside the
+        lock: whatever a job puts in its progress file, a pass never waits on it.
+        """
         with self.lock:
             if not self.engine_up:
                 return
             now = self.clock()
-            for job_id, container in self.containers.items():
+            running = [
+                (job_id, container, job.quota)
+                for job_id, container in self.containers.items()
+                if (job := self.core.jobs.get(job_id)) is not None
+            ]
+        measured = [(job_id, quota, self.backend.sample(container, quota, now)) for job_id, container, quota in running]
+        with self.lock:
+            for job_id, quota, sample in measured:
                 job = self.core.jobs.get(job_id)
-                if job is None:
+                if sample is None or job is None or job_id not in self.containers:
                     continue
-                measured = self.backend.sample(container, job.quota, now)
-                if measured is None:
-                    continue
-                if measured.total > 0:
-                    job.tasks = measured.total
-                self.inbox.append(UsageReported(job_id, Usage(measured.cpu, measured.mem, measured.done, now)))
-                self.metrics.cpu_used[job_id] = measured.cpu * job.quota
+                if sample.total > 0:
+                    job.tasks = sample.total
+                self.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now)))
+                self.metrics.cpu_used[job_id] = sample.cpu * quota
 
     def review(self) -> None:
         """Kill jobs past their walltime; check every running job's quota against its cgroup."""

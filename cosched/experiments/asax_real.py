@@ -39,7 +39,7 @@ from cosched.model import Cluster
 from cosched.replay.driver import PolicySet, replay
 from cosched.replay.rates import StageRates
 from cosched.workflow_runs import WorkflowRuns
-from workloads.real import real_workflow, size_params, stage_dag, stage_module, verify
+from workloads.real import make_data_dir, real_workflow, size_params, stage_dag, stage_module, verify
 from workloads.workflows import APPS, MIX_CORES, Stage, Workflow
 
 STRATEGIES = {"slurm": "none", "static": "static", "asax": "asax"}
@@ -229,8 +229,7 @@ def run_real(
     try:
         ids = {}
         for entry in mix:
-            data = daemon.data / entry.name
-            data.mkdir(exist_ok=True)
+            data = make_data_dir(daemon.data / entry.name)
             spec = real_workflow(
                 entry.app,
                 cores=entry.cores,

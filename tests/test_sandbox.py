@@ -1,0 +1,246 @@
+"""Hostile jobs on the real engine: each exploit of the security issue is run, and must fail.
+
+A job is arbitrary code from any local user. These tests run what such a user
+would: swap a data dir for a symlink after acceptance, try to make a host file
+setuid or a device node, point the progress file at a host file, a FIFO or a
+huge file, fork without end, flood stdout, and use an image removed after
+acceptance. Each asserts the attack failed and that scheduling went on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from daemon_support import DaemonProcess, require_engine
+
+from cosched.daemon.client import ApiError
+from cosched.daemon.config import from_dict
+from cosched.daemon.service import Daemon
+from cosched.errors import ConfigError
+from workloads.images import busybox_image
+from workloads.real import make_data_dir
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return busybox_image(require_engine())
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory, image: str):
+    """No co-scheduling, so a queued job stays queued until the cores are free."""
+    client = require_engine()
+    process = DaemonProcess(
+        tmp_path_factory.mktemp("sandbox"),
+        docker="pids_limit = 64\nlog_max_mib = 1",
+        extra='[policies]\ncosched = "none"\n',
+    )
+    process.start()
+    process.image = image
+    yield process
+    process.cleanup(client)
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+def run(daemon: DaemonProcess, script: str, cores: int = 1, walltime: float = 60, **spec: Any) -> dict[str, Any]:
+    job_id = daemon.submit(
+        image=spec.pop("image", daemon.image), command=sh(script), cores=cores, walltime=walltime, **spec
+    )
+    return daemon.wait_final([job_id], 120)[job_id]
+
+
+def blocker(daemon: DaemonProcess, seconds: float) -> int:
+    """A job holding every core for `seconds`, so the next one waits in the queue."""
+    job_id = daemon.submit(image=daemon.image, command=sh(f"sleep {seconds}"), cores=2, walltime=60)
+    deadline = time.monotonic() + 30
+    while daemon.job(job_id)["state"] != "running":
+        assert time.monotonic() < deadline, "blocker did not start"
+        time.sleep(0.1)
+    return job_id
+
+
+def test_jobs_run_as_nobody_without_capabilities_and_data_dirs_are_nosuid_nodev(daemon: DaemonProcess) -> None:
+    data = make_data_dir(daemon.root / "ids")
+    script = (
+        f"id -u > {data}/uid; grep ' {data} ' /proc/self/mountinfo > {data}/mount; "
+        f"grep CapEff /proc/self/status > {data}/caps"
+    )
+    job = run(daemon, script, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    assert (data / "uid").read_text().split() == ["65534"]
+    options = (data / "mount").read_text().split()[5].split(",")
+    assert "nosuid" in options and "nodev" in options
+    assert (data / "caps").read_text().split()[1] == "0000000000000000"
+
+
+def test_a_job_cannot_make_a_host_file_setuid_or_a_device_node(daemon: DaemonProcess) -> None:
+    data = make_data_dir(daemon.root / "escalate")
+    victim = data / "victim"
+    victim.write_text("#!/bin/sh\n")
+    os.chown(victim, 1234, 1234)  # another user's file in a shared data dir
+    victim.chmod(0o755)
+    script = f"chmod u+s {victim}; chown 0 {victim}; mknod {data}/disk b 8 0; chmod 666 {data}/disk; true"
+    job = run(daemon, script, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    info = victim.stat()
+    assert not info.st_mode & stat.S_ISUID and info.st_uid == 1234
+    assert not (data / "disk").exists()
+
+
+def test_a_data_dir_swapped_for_a_symlink_after_acceptance_is_refused_at_launch(daemon: DaemonProcess) -> None:
+    data = make_data_dir(daemon.root / "swap")
+    host = daemon.root.parent / f"{daemon.root.name}-host-secret"  # outside every data root
+    host.mkdir()
+    (host / "passwd").write_text("root:x:0:0\n")
+    blocked = blocker(daemon, 2)
+    job_id = daemon.submit(
+        image=daemon.image, command=sh(f"echo owned > {data}/passwd"), cores=1, walltime=30, data_dirs=[str(data)]
+    )
+    assert daemon.job(job_id)["state"] == "pending"
+    data.rmdir()
+    data.symlink_to(host)  # what the host, or an earlier job in a shared root, can do
+    jobs = daemon.wait_final([blocked, job_id], 60)
+    assert jobs[job_id]["state"] == "failed"
+    assert "changed since the job was accepted" in jobs[job_id]["reason"]
+    assert (host / "passwd").read_text() == "root:x:0:0\n"
+    assert run(daemon, "true")["state"] == "done"  # the others are still scheduled
+
+
+def test_a_path_through_a_symlink_is_refused_at_submission_with_its_real_path(daemon: DaemonProcess) -> None:
+    real = make_data_dir(daemon.root / "real")
+    link = daemon.root / "link"
+    link.symlink_to(real)
+    with pytest.raises(ApiError, match=re.escape(f"leads through a symlink; give its real path '{real}'")):
+        daemon.submit(image=daemon.image, command=["true"], cores=1, walltime=10, data_dirs=[str(link)])
+
+
+def _progress_seen(daemon: DaemonProcess, job_id: int, seconds: float) -> set[tuple[int, int]]:
+    seen = set()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        usage = daemon.job(job_id).get("usage")
+        if usage:
+            seen.add((usage["tasks_done"], usage["tasks"]))
+        time.sleep(0.2)
+    return seen
+
+
+def test_the_progress_file_never_leads_to_a_host_file(daemon: DaemonProcess) -> None:
+    host = daemon.root / "host-progress"
+    host.write_text("7/9\n")
+    host.chmod(0o600)
+    job_id = daemon.submit(
+        image=daemon.image,
+        command=sh(f"ln -sf {host} $COSCHED_PROGRESS; sleep 3"),
+        cores=1,
+        walltime=30,
+        tasks=3,
+    )
+    seen = _progress_seen(daemon, job_id, 2.5)
+    assert seen and (7, 9) not in seen, seen
+    assert daemon.wait_final([job_id], 30)[job_id]["state"] == "done"
+
+
+def test_a_fifo_progress_file_does_not_stop_scheduling(daemon: DaemonProcess) -> None:
+    fifo = daemon.submit(image=daemon.image, command=sh("mkfifo $COSCHED_PROGRESS; sleep 6"), cores=1, walltime=60)
+    time.sleep(1.5)  # the daemon has sampled the FIFO a few times by now
+    started = time.monotonic()
+    other = run(daemon, "true")
+    assert other["state"] == "done" and time.monotonic() - started < 10
+    assert daemon.wait_final([fifo], 30)[fifo]["state"] == "done"
+
+
+def test_a_huge_progress_file_does_not_swell_the_daemon(daemon: DaemonProcess) -> None:
+    assert daemon.process is not None
+    before = psutil.Process(daemon.process.pid).memory_info().rss
+    job_id = daemon.submit(
+        image=daemon.image,
+        command=sh("dd if=/dev/zero of=$COSCHED_PROGRESS bs=1M count=200 2>/dev/null; sleep 3"),
+        cores=1,
+        walltime=60,
+        memory_mib=512,
+    )
+    assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"
+    after = psutil.Process(daemon.process.pid).memory_info().rss
+    assert after - before < 50 << 20, (before, after)
+
+
+def test_a_fork_bomb_stops_at_the_pids_limit(daemon: DaemonProcess) -> None:
+    data = make_data_dir(daemon.root / "forks")
+    # The subshell forks until it cannot; the counting and the clean-up use builtins only (no fork left).
+    script = (
+        "(n=0; while [ $n -lt 300 ]; do sleep 20 & n=$((n+1)); done) 2>/dev/null; "
+        f"set -- /proc/[0-9]*; echo $# > {data}/procs; kill -9 -1; true"
+    )
+    job = run(daemon, script, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    assert int((data / "procs").read_text()) <= 64
+
+
+def test_a_job_flooding_stdout_keeps_its_log_under_the_cap(daemon: DaemonProcess) -> None:
+    client = require_engine()
+    job_id = daemon.submit(
+        image=daemon.image,
+        command=sh("yes 0123456789abcdef | head -c 20000000; sleep 2"),
+        cores=1,
+        walltime=60,
+    )
+    deadline = time.monotonic() + 60
+    container = None
+    while container is None:
+        assert time.monotonic() < deadline
+        labels = [f"cosched.instance={daemon.instance()}", f"cosched.job={job_id}"]
+        found = client.containers.list(all=True, filters={"label": labels})
+        container = found[0] if found else None
+        time.sleep(0.1)
+    config = container.attrs["HostConfig"]
+    assert config["LogConfig"]["Config"]["max-size"] == "1m" and config["PidsLimit"] == 64
+    time.sleep(1.5)
+    log_path = client.api.inspect_container(container.id)["LogPath"]
+    assert os.path.getsize(log_path) <= 1.2 * (1 << 20)
+    assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"
+
+
+def test_an_image_removed_after_acceptance_fails_its_job_and_nothing_else(daemon: DaemonProcess) -> None:
+    client = require_engine()
+    removable = "cosched/removable:sandbox-test"
+    client.images.get(daemon.image).tag(removable)
+    blocked = blocker(daemon, 2)
+    job_id = daemon.submit(image=removable, command=["true"], cores=1, walltime=30)
+    client.images.remove(removable)
+    jobs = daemon.wait_final([blocked, job_id], 60)
+    assert jobs[job_id]["state"] == "failed"
+    assert "no longer in the engine" in jobs[job_id]["reason"]
+    with pytest.raises(ApiError, match="is not in the local Docker engine"):  # no stale cache
+        daemon.submit(image=removable, command=["true"], cores=1, walltime=30)
+    assert run(daemon, "true")["state"] == "done"
+    assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
+
+
+def test_a_daemon_that_is_not_root_cannot_have_data_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinning data dirs needs mount(2): a non-root daemon with data roots is refused in one line."""
+    config = from_dict({"daemon": {"state_dir": str(tmp_path)}, "docker": {"data_roots": [str(tmp_path)]}})
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ConfigError, match="needs the daemon to run as root"):
+        Daemon._staging(config)
+
+
+def test_workloads_write_gives_the_data_dir_to_the_jobs_user(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from cosched.cli import main
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a directory away")
+    data = tmp_path / "m1"
+    main(["workloads", "write", "synthetic", "--dir", str(data), "--image", "x:y", "--owner", "4321:4322"])
+    assert (data.stat().st_uid, data.stat().st_gid) == (4321, 4322)
+    assert str(data) in capsys.readouterr().out
