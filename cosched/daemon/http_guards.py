@@ -64,7 +64,8 @@ class BodyLimit:
             if complete:  # after the body, receive only waits for a disconnect: no deadline then
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), max(deadline - loop.time(), 0.0))
+                async with asyncio.timeout_at(deadline):  # cheaper than wait_for: no task per message
+                    message = await receive()
             except TimeoutError:
                 raise _TooSlow(self.timeout) from None
             seen += len(message.get("body", b""))
