@@ -31,6 +31,7 @@ def engine(tmp_path: Path) -> Iterator[PrivateEngine]:
     engine.root.mkdir()
     engine.start()
     try:
+        assert engine.client().info()["LiveRestoreEnabled"], "the private engine must keep containers across restarts"
         yield engine
     finally:
         engine.close()
