@@ -55,8 +55,10 @@ FAST = {"schedule": 0.2, "sample": 0.3, "review": 0.5, "reconcile": 2.0}
 class DaemonProcess:
     """`cosched daemon` in a subprocess, with its own state directory, port and instance."""
 
-    def __init__(self, root: Path, *, cores: int = 2, extra: str = "", docker: str = "") -> None:
-        """`extra` is appended to the config; `docker` adds keys to its [docker] table."""
+    def __init__(
+        self, root: Path, *, cores: int = 2, extra: str = "", api: str = "", docker: str = "", token: str = ""
+    ) -> None:
+        """`extra` is appended to the config; `api` and `docker` add keys to those tables; `token` is the client's."""
         self.root = root
         self.port = free_port()
         self.state = root / "state"
@@ -64,12 +66,12 @@ class DaemonProcess:
         intervals = "\n".join(f"{k} = {v}" for k, v in FAST.items())
         self.config.write_text(
             f'[daemon]\nstate_dir = "{self.state}"\n'
-            f"[api]\nport = {self.port}\n"
+            f"[api]\nport = {self.port}\n{api}\n"
             f"[cluster]\ncores = {cores}\n"
             f'[docker]\ndata_roots = ["{root}"]\n{docker}\n'
             f"[intervals]\n{intervals}\n{extra}"
         )
-        self.client = Client(f"http://127.0.0.1:{self.port}", "", timeout=10)
+        self.client = Client(f"http://127.0.0.1:{self.port}", token, timeout=10)
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "daemon.log"
         self.image = ""

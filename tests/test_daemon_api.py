@@ -259,6 +259,7 @@ def test_oversized_body_without_a_length_is_413(client: TestClient, daemon: Daem
 
 
 def test_token_is_required_when_configured(tmp_path: Path, image: str) -> None:
+    """With a token, every path wants it (docs and health too), before the body is even parsed."""
     daemon = make_daemon(tmp_path, token=TOKEN)
     try:
         with TestClient(create_app(daemon)) as client:
@@ -267,6 +268,8 @@ def test_token_is_required_when_configured(tmp_path: Path, image: str) -> None:
                 {"authorization": "Bearer wrong"},
                 {"authorization": TOKEN},
                 {"authorization": f"Basic {TOKEN}"},
+                {"authorization": f"Bearer{TOKEN}"},
+                {"authorization": "Bearer "},
             ):
                 for method, path, body in (
                     ("POST", "/v1/jobs", job(image)),
@@ -275,15 +278,26 @@ def test_token_is_required_when_configured(tmp_path: Path, image: str) -> None:
                     ("GET", "/v1/jobs/1", None),
                     ("DELETE", "/v1/jobs/1", None),
                     ("GET", "/metrics", None),
+                    ("GET", "/v1/health", None),
+                    ("GET", "/openapi.json", None),
+                    ("GET", "/docs", None),
+                    ("GET", "/redoc", None),
+                    ("GET", "/v1/nowhere", None),
                 ):
                     response = client.request(method, path, json=body, headers=headers)
                     assert response.status_code == 401, (method, path, headers, response.text)
                     assert error_of(response) == "missing or wrong bearer token"
+            bad_json = client.post("/v1/jobs", content=b"{not json", headers={"content-type": "application/json"})
+            assert bad_json.status_code == 401, bad_json.text  # not 422: an anonymous client learns nothing
             assert nothing_stored(daemon)
-            assert client.get("/v1/health").status_code == 200  # the probe stays open
             good = {"authorization": f"Bearer {TOKEN}"}
             assert client.post("/v1/jobs", json=job(image), headers=good).status_code == 201
             assert client.get("/v1/queue", headers=good).status_code == 200
+            for scheme in ("bearer", "BEARER", "BeArEr"):  # RFC 9110: the scheme is case-insensitive
+                response = client.get("/v1/health", headers={"authorization": f"{scheme} {TOKEN}"})
+                assert response.status_code == 200, (scheme, response.text)
+            assert client.get("/openapi.json", headers=good).status_code == 200
+            assert client.get("/docs", headers=good).status_code == 200
             assert len(daemon.store.jobs()) == 1
     finally:
         daemon.store.close()

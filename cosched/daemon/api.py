@@ -8,18 +8,17 @@ one line naming the problem, as everywhere else in cosched.
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response
+from fastapi import FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cosched.daemon import journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
+from cosched.daemon.http_guards import BearerAuth, BodyLimit
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon, Rejected
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -43,66 +42,23 @@ class Cancelled(BaseModel):
     state: str
 
 
-class BodyLimit:
-    """Refuse request bodies over `limit` bytes with 413, before they are read into memory."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            await _too_large(self.limit, scope, receive, send)
-            return
-        seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge(self.limit)
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            await _too_large(self.limit, scope, receive, send)
-
-
-class _TooLarge(StarletteHTTPException):
-    """Raised while the app reads the body; an HTTPException so FastAPI passes it on rather than making it a 400."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body: larger than the limit of {limit} bytes")
-
-
-async def _too_large(limit: int, scope: Scope, receive: Receive, send: Send) -> None:
-    response = JSONResponse({"error": f"request body: larger than the limit of {limit} bytes"}, status_code=413)
-    await response(scope, receive, send)
-
-
 def create_app(daemon: Daemon) -> FastAPI:
-    """The API of one daemon."""
-    token = daemon.config.api.token
+    """The API of one daemon.
+
+    Nothing here blocks the event loop: an endpoint that touches SQLite or the
+    engine is a plain `def`, which FastAPI runs in its thread pool, and health
+    is `async` and reads memory only, so it answers while a pass, the store's
+    lock or a stalled engine holds every worker thread.
+    """
+    api = daemon.config.api
     app = FastAPI(
         title="cosched",
         version="1",
         description="HPC co-scheduler daemon: jobs and workflows in containers, CPU lent between them by ASAx.",
     )
-    app.add_middleware(BodyLimit, limit=daemon.config.api.max_body)
-
-    def authorised(request: Request) -> None:
-        if not token:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token")
-
-    guard = [Depends(authorised)]
+    app.add_middleware(BodyLimit, limit=api.max_body, timeout=api.body_timeout)
+    if api.token:
+        app.add_middleware(BearerAuth, token=api.token)  # added last: the outermost, before any body is read
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,57 +87,60 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
-    @app.post("/v1/jobs", status_code=201, response_model=Submitted, dependencies=guard)
-    async def submit_job(spec: JobSpec) -> Submitted:
-        # async: a submission is a validation and one SQLite commit (well under a millisecond),
-        # cheaper on the event loop than a hop to the thread pool and back.
+    @app.post("/v1/jobs", status_code=201, response_model=Submitted)
+    def submit_job(spec: JobSpec) -> Submitted:
+        # def, not async: the image lookup asks the engine and the commit may wait on SQLite's lock.
         return Submitted(id=daemon.submit_job(spec))
 
-    @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted, dependencies=guard)
+    @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted)
     def submit_workflow(spec: WorkflowSpec) -> WorkflowSubmitted:
         workflow_id, jobs = daemon.submit_workflow(spec)
         return WorkflowSubmitted(id=workflow_id, jobs=jobs)
 
-    @app.get("/v1/queue", dependencies=guard)
+    @app.get("/v1/queue")
     def queue() -> list[dict[str, Any]]:
         return views.queue(daemon)
 
-    @app.get("/v1/jobs/{job_id}", dependencies=guard)
+    @app.get("/v1/jobs/{job_id}")
     def job(job_id: Id) -> dict[str, Any]:
         status = views.job_status(daemon, job_id)
         if status is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         return status
 
-    @app.delete("/v1/jobs/{job_id}", response_model=Cancelled, dependencies=guard)
+    @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
     def cancel(job_id: Id) -> Cancelled:
         state = daemon.cancel(job_id)
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)
 
-    @app.get("/v1/jobs/{job_id}/explain", dependencies=guard)
+    @app.get("/v1/jobs/{job_id}/explain")
     def explain(job_id: Id) -> list[dict[str, Any]]:
         if daemon.store.job(job_id) is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         return views.explain(daemon, job_id)
 
-    @app.get("/v1/workflows/{workflow_id}", dependencies=guard)
+    @app.get("/v1/workflows/{workflow_id}")
     def workflow(workflow_id: Id) -> dict[str, Any]:
         status = views.workflow_status(daemon, workflow_id)
         if status is None:
             raise HTTPException(404, f"workflow {workflow_id}: no such workflow")
         return status
 
-    @app.get("/v1/nodes", dependencies=guard)
+    @app.get("/v1/nodes")
     def nodes() -> list[dict[str, Any]]:
         return views.nodes(daemon)
 
     @app.get("/v1/health")
-    def health() -> dict[str, Any]:
-        return {**daemon.health(), "jobs": daemon.store.count_jobs()}
+    async def health() -> dict[str, Any]:
+        # async and from memory only (no store, no lock, no engine): a probe must answer whatever they do.
+        # The counts are those of the last scheduling pass.
+        sample = daemon.metrics.registry.get_sample_value
+        jobs = {"queued": sample("cosched_queue_length"), "running": sample("cosched_running_jobs")}
+        return {**daemon.health(), "jobs": {state: int(count or 0) for state, count in jobs.items()}}
 
-    @app.get("/metrics", dependencies=guard)
+    @app.get("/metrics")
     def metrics() -> Response:
         return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
 

@@ -14,6 +14,9 @@ default. Example (every key, with its default)::
     port = 6817
     token = ""                    # required when host is not a loopback address
     max_body = 1048576            # bytes; a larger request is refused with 413
+    max_connections = 64          # open connections; more are closed at once (503)
+    header_timeout = 10.0         # seconds to send a request's headers, else the connection is closed (408)
+    body_timeout = 30.0           # seconds to send a request's body, else 408
 
     [cluster]
     nodes = 1                     # virtual nodes, each a disjoint cpuset of this host
@@ -83,6 +86,9 @@ class ApiSection:
     port: int = 6817
     token: str = ""
     max_body: int = 1 << 20
+    max_connections: int = 64
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -222,6 +228,11 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"config key api.port: must be in 1..65535, got {api.port}")
     if api.max_body < 1024:
         raise ConfigError(f"config key api.max_body: must be >= 1024 bytes, got {api.max_body}")
+    if api.max_connections < 4:
+        raise ConfigError(f"config key api.max_connections: must be >= 4, got {api.max_connections}")
+    for key in ("header_timeout", "body_timeout"):
+        if not 0 < getattr(api, key) <= 3600:
+            raise ConfigError(f"config key api.{key}: must be in (0, 3600] seconds, got {getattr(api, key)}")
     if not _is_loopback(api.host) and not api.token:
         raise ConfigError(f"config key api.token: required when api.host ({api.host}) is not a loopback address")
     if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:

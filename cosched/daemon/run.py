@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from cosched.daemon.api import create_app
 from cosched.daemon.config import DaemonConfig
+from cosched.daemon.http_protocol import guarded_protocol
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 
@@ -84,7 +85,15 @@ def serve(config: DaemonConfig) -> None:
         config.api.port,
         config.state_dir,
     )
-    server = uvicorn.Server(uvicorn.Config(create_app(daemon), log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(daemon),
+            http=guarded_protocol(config.api.header_timeout, config.api.max_connections),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+    )
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown, then raises the signal again with
     # the handler that was there before it: with the default one the process would die of it
     # (-15) before the stop below. A no-op handler makes that re-raise harmless: exit 0.
