@@ -1,6 +1,6 @@
 """The daemon's four speed goals, measured and printed as one table.
 
-    python benchmarks/daemon.py [--only pass,submit,quota,monitor] [--monitor-seconds 60]
+    python benchmarks/daemon.py [--only pass,submit,quota,launch,monitor] [--monitor-seconds 60]
 
 - pass: one scheduling pass (a job ends, one arrives; core step with EASY and ASAx,
   then the pass's SQLite transaction) with 10,000 queued jobs on 1,000 nodes of 32
@@ -10,10 +10,16 @@
   id is then looked up in the state file. Goal: 1,000/s, none lost.
 - quota: a running container's CPU quota changed through Docker and read back from
   its cgroup (what the daemon does for every lending). Goal: under 1 s.
+- launch: end-to-end launch throughput on the real engine: 48 one-core jobs submitted
+  at once to a daemon with 48 cores, timed until the store says every one runs in its
+  container. Beside it, in the same run, the engine's own rate (48 containers created
+  and started by 8 threads calling it directly) and the daemon with its engine calls
+  made one at a time (engine_calls = 1, what it did before). Goal: the daemon reaches
+  80% of the engine's own rate.
 - monitor: the daemon's CPU time while it watches 50 running containers with its
   default intervals (50 one-core jobs on a cluster oversubscribing this host's CPUs).
   Goal: under 2% of one core.
-The last three need a Docker engine (`bash deploy/docker-setup.sh`).
+The last four need a Docker engine (`bash deploy/docker-setup.sh`).
 """
 
 from __future__ import annotations
@@ -167,6 +173,58 @@ def bench_quota(changes: int = 200) -> dict:
     }
 
 
+def bench_launch(jobs: int = 48, workers: int = 8) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from daemon_support import DaemonProcess, require_engine
+
+    from cosched.daemon.docker_backend import DockerBackend
+    from workloads.images import busybox_image
+
+    client = require_engine()
+    image = busybox_image(client)
+    spec = {"image": image, "command": ["sleep", "3600"], "cores": 1}
+    backend = DockerBackend("bench-launch", DockerSection())
+    backend.connect()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        made = list(pool.map(lambda k: backend.launch(k, spec, "0", 1.0, 16)[0], range(jobs)))
+    engine_rate = jobs / (time.perf_counter() - started)
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(backend.remove, made))
+    rates = {}
+    for calls in (1, workers):
+        with tempfile.TemporaryDirectory() as tmp:
+            daemon = DaemonProcess(Path(tmp), cores=jobs, docker=f"engine_calls = {calls}")
+            daemon.start()
+            try:
+                started = time.perf_counter()
+                for _ in range(jobs):
+                    daemon.submit(image=image, command=["sleep", "3600"], cores=1, memory_mib=16, walltime=7200)
+                deadline = time.monotonic() + 300
+                while True:
+                    with daemon.db() as db:
+                        running = db.execute("SELECT count(*) FROM jobs WHERE state = 'running'").fetchone()[0]
+                    if running == jobs:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"only {running} of {jobs} jobs running after 300 s")
+                    time.sleep(0.05)
+                rates[calls] = jobs / (time.perf_counter() - started)
+            finally:
+                daemon.cleanup(client)
+    share = rates[workers] / engine_rate
+    return {
+        "goal": "launch: >= 80% of the engine's own rate",
+        "measured": (
+            f"{rates[workers]:.1f} jobs/s ({share:.0%} of the engine's {engine_rate:.1f}/s); "
+            f"one call at a time {rates[1]:.1f}/s"
+        ),
+        "setting": f"{jobs} one-core jobs submitted at once until all run; engine: {workers} threads creating directly",
+        "met": share >= 0.8,
+    }
+
+
 def bench_monitor(containers: int = 50, seconds: float = 60.0) -> dict:
     import psutil
     from daemon_support import DaemonProcess, require_engine
@@ -206,7 +264,13 @@ def bench_monitor(containers: int = 50, seconds: float = 60.0) -> dict:
     }
 
 
-BENCHES = {"pass": bench_pass, "submit": bench_submit, "quota": bench_quota, "monitor": bench_monitor}
+BENCHES = {
+    "pass": bench_pass,
+    "submit": bench_submit,
+    "quota": bench_quota,
+    "launch": bench_launch,
+    "monitor": bench_monitor,
+}
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ default. Example (every key, with its default)::
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
     log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
     nofile = 4096                 # open files per process in a job
+    engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -109,6 +110,7 @@ class DockerSection:
     pids_limit: int = 4096
     log_max_mib: int = 10
     nofile: int = 4096
+    engine_calls: int = 8
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ def _validate_job_limits(docker: DockerSection) -> None:
             f"config key docker.job_user: expected 'uid:gid' with neither 0 (jobs never run as root), "
             f"got {docker.job_user!r}"
         )
-    for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64)):
+    for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64), ("engine_calls", 1)):
         if getattr(docker, key) < least:
             raise ConfigError(f"config key docker.{key}: must be >= {least}, got {getattr(docker, key)}")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -36,6 +37,9 @@ LABEL_INSTANCE = "cosched.instance"
 LABEL_JOB = "cosched.job"
 PROGRESS_PATH = "/tmp/cosched-progress"
 """Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
+
+IMAGE_RECHECK = 5.0
+"""Seconds an image the engine confirmed is taken as there without asking again."""
 
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, ConnectionError)
 
@@ -93,7 +97,8 @@ class DockerBackend:
         self.staging = staging
         self._base_url = settings.base_url
         self._client: docker.DockerClient | None = None
-        self._images: set[str] = set()
+        self._images: dict[str, float] = {}
+        """Image name -> when the engine last said it has it (monotonic)."""
         self._pids: dict[str, int] = {}
         self._cgroups: dict[str, CgroupFiles] = {}
         self._last_cpu: dict[str, tuple[float, float]] = {}
@@ -129,17 +134,23 @@ class DockerBackend:
     def has_image(self, name: str) -> bool:
         """Whether the engine has `name` locally (no registry is ever asked).
 
-        The engine is asked every time, since an image can be removed after it
-        was seen; images seen before are trusted only while the engine is down.
+        An image the engine confirmed less than `IMAGE_RECHECK` seconds ago is
+        taken as there: asking on every submission halved the API's rate. An
+        image removed meanwhile fails its job at launch (`LaunchRefused`), which
+        also forgets it, so the next submission asks again. While the engine is
+        down, images seen before are trusted.
         """
+        seen = self._images.get(name)
+        if seen is not None and time.monotonic() - seen < IMAGE_RECHECK:
+            return True
         try:
             self.client.images.get(name)
         except docker.errors.ImageNotFound:
-            self._images.discard(name)
+            self._images.pop(name, None)
             return False
         except docker.errors.APIError as exc:
             if exc.status_code in (400, 404):
-                self._images.discard(name)
+                self._images.pop(name, None)
                 return False
             if name in self._images:
                 return True
@@ -148,7 +159,7 @@ class DockerBackend:
             if name in self._images:
                 return True
             raise EngineUnavailable(f"cannot reach the Docker engine: {_reason(exc)}") from None
-        self._images.add(name)
+        self._images[name] = time.monotonic()
         return True
 
     # -- containers ---------------------------------------------------------
@@ -231,6 +242,7 @@ class DockerBackend:
                     detach=True,
                 )
             except docker.errors.ImageNotFound:
+                self._images.pop(spec["image"], None)
                 raise LaunchRefused(
                     f"image {spec['image']!r} is no longer in the engine (removed after the job was accepted)"
                 ) from None

@@ -39,14 +39,14 @@ class DaemonMetrics:
         self.weights = Gauge("cosched_expert_weight", "ASAx expert weights", ["app_class", "expert"], registry=r)
         self.pass_seconds = Histogram(
             "cosched_pass_seconds",
-            "Scheduling pass latency",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            "Scheduling pass latency, its engine calls included",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=r,
         )
         self.quota_latency = Histogram(
             "cosched_quota_apply_seconds",
             "From a quota decision to the cgroup showing it",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=r,
         )
         self.quota_mismatches = Counter(

@@ -110,8 +110,7 @@ def recover(daemon: Daemon) -> None:
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, set(jobs))
     daemon.core.step(now, events)
-    for job in jobs.values():
-        daemon.apply_quota(job.id, job.quota)
+    daemon.apply_quotas([(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
     log.info(
         "recovered: %d running adopted, %d queued, %d lost, instance %s",

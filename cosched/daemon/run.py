@@ -103,5 +103,5 @@ def serve(config: DaemonConfig) -> None:
         server.run(sockets=[sock])
     finally:
         scheduler.shutdown(wait=True)
-        daemon.store.close()
+        daemon.close()
         log.info("cosched daemon stopped; running containers keep running")

@@ -6,8 +6,11 @@ from the API, container ends from Docker, usage from the cgroups), one
 store in one transaction, then does it, so a kill at any instant leaves a state
 `recovery.recover` can finish (see `store.py`).
 
-Every public method takes the one lock: the API's threads and the periodic
-jobs never see the core half-stepped.
+Two locks. `pass_lock` lets one engine-touching job run at a time (the pass,
+the review, the reconciliation): each sees the containers the previous one left.
+`lock` guards the core and the daemon's maps and is held only while they
+change, never across an engine call: the engine calls of a step run side by
+side on a bounded pool (`engine_calls`), and sampling goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +46,7 @@ from cosched.daemon import journal, workflow_stages
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, data_dirs_allowed
+from cosched.daemon.engine_calls import EngineCalls
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -108,6 +112,8 @@ class Daemon:
         self.asax = self._policy()
         self.core = self._new_core()
         self.lock = threading.RLock()
+        self.pass_lock = threading.Lock()
+        self.engine = EngineCalls(config.docker.engine_calls)
         self.inbox: deque[Event] = deque()
         self.specs: dict[int, dict[str, Any]] = {}
         self.containers: dict[int, str] = {}
@@ -279,14 +285,16 @@ class Daemon:
         When stage ends released workflow stages, a second pass follows at once, so a
         stage starts in the pass that saw its predecessor end rather than one interval later.
         """
-        with self.lock:
-            if not self._state_usable():
-                return
+        with self.pass_lock:
+            with self.lock:
+                if not self._state_usable():
+                    return
             try:
                 if self._pass():
                     self._pass()
             except StateError as exc:
-                self._state_failed(exc)
+                with self.lock:
+                    self._state_failed(exc)
 
     # -- the state file failing -----------------------------------------------
     def _state_usable(self) -> bool:
@@ -338,17 +346,21 @@ class Daemon:
         return {"engine_up": self.engine_up, "instance": self.instance, "state": self.state_problem or "ok"}
 
     def _pass(self) -> bool:
-        """The pass itself; True when it submitted workflow stages that the core has not seen."""
+        """The pass itself; True when it submitted workflow stages that the core has not seen.
+
+        Runs under `pass_lock`; `lock` is taken only to step the core and write
+        the plan, so the engine calls that carry the plan out hold no one up.
+        """
+        if not self._engine_ready():
+            return False
+        started = time.perf_counter()
+        now = self.clock()
+        try:
+            ends = self._collect_ends(now)
+        except EngineUnavailable as exc:
+            self._engine_lost(exc)
+            return False
         with self.lock:
-            if not self._engine_ready():
-                return False
-            started = time.perf_counter()
-            now = self.clock()
-            try:
-                ends = self._collect_ends(now)
-            except EngineUnavailable as exc:
-                self._engine_lost(exc)
-                return False
             events: list[Event] = []
             ended_now: set[int] = set()
             for end in ends:
@@ -365,8 +377,12 @@ class Daemon:
             plan = self._record(now, ends, cancels, decision.actions)
             for end in ends:
                 journal.ended(end.job, end.exit_code, end.reason)
+                self.containers.pop(end.job.id, None)
+                self.specs.pop(end.job.id, None)
+                self.kill_reason.pop(end.job.id, None)
             journal.decided(decision.actions, self.cpus_of, self.kill_reason, cancels)
-            self._carry_out(now, ends, decision.actions, plan)
+        self._carry_out(ends, plan)
+        with self.lock:
             for job_id, document in plan.submitted:
                 record = self.store.job(job_id)
                 self._queue(job_id, document, now, record["workflow"] if record else None)
@@ -375,7 +391,7 @@ class Daemon:
             self.metrics.observe_pass(self, time.perf_counter() - started)
             if self.asax is not None:  # saved and counted: memory holds only recent decisions
                 self.asax.forget(DECISIONS_KEPT)
-            return bool(plan.submitted)
+        return bool(plan.submitted)
 
     def _collect_ends(self, now: float) -> list[_End]:
         """Jobs whose containers stopped (or never could start) since the last pass."""
@@ -388,6 +404,7 @@ class Daemon:
         if not self.containers:
             return ends
         listed = self.backend.containers()
+        stopped: list[tuple[Job, str]] = []
         for job_id, container in list(self.containers.items()):
             job = self.core.jobs.get(job_id)
             if job is None or any(e.job.id == job_id for e in ends):
@@ -396,14 +413,20 @@ class Daemon:
             if info is None:
                 ends.append(_End(job, True, now, None, "container disappeared", "", None))
             elif info.state in ("exited", "dead"):
-                exit = self.backend.exit_of(container)
-                if exit.code == 0:
-                    reason = ""  # it finished before a kill took effect
-                else:
-                    reason = self.kill_reason.get(job_id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
-                at = exit.finished if exit.finished > 0 else now
-                ends.append(_End(job, exit.code != 0, at, exit.code, reason, self.backend.logs(container), container))
+                stopped.append((job, container))
+        outcomes = self.engine.each(self._exit_and_logs, [(container,) for _, container in stopped])
+        _raise_failures(outcomes)
+        for (job, container), (exit, logs) in zip(stopped, outcomes, strict=True):
+            if exit.code == 0:
+                reason = ""  # it finished before a kill took effect
+            else:
+                reason = self.kill_reason.get(job.id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
+            at = exit.finished if exit.finished > 0 else now
+            ends.append(_End(job, exit.code != 0, at, exit.code, reason, logs, container))
         return ends
+
+    def _exit_and_logs(self, container: str) -> tuple[Any, str]:
+        return self.backend.exit_of(container), self.backend.logs(container)
 
     def _freed(self, job: Job, ended_now: set[int]) -> Offer | None:
         """What a job's end gives back: nothing while its cores are a running host's;
@@ -500,65 +523,76 @@ class Daemon:
             host=job.host,
         )
 
-    def _carry_out(self, now: float, ends: list[_End], actions: list[Any], plan: _Plan) -> None:
-        """Do what `_record` wrote: remove ended containers, re-quota, launch, kill."""
+    def _carry_out(self, ends: list[_End], plan: _Plan) -> None:
+        """Do what `_record` wrote, one step after another, each step's engine calls side by side:
+        remove ended containers, change quotas (a host shrinks before its guest starts), kill, launch."""
         try:
-            for end in ends:
-                self.containers.pop(end.job.id, None)
-                self.specs.pop(end.job.id, None)
-                self.kill_reason.pop(end.job.id, None)
-                if end.container is not None:
-                    self.backend.remove(end.container)
-            launches = {launch[0].id: launch for launch in plan.launches}
-            quotas = {job_id: (cpus, seq) for job_id, cpus, seq in plan.quotas}
-            for action in actions:  # in the core's order: a host shrinks before its guest starts
-                if isinstance(action, SetQuota) and action.job_id in self.containers:
-                    cpus, seq = quotas[action.job_id]
-                    self.apply_quota(action.job_id, cpus, seq)
-                elif isinstance(action, Launch | Colocate):
-                    job = action.job if isinstance(action, Launch) else action.guest
-                    self._launch(*launches[job.id])
-                elif isinstance(action, Kill) and action.job_id in self.containers:
-                    self.backend.kill(self.containers[action.job_id])
+            removals = [(end.container,) for end in ends if end.container is not None]
+            _raise_failures(self.engine.each(self.backend.remove, removals))
+            self.apply_quotas(plan.quotas)
+            kills = [(self.containers[job_id],) for job_id in plan.kills if job_id in self.containers]
+            _raise_failures(self.engine.each(self.backend.kill, kills))
+            self._launch_all(plan.launches)
         except EngineUnavailable as exc:
             self._engine_lost(exc)
 
-    def _launch(self, job: Job, cpus: list[int], quota: float, quota_seq: int | None) -> None:
-        spec = self.specs[job.id]
-        memory = job.memory * job.cores
-        try:
-            container, started = self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory)
-        except EngineUnavailable:
-            raise
-        except Exception as exc:  # the engine refused this container (bad command, image gone)
-            log.warning("job %d could not start: %s", job.id, exc)
-            self.failed_launches[job.id] = f"could not start: {str(exc).splitlines()[0][:300]}"
-            return
-        self.containers[job.id] = container
-        if started > 0:  # the walltime and the runtime count from the container's start, not the decision's
-            job.start = started
-        with self.store.transaction() as db:
-            self.store.update_job(db, job.id, state="running", container=container, start=job.start)
-            db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (job.id,))
-        if quota_seq is not None:
-            self.store.quota_applied(quota_seq, job.start)
-        self.metrics.launched.inc()
+    def _launch_all(self, launches: Sequence[tuple[Job, list[int], float, int | None]]) -> None:
+        """Start the containers side by side, then mark those that started running, in one transaction.
 
-    def apply_quota(self, job_id: int, cpus: float, seq: int | None = None) -> None:
-        """Set a running job's quota and check the cgroup shows it."""
-        container = self.containers.get(job_id)
-        if container is None:
-            return
+        A launch the engine refused (bad command, image gone) ends its job at the
+        next pass; the others are recorded even when the engine was lost meanwhile.
+        """
+        calls = [
+            (job.id, self.specs[job.id], self.cpu_map.cpuset(cpus), quota, job.memory * job.cores)
+            for job, cpus, quota, _ in launches
+        ]
+        outcomes = self.engine.each(self.backend.launch, calls)
+        started = []
+        for (job, _, _, quota_seq), outcome in zip(launches, outcomes, strict=True):
+            if isinstance(outcome, EngineUnavailable):
+                continue
+            if isinstance(outcome, Exception):
+                log.warning("job %d could not start: %s", job.id, outcome)
+                self.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:300]}"
+                continue
+            container, at = outcome
+            if at > 0:  # the walltime and the runtime count from the container's start, not the decision's
+                job.start = at
+            started.append((job, container, quota_seq))
+        with self.lock:
+            for job, container, _ in started:
+                self.containers[job.id] = container
+        if started:
+            with self.store.transaction() as db:
+                for job, container, _ in started:
+                    self.store.update_job(db, job.id, state="running", container=container, start=job.start)
+                    db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (job.id,))
+                self.store.quotas_applied(db, [(seq, job.start) for job, _, seq in started if seq is not None])
+            self.metrics.launched.inc(len(started))
+        _raise_failures(outcomes, tolerated=(Exception,))
+
+    def apply_quotas(self, quotas: Sequence[tuple[int, float, int | None]]) -> None:
+        """Change the quotas side by side; a cgroup showing another quota is logged and counted."""
+        targets = [(job_id, cpus, seq) for job_id, cpus, seq in quotas if job_id in self.containers]
+        outcomes = self.engine.each(self._timed_quota, [(self.containers[j], cpus) for j, cpus, _ in targets])
+        applied = []
+        for (_, _, seq), outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, QuotaMismatch):
+                self.metrics.quota_mismatches.inc()
+                log.error("%s", outcome)
+            elif isinstance(outcome, float):
+                self.metrics.quota_latency.observe(outcome)
+                if seq is not None:
+                    applied.append((seq, self.clock()))
+        if applied:
+            with self.store.transaction() as db:
+                self.store.quotas_applied(db, applied)
+        _raise_failures(outcomes, tolerated=(QuotaMismatch,))
+
+    def _timed_quota(self, container: str, cpus: float) -> float:
         decided = time.perf_counter()
-        try:
-            self.backend.set_quota(container, cpus)
-        except QuotaMismatch as exc:
-            self.metrics.quota_mismatches.inc()
-            log.error("%s", exc)
-            return
-        self.metrics.quota_latency.observe(time.perf_counter() - decided)
-        if seq is not None:
-            self.store.quota_applied(seq, self.clock())
+        self.backend.set_quota(container, cpus)
+        return time.perf_counter() - decided
 
     def _save_learning(self, db: Any, ends: list[_End]) -> None:
         """Weights and lending decisions, in the pass's transaction: a restart keeps what was learnt."""
@@ -606,32 +640,43 @@ class Daemon:
 
     def review(self) -> None:
         """Kill jobs past their walltime; check every running job's quota against its cgroup."""
-        with self.lock:
-            if not self.engine_up:
-                return
-            now = self.clock()
+        with self.pass_lock:
+            with self.lock:
+                if not self.engine_up:
+                    return
+                now = self.clock()
+                running = [
+                    (job_id, container, job)
+                    for job_id, container in self.containers.items()
+                    if (job := self.core.jobs.get(job_id)) is not None
+                ]
+                late = [
+                    (job_id, container, job)
+                    for job_id, container, job in running
+                    if now > job.start + job.walltime and job_id not in self.kill_reason
+                ]
+                for job_id, _, job in late:
+                    log.info("job %d passed its walltime of %.0f s; killing it", job_id, job.walltime)
+                    self.kill_reason[job_id] = "walltime exceeded"
             try:
-                for job_id, container in list(self.containers.items()):
-                    job = self.core.jobs.get(job_id)
-                    if job is None:
-                        continue
-                    if now > job.start + job.walltime and job_id not in self.kill_reason:
-                        log.info("job %d passed its walltime of %.0f s; killing it", job_id, job.walltime)
-                        self.kill_reason[job_id] = "walltime exceeded"
-                        self.backend.kill(container)
+                _raise_failures(self.engine.each(self.backend.kill, [(container,) for _, container, _ in late]))
+                wrong = []
+                for job_id, container, job in running:
+                    if job_id in self.kill_reason:
                         continue
                     try:
                         self.backend.verify_quota(container, job.quota)
                     except QuotaMismatch as exc:
                         self.metrics.quota_mismatches.inc()
                         log.error("%s; applying it again", exc)
-                        self.backend.set_quota(container, job.quota)
+                        wrong.append((job_id, job.quota, None))
+                self.apply_quotas(wrong)
             except EngineUnavailable as exc:
                 self._engine_lost(exc)
 
     def reconcile(self) -> None:
         """Compare with what Docker reports: launches the engine lost are retried."""
-        with self.lock:
+        with self.pass_lock:
             if self.state_problem or not self._engine_ready():
                 return
             try:
@@ -639,13 +684,16 @@ class Daemon:
             except EngineUnavailable as exc:
                 self._engine_lost(exc)
             except StateError as exc:
-                self._state_failed(exc)
+                with self.lock:
+                    self._state_failed(exc)
 
     def _reconcile_launching(self) -> None:
+        """Jobs recorded as launching with no container known: adopt what the engine started, launch the rest."""
         listed = self.backend.containers()
+        relaunch = []
         for record in self.store.jobs(("launching",)):
             job = self.core.jobs.get(record["id"])
-            if job is None or job.id in self.containers:
+            if job is None or job.id in self.containers or job.id in self.failed_launches:
                 continue
             info = listed.get(job.id)
             if info is None and job.id in self.kill_reason:
@@ -653,13 +701,15 @@ class Daemon:
                 continue
             if info is not None and info.state != "created":
                 self.backend.adopt(info.id)
-                self.containers[job.id] = info.id
+                with self.lock:
+                    self.containers[job.id] = info.id
                 with self.store.transaction() as db:
                     self.store.update_job(db, job.id, state="running", container=info.id)
             else:
                 if info is not None:
                     self.backend.remove(info.id)
-                self._launch(job, self.cpus_of[job.id], job.quota, None)
+                relaunch.append((job, self.cpus_of[job.id], job.quota, None))
+        self._launch_all(relaunch)
 
     # -- the engine ---------------------------------------------------------
     def _engine_lost(self, exc: Exception) -> None:
@@ -684,3 +734,19 @@ class Daemon:
             self._engine_lost(exc)
             return False
         return True
+
+    def close(self) -> None:
+        """Wait for engine calls under way, then close the state file."""
+        self.engine.close()
+        self.store.close()
+
+
+def _raise_failures(outcomes: list[Any], tolerated: tuple[type[Exception], ...] = ()) -> None:
+    """A step's first engine loss, else its first failure not `tolerated`, raised once every call
+    has been looked at (so what did succeed is recorded first)."""
+    for outcome in outcomes:
+        if isinstance(outcome, EngineUnavailable):
+            raise outcome
+    for outcome in outcomes:
+        if isinstance(outcome, Exception) and not isinstance(outcome, tolerated):
+            raise outcome

@@ -273,9 +273,9 @@ class Store:
         cursor = db.execute("INSERT INTO quotas(at, job_id, cpus) VALUES (?, ?, ?)", (at, job_id, cpus))
         return int(cursor.lastrowid or 0)
 
-    def quota_applied(self, seq: int, at: float) -> None:
-        with self.transaction() as db:
-            db.execute("UPDATE quotas SET applied = ? WHERE seq = ?", (at, seq))
+    def quotas_applied(self, db: sqlite3.Connection, applied: list[tuple[int, float]]) -> None:
+        """When each logged quota change (by its seq) reached the cgroup."""
+        db.executemany("UPDATE quotas SET applied = ? WHERE seq = ?", [(at, seq) for seq, at in applied])
 
     def quota_changes(self, job_id: int) -> list[dict[str, Any]]:
         rows = self._conn().execute("SELECT * FROM quotas WHERE job_id = ? ORDER BY seq", (job_id,))
