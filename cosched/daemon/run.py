@@ -12,6 +12,7 @@ containers are left running: the next start adopts them.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import socket
@@ -67,6 +68,9 @@ def periodic(daemon: Daemon) -> BackgroundScheduler:
 def serve(config: DaemonConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    # A fatal signal (SIGBUS when SQLite's shared-memory file is truncated under it) then
+    # prints where every thread was instead of ending the daemon without a word.
+    faulthandler.enable()
     sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
     try:
         daemon = Daemon(config)
