@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -102,6 +103,18 @@ class Cluster:
         """Kill the master and start it again (agents and tasks stay); needs the ZooKeeper set-up to recover."""
         subprocess.run(["bash", str(SCRIPT), "restart-master"], env=self.env, check=True, timeout=60)
 
+    def crash_and_restart_agent(self, index: int) -> None:
+        """SIGKILL agent `index` (its executors and tasks live on: posix launcher) and start it again
+        with the same flags; it recovers its checkpointed executors, which must re-subscribe."""
+        pid_file = self.run_dir / f"agent{index}.pid"
+        pid = int(pid_file.read_text())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, f"agent{index} to die")
+        with open(self.run_dir / f"agent{index}.out", "ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        pid_file.write_text(str(process.pid))
+
     def client(
         self,
         handler: EventHandler,
@@ -112,6 +125,13 @@ class Cluster:
     ) -> SchedulerClient:
         settings = SchedulerConfig(masters=[self.master], name=name, user="root", failover_timeout=3600, **config)
         return SchedulerClient(settings, handler, framework_id=framework_id, on_framework_id=on_framework_id)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.errors import ConfigError
-from cosched.mesos import calls
+from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
 from cosched.mesos.masters import Master, follow_location, parse_masters
 from cosched.mesos.recordio import RecordIODecoder, RecordIOError, encode
@@ -146,3 +146,77 @@ def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
         assert all(ceiling / 2 <= d <= ceiling for d in delays)
         assert len(delays) > 1, "jittered"
     assert backoff.delay(10_000) <= 8.0
+
+
+# -- the executor's payloads and settings ---------------------------------------------
+def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
+    job = jobs.JobPayload(12, {"image": "i", "command": ["true"], "cores": 2}, 1.5, 256, (0, 1))
+    task = jobs.job_task("t12", "S0", jobs.executor_info("S0", "F"), job, 2.0)
+    assert jobs.job_of(task) == job
+    assert task["executor"]["executor_id"] == {"value": "cosched-S0"}
+    assert {r["name"]: r["scalar"]["value"] for r in task["resources"]} == {"cpus": 2.0, "mem": 256.0}
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (None, "task data: missing"),
+        ("%%%", "not base64 JSON"),
+        (base64.b64encode(b"[1]").decode(), "expected a JSON object"),
+        (base64.b64encode(b'{"type": "other"}').decode(), "expected type 'job'"),
+        (base64.b64encode(b'{"type": "job", "job": 1}').decode(), "missing or invalid field"),
+        (
+            base64.b64encode(
+                b'{"type": "job", "job": 1, "spec": {"image": "i"}, "quota": 1, "memory_mib": 8}'
+            ).decode(),
+            "needs an image and a command",
+        ),
+        (
+            base64.b64encode(
+                b'{"type": "job", "job": 1, "spec": {"image": "i", "command": ["x"]}, "quota": 0, "memory_mib": 8}'
+            ).decode(),
+            "must be > 0",
+        ),
+    ],
+)
+def test_bad_task_data_is_named(data: object, problem: str) -> None:
+    with pytest.raises(jobs.BadPayload, match=problem):
+        jobs.job_of({"data": data})
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "a JSON object with a 'type'"),
+        (b'{"type": "quota", "task": "t"}', "'cpus' > 0"),
+        (b'{"type": "quota", "task": "t", "cpus": -1}', "'cpus' > 0"),
+        (b'{"type": "quota", "task": 3, "cpus": 1}', "needs 'task'"),
+    ],
+)
+def test_bad_messages_are_named(data: bytes, problem: str) -> None:
+    with pytest.raises(jobs.BadPayload, match=problem):
+        jobs.parse_message(data)
+    assert jobs.parse_message(jobs.quota_message("t", 0.5)) == {"type": "quota", "task": "t", "cpus": 0.5}
+
+
+def test_mesos_durations_and_the_executor_environment() -> None:
+    from cosched.mesos.executor import ExecutorSettings, mesos_duration
+
+    assert mesos_duration("15mins") == 900.0
+    assert mesos_duration("2secs") == 2.0
+    assert mesos_duration("100ms") == pytest.approx(0.1)
+    with pytest.raises(ConfigError, match="not a Mesos duration"):
+        mesos_duration("soon")
+    with pytest.raises(ConfigError, match="MESOS_AGENT_ENDPOINT, MESOS_EXECUTOR_ID not set"):
+        ExecutorSettings.from_env({"MESOS_FRAMEWORK_ID": "F"})
+    settings = ExecutorSettings.from_env(
+        {
+            "MESOS_AGENT_ENDPOINT": "127.0.0.1:5051",
+            "MESOS_FRAMEWORK_ID": "F",
+            "MESOS_EXECUTOR_ID": "cosched-S0",
+            "MESOS_CHECKPOINT": "1",
+            "MESOS_RECOVERY_TIMEOUT": "1mins",
+        }
+    )
+    assert (settings.agent.port, settings.checkpoint, settings.recovery_timeout) == (5051, True, 60.0)

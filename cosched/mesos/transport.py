@@ -1,4 +1,4 @@
-"""HTTP for the scheduler API on the standard library's `http.client`.
+"""HTTP for the v1 scheduler and executor APIs on the standard library's `http.client`.
 
 Why not `requests` or `httpx`: the event stream's watchdog must bound every socket read by the time left
 before the next expected heartbeat, which changes once SUBSCRIBED announces the interval; `http.client`
@@ -71,11 +71,13 @@ def _check(master: Master, call_type: str, response: http.client.HTTPResponse, o
     raise CallError(f"master {master} refused {call_type}: {response.status} {response.reason}: {body}")
 
 
-def post_call(master: Master, call: dict[str, Any], stream_id: str | None, timeout: float) -> Reply:
+def post_call(
+    master: Master, call: dict[str, Any], stream_id: str | None, timeout: float, path: str = SCHEDULER_PATH
+) -> Reply:
     """POST one call and read the whole answer; raises Unavailable, Redirected or CallError unless 2xx."""
     connection = _connection(master, timeout)
     try:
-        connection.request("POST", SCHEDULER_PATH, json.dumps(call).encode(), _headers(stream_id))
+        connection.request("POST", path, json.dumps(call).encode(), _headers(stream_id))
         response = connection.getresponse()
         _check(master, call["type"], response, (200, 202))
         return Reply(response.status, response.read().decode("utf-8", "replace"))
@@ -121,11 +123,16 @@ class EventStream:
         self._connection.close()
 
 
-def open_stream(master: Master, call: dict[str, Any], connect_timeout: float) -> EventStream:
-    """POST SUBSCRIBE and return the event stream; raises Unavailable, Redirected or CallError otherwise."""
+def open_stream(
+    master: Master, call: dict[str, Any], connect_timeout: float, path: str = SCHEDULER_PATH
+) -> EventStream:
+    """POST SUBSCRIBE and return the event stream; raises Unavailable, Redirected or CallError otherwise.
+
+    A master's stream must carry a `Mesos-Stream-Id`; an agent's (the executor API) has none.
+    """
     connection = _connection(master, connect_timeout)
     try:
-        connection.request("POST", SCHEDULER_PATH, json.dumps(call).encode(), _headers(None))
+        connection.request("POST", path, json.dumps(call).encode(), _headers(None))
         sock = connection.sock
         response = connection.getresponse()
         _check(master, "SUBSCRIBE", response, (200,))
@@ -135,7 +142,7 @@ def open_stream(master: Master, call: dict[str, Any], connect_timeout: float) ->
     except MesosError:
         connection.close()
         raise
-    if sock is None or not response.getheader("Mesos-Stream-Id"):
+    if sock is None or (path == SCHEDULER_PATH and not response.getheader("Mesos-Stream-Id")):
         connection.close()
         raise CallError(f"master {master} answered SUBSCRIBE without a Mesos-Stream-Id header")
     return EventStream(master, connection, sock, response)

@@ -1,0 +1,420 @@
+"""The cosched executor: runs jobs' containers on an agent's host and resizes their CPU quota.
+
+Why an executor of our own: Mesos cannot change a running task's CPU (no offer
+operation, no agent call; docs/mesos.md), and co-scheduling is exactly that. The
+framework asks this executor, in MESSAGE calls, to change a job's CFS quota; it applies
+it through the host's Docker engine, reads the cgroup back and answers with what the
+kernel enforces. It also sends each job's usage (cgroup CPU and memory, progress file)
+for ASAx, and reports each job's end as a task state: TASK_FINISHED on exit 0,
+TASK_FAILED with the exit code and log tail otherwise, TASK_KILLED after a KILL.
+
+The agent starts one per framework on each agent (`jobs.executor_info`) with the
+first job and hands it every later one. Containers are started by the same
+`DockerBackend` as the local daemon's, so a job has the same sandbox on Mesos as on
+one host. With checkpointing, an agent restart leaves the executor and its jobs
+running: it re-subscribes within MESOS_RECOVERY_TIMEOUT, resending every update not
+yet acknowledged. SHUTDOWN (the framework torn down) kills its jobs, then it exits.
+
+    python3 -m cosched.mesos.executor    # as the agent starts it (environment below)
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from cosched.daemon.config import DockerSection
+from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
+from cosched.errors import ConfigError
+from cosched.mesos import jobs
+from cosched.mesos.backoff import Backoff
+from cosched.mesos.errors import MesosError
+from cosched.mesos.masters import Master, parse_master
+from cosched.mesos.recordio import RecordIODecoder
+from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_call
+
+log = logging.getLogger("cosched.mesos.executor")
+
+EXECUTOR_PATH = "/api/v1/executor"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|secs|mins|hrs|days|weeks)\s*$")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "secs": 1.0, "mins": 60.0, "hrs": 3600.0, "days": 86400.0}
+_UNITS["weeks"] = 7 * _UNITS["days"]
+
+
+def mesos_duration(text: str) -> float:
+    """Seconds of a Mesos duration as the agent writes it ('15mins', '2secs', '100ms')."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ConfigError(f"not a Mesos duration: {text!r} (expected e.g. '15mins')")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """What the agent tells its executor through the environment."""
+
+    agent: Master
+    framework_id: str
+    executor_id: str
+    checkpoint: bool = False
+    recovery_timeout: float = 900.0
+    backoff_max: float = 2.0
+    sample_interval: float = 2.0
+    poll_interval: float = 0.5
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ExecutorSettings:
+        missing = [k for k in ("MESOS_AGENT_ENDPOINT", "MESOS_FRAMEWORK_ID", "MESOS_EXECUTOR_ID") if not env.get(k)]
+        if missing:
+            raise ConfigError(f"cosched executor: {', '.join(missing)} not set (it is started by a Mesos agent)")
+        return cls(
+            agent=parse_master(env["MESOS_AGENT_ENDPOINT"]),
+            framework_id=env["MESOS_FRAMEWORK_ID"],
+            executor_id=env["MESOS_EXECUTOR_ID"],
+            checkpoint=env.get("MESOS_CHECKPOINT") == "1",
+            recovery_timeout=mesos_duration(env.get("MESOS_RECOVERY_TIMEOUT", "15mins")),
+            backoff_max=mesos_duration(env.get("MESOS_SUBSCRIPTION_BACKOFF_MAX", "2secs")),
+            sample_interval=float(env.get("COSCHED_SAMPLE_INTERVAL", "2")),
+        )
+
+
+@dataclass
+class _Task:
+    info: dict[str, Any]
+    job: jobs.JobPayload
+    quota: float
+    container: str = ""
+    killing: bool = False
+    ended: bool = False
+
+
+@dataclass
+class _Updates:
+    """Updates sent and not yet acknowledged, resent at every re-subscription (the agent asks for them)."""
+
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Executor:
+    """One executor process: reads the agent's event stream, answers on `post_call`s."""
+
+    def __init__(self, settings: ExecutorSettings, backend: DockerBackend) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.tasks: dict[str, _Task] = {}
+        self.lock = threading.RLock()
+        self.updates = _Updates()
+        self.stopping = threading.Event()
+        self._launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cosched-launch")
+
+    # -- the stream ------------------------------------------------------------
+    def run(self) -> int:
+        """Subscribe and handle events until SHUTDOWN (0), ERROR or a lost agent (1).
+
+        However it ends, even by a bug, the executor's containers go with it: no one
+        else would ever collect them.
+        """
+        watcher = threading.Thread(target=self._watch, name="cosched-watch", daemon=True)
+        watcher.start()
+        try:
+            return self._stay_subscribed()
+        finally:
+            self.stopping.set()
+            self._kill_all("executor exiting")
+            self._launcher.shutdown(wait=True)
+
+    def _stay_subscribed(self) -> int:
+        """With checkpointing, a lost agent is waited for up to MESOS_RECOVERY_TIMEOUT (it may be restarting)."""
+        backoff = Backoff(base=0.25, cap=self.settings.backoff_max)
+        lost_since: float | None = None
+        attempt = 0
+        while not self.stopping.is_set():
+            try:
+                stream = open_stream(self.settings.agent, self._subscribe_call(), 10.0, path=EXECUTOR_PATH)
+            except MesosError as exc:
+                lost_since = lost_since or time.monotonic()
+                if not self.settings.checkpoint or time.monotonic() - lost_since > self.settings.recovery_timeout:
+                    log.error("agent %s unreachable (%s); giving up", self.settings.agent, exc)
+                    return 1
+                time.sleep(backoff.delay(attempt))
+                attempt += 1
+                continue
+            lost_since, attempt = None, 0
+            try:
+                code = self._read(stream)
+            finally:
+                stream.close()
+            if code == 0 or not self.settings.checkpoint or self.stopping.is_set():
+                return code
+            log.warning("the agent's stream ended; re-subscribing (checkpointing is on)")
+            lost_since = time.monotonic()
+        return 0
+
+    def _subscribe_call(self) -> dict[str, Any]:
+        with self.lock:
+            unacked_tasks = [t.info for t in self.tasks.values() if not t.ended and self._unacknowledged(t)]
+        with self.updates.lock:
+            unacked_updates = [dict(update) for update in self.updates.pending.values()]
+        body = {"unacknowledged_tasks": unacked_tasks, "unacknowledged_updates": unacked_updates}
+        return self._call("SUBSCRIBE", body)
+
+    def _unacknowledged(self, task: _Task) -> bool:
+        task_id = task.info["task_id"]["value"]
+        with self.updates.lock:
+            return any(u["status"]["task_id"]["value"] == task_id for u in self.updates.pending.values())
+
+    def _read(self, stream: EventStream) -> int:
+        """Events until the stream ends (1), SHUTDOWN (0) or ERROR (1, and stop)."""
+        decoder = RecordIODecoder()
+        while not self.stopping.is_set():
+            try:
+                data = stream.read(30.0)
+            except TimeoutError:
+                continue  # an idle agent sends nothing; a dead one closes the connection
+            except (OSError, http.client.HTTPException) as exc:
+                log.warning("the agent's stream broke: %s: %s", type(exc).__name__, exc)
+                return 1
+            if not data:
+                return 1
+            try:
+                events = [json.loads(record) for record in decoder.feed(data)]
+            except (MesosError, ValueError) as exc:
+                log.error("the agent's stream is not RecordIO JSON (%s); subscribing again", exc)
+                return 1
+            for event in events:
+                outcome = self._handle(event)
+                if outcome is not None:
+                    return outcome
+        return 0
+
+    def _handle(self, event: dict[str, Any]) -> int | None:
+        kind = event.get("type")
+        if kind == "SUBSCRIBED":
+            log.info("subscribed to agent %s", self.settings.agent)
+        elif kind == "LAUNCH":
+            self._launcher.submit(self._launch, event["launch"]["task"])
+        elif kind == "LAUNCH_GROUP":
+            for task in event["launch_group"]["task_group"].get("tasks", []):
+                self._launcher.submit(self._launch, task)
+        elif kind == "KILL":
+            self._kill(event["kill"]["task_id"]["value"])
+        elif kind == "ACKNOWLEDGED":
+            with self.updates.lock:
+                self.updates.pending.pop(event["acknowledged"]["uuid"], None)
+        elif kind == "MESSAGE":
+            self._message(base64.b64decode(event["message"]["data"]))
+        elif kind == "SHUTDOWN":
+            log.info("SHUTDOWN from the agent: killing every job")
+            self._kill_all("executor shut down")
+            return 0
+        elif kind == "ERROR":
+            log.error("agent %s sent ERROR: %s", self.settings.agent, event.get("error", {}).get("message", ""))
+            self.stopping.set()
+            return 1
+        return None
+
+    # -- calls -----------------------------------------------------------------
+    def _call(self, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A v1 executor call: its type, who sends it, and its body under the type's name."""
+        return {
+            "type": kind,
+            "framework_id": {"value": self.settings.framework_id},
+            "executor_id": {"value": self.settings.executor_id},
+            kind.lower(): body,
+        }
+
+    def _post(self, call: dict[str, Any]) -> bool:
+        try:
+            post_call(self.settings.agent, call, None, 10.0, path=EXECUTOR_PATH)
+            return True
+        except (Unavailable, MesosError) as exc:
+            log.warning("%s to agent %s failed: %s", call["type"], self.settings.agent, exc)
+            return False
+
+    def update(self, task_id: str, state: str, message: str = "", data: dict[str, Any] | None = None) -> None:
+        """Send a task state; kept until the agent acknowledges it, and resent at re-subscription."""
+        status: dict[str, Any] = {
+            "task_id": {"value": task_id},
+            "state": state,
+            "source": "SOURCE_EXECUTOR",
+            "uuid": base64.b64encode(uuid.uuid4().bytes).decode(),
+            "timestamp": time.time(),
+            "executor_id": {"value": self.settings.executor_id},
+        }
+        if message:
+            status["message"] = message[:1000]
+        if data is not None:
+            status["data"] = base64.b64encode(json.dumps(data).encode()).decode()
+        update = {"status": status}
+        with self.updates.lock:
+            self.updates.pending[status["uuid"]] = update
+        log.info("task %s: %s %s", task_id, state, message)
+        self._post(self._call("UPDATE", update))
+
+    def send(self, data: bytes) -> None:
+        """A MESSAGE to the framework (at most once: a lost one is superseded by the next)."""
+        self._post(self._call("MESSAGE", {"data": base64.b64encode(data).decode()}))
+
+    # -- jobs ------------------------------------------------------------------
+    def _launch(self, info: dict[str, Any]) -> None:
+        task_id = info["task_id"]["value"]
+        try:
+            job = jobs.job_of(info)
+        except jobs.BadPayload as exc:
+            self.update(task_id, "TASK_FAILED", str(exc))
+            return
+        task = _Task(info, job, job.quota)
+        with self.lock:
+            if task_id in self.tasks:
+                return  # resent by the agent after a re-subscription: already ours
+            self.tasks[task_id] = task
+        try:
+            container, started = self.backend.launch(job.job_id, job.spec, list(job.cpus), job.quota, job.memory_mib)
+        except Exception as exc:  # the engine refused it or is gone: the job fails, the framework requeues it
+            task.ended = True
+            self.update(task_id, "TASK_FAILED", f"could not start: {str(exc).splitlines()[0][:300]}")
+            return
+        task.container = container
+        self.update(task_id, "TASK_RUNNING", data={"container": container, "started": started})
+        if task.killing:
+            self.backend.kill(container)
+
+    def _kill(self, task_id: str) -> None:
+        with self.lock:
+            task = self.tasks.get(task_id)
+        if task is None:
+            self.update(task_id, "TASK_LOST", "no such task on this executor")
+            return
+        task.killing = True
+        if task.container:
+            try:
+                self.backend.kill(task.container)
+            except EngineUnavailable as exc:
+                log.warning("killing task %s: %s", task_id, exc)
+
+    def _kill_all(self, reason: str) -> None:
+        with self.lock:
+            live = [(task_id, t) for task_id, t in self.tasks.items() if not t.ended]
+        for task_id, task in live:
+            task.ended = True
+            if task.container:
+                try:
+                    self.backend.remove(task.container)
+                except EngineUnavailable as exc:
+                    log.warning("removing the container of task %s: %s", task_id, exc)
+            self.update(task_id, "TASK_KILLED", reason)
+
+    def _message(self, data: bytes) -> None:
+        try:
+            body = jobs.parse_message(data)
+        except jobs.BadPayload as exc:
+            log.warning("ignoring a message from the framework: %s", exc)
+            return
+        if body["type"] != "quota":
+            log.warning("ignoring a message of type %r", body["type"])
+            return
+        task_id, cpus = body["task"], float(body["cpus"])
+        with self.lock:
+            task = self.tasks.get(task_id)
+        if task is None or not task.container or task.ended:
+            self.send(jobs.quota_applied(task_id, None, "no such running task"))
+            return
+        error = ""
+        try:
+            self.backend.set_quota(task.container, cpus)
+            task.quota = cpus
+        except (QuotaMismatch, EngineUnavailable) as exc:
+            error = str(exc)
+        self.send(jobs.quota_applied(task_id, self.backend.applied_quota(task.container), error))
+
+    # -- watching the containers ----------------------------------------------------
+    def _watch(self) -> None:
+        """Ends of jobs (every poll interval) and their usage (every sample interval)."""
+        last_sample = 0.0
+        while not self.stopping.wait(self.settings.poll_interval):
+            try:
+                self._collect_ends()
+                if time.monotonic() - last_sample >= self.settings.sample_interval:
+                    last_sample = time.monotonic()
+                    self._report_usage()
+            except EngineUnavailable as exc:
+                log.warning("Docker engine: %s", exc)
+            except Exception:  # a bug here must not stop the watching of every job
+                log.exception("watching the jobs failed")
+
+    def _collect_ends(self) -> None:
+        with self.lock:
+            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        if not live:
+            return
+        listed = {info.id: info for info in self.backend.containers().values()}
+        for task_id, task in live:
+            info = listed.get(task.container)
+            if info is not None and info.state not in ("exited", "dead"):
+                continue
+            task.ended = True
+            if info is None:
+                self.update(task_id, "TASK_FAILED" if not task.killing else "TASK_KILLED", "container disappeared")
+                continue
+            exit = self.backend.exit_of(task.container)
+            logs = self.backend.logs(task.container)
+            self.backend.remove(task.container)
+            data = {"exit_code": exit.code, "finished": exit.finished, "oom": exit.oom, "log_tail": logs}
+            if task.killing:
+                self.update(task_id, "TASK_KILLED", "killed by the framework", data)
+            elif exit.code == 0:
+                self.update(task_id, "TASK_FINISHED", "", data)
+            else:
+                reason = "out of memory" if exit.oom else f"exit code {exit.code}"
+                self.update(task_id, "TASK_FAILED", reason, data)
+
+    def _report_usage(self) -> None:
+        now = time.time()
+        with self.lock:
+            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        usage = {}
+        for task_id, task in live:
+            sample = self.backend.sample(task.container, task.quota, now)
+            if sample is not None:
+                usage[task_id] = {"cpu": sample.cpu, "mem": sample.mem, "done": sample.done, "total": sample.total}
+        if usage:
+            self.send(jobs.usage_message(now, usage))
+
+
+def instance_of(framework_id: str) -> str:
+    """The `cosched.instance` label of a framework's containers (a Docker name has few characters allowed)."""
+    return "mesos-" + re.sub(r"[^A-Za-z0-9_.-]", "", framework_id)[:48]
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        settings = ExecutorSettings.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"cosched executor: {exc}", file=sys.stderr)
+        return 2
+    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""))
+    backend = DockerBackend(instance_of(settings.framework_id), engine)
+    try:
+        backend.connect()
+    except EngineUnavailable as exc:
+        print(f"cosched executor: {exc}", file=sys.stderr)
+        return 2
+    return Executor(settings, backend).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

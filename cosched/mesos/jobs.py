@@ -1,0 +1,154 @@
+"""What the framework and the cosched executor say to each other: task payloads and messages.
+
+Both sides import this module and nothing of each other: the framework builds an
+`ExecutorInfo` and a job's `TaskInfo` (the job's spec rides in `TaskInfo.data`), the
+executor reads them back. Quota changes go framework -> executor as MESSAGE calls; the
+executor answers with the quota the cgroup shows and, every few seconds, the usage of
+its jobs. Every payload is a small JSON object with a `type`; anything else is a
+`BadPayload` naming what is wrong, never a crash of either side.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cosched.mesos.errors import MesosError
+
+Json = dict[str, Any]
+
+EXECUTOR_COMMAND = "python3 -m cosched.mesos.executor"
+"""How agents start the executor by default: cosched installed on every agent (see docs/mesos.md)."""
+
+EXECUTOR_CPUS = 0.05
+EXECUTOR_MEM = 64.0
+"""The executor's own resources (a Python process waiting on one HTTP stream)."""
+
+
+class BadPayload(MesosError, ValueError):
+    """A task's data or a message that is not what this protocol sends."""
+
+
+def executor_id(agent_id: str) -> str:
+    """One executor per agent for the framework: every job on that agent goes to it."""
+    return f"cosched-{agent_id}"
+
+
+def executor_info(agent_id: str, framework_id: str, command: str = EXECUTOR_COMMAND) -> Json:
+    return {
+        "executor_id": {"value": executor_id(agent_id)},
+        "framework_id": {"value": framework_id},
+        "type": "CUSTOM",
+        "name": "cosched executor",
+        "command": {"value": command, "shell": True},
+        "resources": [_scalar("cpus", EXECUTOR_CPUS), _scalar("mem", EXECUTOR_MEM)],
+    }
+
+
+@dataclass(frozen=True)
+class JobPayload:
+    """A job as the executor runs it: the API's job spec, its starting quota, memory and cpuset."""
+
+    job_id: int
+    spec: Json
+    quota: float
+    memory_mib: int
+    cpus: tuple[int, ...] = ()
+
+    def encode(self) -> str:
+        body = {
+            "type": "job",
+            "job": self.job_id,
+            "spec": self.spec,
+            "quota": self.quota,
+            "memory_mib": self.memory_mib,
+            "cpus": list(self.cpus),
+        }
+        return _b64(body)
+
+
+def job_task(task_id: str, agent_id: str, executor: Json, job: JobPayload, cores: float, name: str = "") -> Json:
+    """A TaskInfo for one job: its cores and memory as resources, the job itself as data."""
+    return {
+        "name": name or task_id,
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "executor": executor,
+        "resources": [_scalar("cpus", cores), _scalar("mem", float(job.memory_mib))],
+        "data": job.encode(),
+    }
+
+
+def job_of(task: Json) -> JobPayload:
+    """The job a TaskInfo carries; BadPayload if it carries none."""
+    body = _json(task.get("data"), "task data")
+    if body.get("type") != "job":
+        raise BadPayload(f"task data: expected type 'job', got {body.get('type')!r}")
+    try:
+        job_id = int(body["job"])
+        spec = body["spec"]
+        quota = float(body["quota"])
+        memory = int(body["memory_mib"])
+        cpus = tuple(int(c) for c in body.get("cpus") or ())
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadPayload(f"task data: missing or invalid field ({type(exc).__name__}: {exc})") from None
+    if not isinstance(spec, dict) or not spec.get("image") or not spec.get("command"):
+        raise BadPayload("task data: spec needs an image and a command")
+    if not (math.isfinite(quota) and quota > 0) or memory <= 0:
+        raise BadPayload(f"task data: quota {quota} and memory_mib {memory} must be > 0")
+    return JobPayload(job_id, spec, quota, memory, cpus)
+
+
+# -- messages ------------------------------------------------------------------
+def quota_message(task_id: str, cpus: float) -> bytes:
+    """Framework -> executor: give this task `cpus` CPUs of CFS quota."""
+    return json.dumps({"type": "quota", "task": task_id, "cpus": cpus}).encode()
+
+
+def quota_applied(task_id: str, cpus: float | None, error: str = "") -> bytes:
+    """Executor -> framework: the quota the task's cgroup shows now (None when unreadable)."""
+    return json.dumps({"type": "quota_applied", "task": task_id, "cpus": cpus, "error": error}).encode()
+
+
+def usage_message(at: float, usage: dict[str, Json]) -> bytes:
+    """Executor -> framework: per task, `cpu` (used over quota), `mem` (over limit), `done`/`total` tasks."""
+    return json.dumps({"type": "usage", "at": at, "tasks": usage}).encode()
+
+
+def parse_message(data: bytes) -> Json:
+    """A message's JSON object (with its `type`); BadPayload for anything else."""
+    try:
+        body = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadPayload(f"message: not JSON ({exc})") from None
+    if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+        raise BadPayload("message: expected a JSON object with a 'type'")
+    if body["type"] == "quota":
+        cpus = body.get("cpus")
+        if not isinstance(body.get("task"), str) or not isinstance(cpus, int | float) or not cpus > 0:
+            raise BadPayload("quota message: needs 'task' (a task id) and 'cpus' > 0")
+    return body
+
+
+def _scalar(name: str, value: float) -> Json:
+    return {"name": name, "type": "SCALAR", "scalar": {"value": value}}
+
+
+def _b64(body: Json) -> str:
+    return base64.b64encode(json.dumps(body).encode()).decode()
+
+
+def _json(data: Any, what: str) -> Json:
+    if not isinstance(data, str) or not data:
+        raise BadPayload(f"{what}: missing")
+    try:
+        body = json.loads(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise BadPayload(f"{what}: not base64 JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise BadPayload(f"{what}: expected a JSON object")
+    return body
