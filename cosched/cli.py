@@ -131,6 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.5,
         help="ASAx refuses lendings that give a guest less than this share of its cores",
     )
+    asax.add_argument(
+        "--loss",
+        choices=["degradation", "live", "walltime"],
+        default="degradation",
+        help="how lendings are scored: slowdown vs the true runtime alone (replay's oracle, the default), "
+        "vs the runtime alone learned per kind (what the daemon uses), or walltime overrun",
+    )
+    asax.add_argument(
+        "--keep-promises",
+        action="store_true",
+        help="a guest never holds cores EASY's reservation counts on (the daemon's default; the paper had none)",
+    )
     asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     add_real_options(asax)
     asax.set_defaults(handler=_experiment_asax)
@@ -178,12 +190,21 @@ def _experiment_asax(args: argparse.Namespace) -> int:
         raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
     if not 0.0 <= args.min_guest_share <= 1.0:
         raise ConfigError(f"--min-guest-share must be in [0, 1], got {args.min_guest_share}")
-    experiment = run_experiment(args.sizes, args.seeds, repeats=args.repeats or 3, min_guest_share=args.min_guest_share)
+    experiment = run_experiment(
+        args.sizes,
+        args.seeds,
+        repeats=args.repeats or 3,
+        min_guest_share=args.min_guest_share,
+        keep_promises=args.keep_promises,
+        loss=args.loss,
+    )
     print(asax_report.table2(experiment))
     print()
     print(asax_report.table3(experiment))
     print()
     print(asax_report.format_goals(asax_report.goals(experiment)))
+    print()
+    print(asax_report.learning(experiment))
     if args.out:
         for path in asax_report.write_outputs(experiment, args.out):
             print(f"wrote {path}", file=sys.stderr)

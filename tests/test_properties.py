@@ -152,3 +152,60 @@ def test_conservative_reusing_its_plan_decides_as_a_full_replan(workload, queue:
     fast = replay(make_jobs(spec), cluster, PolicySet(queue, Conservative()))
     slow = replay(make_jobs(spec), cluster, PolicySet(queue, Replan()))
     assert {j.id: j.start for j in fast.jobs} == {j.id: j.start for j in slow.jobs}
+
+
+class _Unhurt:
+    """Jobs that use a tenth of their CPU: lending never slows anyone, so every job ends at
+    its estimate and a broken reservation can only come from the scheduler's own accounting."""
+
+    def speed(self, job: Job, quota: float, neighbours: object) -> float:
+        return 1.0
+
+    def usage(self, job: Job, quota: float, speed: float) -> tuple[float, float]:
+        return 0.1, 0.1
+
+
+@pytest.mark.parametrize(("backfill", "cosched"), list(itertools.product(["easy", "conservative"], ["static", "asax"])))
+@SETTINGS
+@given(workload=workloads())
+def test_co_scheduling_keeps_the_backfill_reservations(workload, backfill: str, cosched: str) -> None:
+    """A guest keeps its share of its host's cores after the host ends: reservations must count
+    that, and a guest must not be placed where it would take cores a reservation counts on."""
+    cluster, spec = workload
+    policies = PolicySet("fcfs", backfill, "actual", cosched=cosched, keep_promises=True)
+    result = replay(make_jobs(spec), cluster, policies, validate=True, rates=_Unhurt(), sample_every=5.0)
+    assert len(result.jobs) == len(spec)
+    if backfill == "easy":
+        assert_easy_keeps_head_reservations(result)
+    else:
+        assert_first_reservations_kept(result)
+
+
+def assert_first_reservations_kept(result: ReplayResult) -> None:
+    """Every job starts by the first time it was promised (with guests about, a later plan may
+    move a reservation back and forth, as the guests it must work around come and go)."""
+    checker = result.validator
+    assert checker is not None
+    start = {j.id: j.start for j in result.jobs}
+    first: dict[int, float] = {}
+    for _, reservations in checker.reservation_log:
+        for job_id, at in reservations.items():
+            first.setdefault(job_id, at)
+    for job_id, at in first.items():
+        assert start[job_id] <= at, f"job {job_id} promised {at} started at {start[job_id]}"
+
+
+@pytest.mark.parametrize(("keep_promises", "head_start"), [(False, 2.0), (True, 1.0)])
+def test_a_guest_outliving_its_host_delays_the_head_unless_promises_are_kept(
+    keep_promises: bool, head_start: float
+) -> None:
+    """2 cores. Job 1 (1 core, 1 s) runs; job 2 (2 cores) is the head, reserved at 1; job 3 (1 core,
+    2 s) cannot backfill (it would hold a core past 1). As a guest of job 1 it would: it keeps that
+    core when job 1 ends, and job 2 waits until 2. Keeping promises, job 3 waits its turn instead."""
+    spec = [(0.0, 1, 1.0, 1.0), (0.0, 2, 1.0, 1.0), (0.0, 1, 2.0, 2.0)]
+    policies = PolicySet("fcfs", "easy", "actual", cosched="static", keep_promises=keep_promises)
+    result = replay(make_jobs(spec), Cluster(nodes=1, cores_per_node=2), policies, validate=True, rates=_Unhurt())
+    start = {j.id: j.start for j in result.jobs}
+    assert result.validator is not None and result.validator.reservation_log[0] == (0.0, {2: 1.0})
+    assert start[2] == head_start
+    assert start[3] == (0.0 if not keep_promises else 1.0)

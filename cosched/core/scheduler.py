@@ -37,6 +37,7 @@ from cosched.core.events import (
     UsageReported,
 )
 from cosched.core.pool import ResourcePool, slot_memory
+from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
@@ -45,6 +46,7 @@ from cosched.policies.base import BackfillPolicy, CoschedulePolicy, Estimator, P
 _expected_end = attrgetter("expected_end")
 _priority = attrgetter("priority")
 _NONE: Mapping[int, float] = MappingProxyType({})
+_NO_GUESTS: Mapping[int, list[Job]] = MappingProxyType({})
 
 
 class Scheduler:
@@ -61,6 +63,7 @@ class Scheduler:
         *,
         sharing: int = 2,
         window: int = 32,
+        keep_promises: bool = False,
     ) -> None:
         if sharing < 1 or window < 1:
             raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
@@ -75,6 +78,11 @@ class Scheduler:
         self.window = window
         """Queued jobs offered to the co-scheduling policy per pass, in queue order."""
         self._cosched_active = cosched is not None and cosched.active and sharing > 1
+        self.keep_promises = keep_promises
+        """Backfill promises count the cores guests keep after their hosts end, and a guest is
+        placed only where it keeps every promise (`cosched.core.promises`). Off, a guest may
+        outlive its host on cores a reservation counts on (the ASAx paper's framework had no
+        reservations to keep)."""
         self.guests: dict[int, list[Job]] = {}
         """Running hosts' co-scheduled guests, by host id."""
         self.pool = ResourcePool(cluster)
@@ -95,7 +103,8 @@ class Scheduler:
             UsageReported: self._on_usage,
             JobAdopted: self._on_adopted,
         }
-        self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool)
+        guests: Mapping[int, list[Job]] = self.guests if keep_promises else _NO_GUESTS
+        self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs)
         self._capacity = cluster.capacity_units
         self._memory_tracked = cluster.memory_per_node > 0
         self._place = placement.place
@@ -104,6 +113,7 @@ class Scheduler:
     def step(self, now: float, events: list[Event]) -> Decision:
         """Apply what happened, then decide what to do at `now`."""
         actions: list[Action] = []
+        sharing = bool(self.guests)  # before the events: a host's end empties `guests`
         for event in events:
             # The three events of every replayed job skip the handler table.
             if isinstance(event, JobSubmitted):
@@ -115,7 +125,7 @@ class Scheduler:
                 self._on_ended(event, now, actions)
             else:
                 self._handlers[type(event)](event, now, actions)
-        if self.guests and actions:
+        if sharing and actions:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
         busy = self.queue and (self.pool.free_units or self._cosched_active)
@@ -282,23 +292,42 @@ class Scheduler:
                     self._launch(job, slots, now, actions)
                     self._dequeue(job)
         if self._cosched_active and self.queue:
-            self._coschedule(view, order, now, actions)
+            promises = None
+            if self.keep_promises:
+                waiting = islice((job for job in order if job.state is JobState.PENDING), 2)
+                standing = reservations if plan is not None else self.backfill.reservations
+                promises = Promises(view, waiting, standing)
+            self._coschedule(view, order, now, actions, promises)
         return reservations
 
     # -- co-scheduling ------------------------------------------------------
-    def _coschedule(self, view: SchedulerView, order: Sequence[Job], now: float, actions: list[Action]) -> None:
-        """Offer the first queued jobs that did not start to the co-scheduling policy."""
+    def _coschedule(
+        self,
+        view: SchedulerView,
+        order: Sequence[Job],
+        now: float,
+        actions: list[Action],
+        promises: Promises | None,
+    ) -> None:
+        """Offer the first queued jobs that did not start to the co-scheduling policy
+        (with `keep_promises`, on hosts where they keep the backfill's promises)."""
         assert self.cosched is not None
         # A snapshot: co-locating a guest removes it from the queue `order` may be.
         pending = (job for job in order if job.state is JobState.PENDING)
         window = list(islice(pending, self.window))
         candidates = self.cosched.candidates
         for guest in window:
-            hosts = [h for h in candidates(guest, self.running) if self._can_host(h, guest)]
+            hosts = [
+                h
+                for h in candidates(guest, self.running)
+                if self._can_host(h, guest) and (promises is None or promises.allow(guest, h))
+            ]
             if hosts:
                 lending = self.cosched.lend(view, guest, hosts)
-                if lending is not None:
-                    self._colocate(guest, lending.host, lending.fraction, now, actions)
+                if lending is None or not self._colocate(guest, lending.host, lending.fraction, now, actions):
+                    continue
+                if promises is not None:
+                    promises.took(guest, lending.host)
 
     def _can_host(self, host: Job, guest: Job) -> bool:
         if host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
@@ -309,13 +338,13 @@ class Scheduler:
             self.pool.free_mem[node] >= mib for (node, _), mib in zip(share, memory, strict=True)
         )
 
-    def _colocate(self, guest: Job, host: Job, fraction: float, now: float, actions: list[Action]) -> None:
+    def _colocate(self, guest: Job, host: Job, fraction: float, now: float, actions: list[Action]) -> bool:
         if not 0.0 < fraction < 1.0:
             raise SchedulingError(f"lending fraction must be in (0, 1), got {fraction}")
         slots = _share(host.slots, guest.cores)
         memory = slot_memory(self.cluster, guest, slots)
         if memory is not None and not self.pool.take_memory([node for node, _ in slots], memory):
-            return
+            return False
         quota = min(fraction * host.cores, float(guest.cores), host.quota)
         host.quota -= quota
         guest.quota = quota
@@ -329,6 +358,7 @@ class Scheduler:
         self._view.epoch += 1
         actions.append(SetQuota(host.id, host.quota))
         actions.append(Colocate(guest, host.id, slots, quota))
+        return True
 
     def _dequeue_prefix(self, order: Sequence[Job], count: int) -> None:
         """Remove the first `count` jobs of `order`, which were just started."""

@@ -13,9 +13,11 @@ treat what it reads as borrowed for the duration of its call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from cosched.core.frees import releases
 from cosched.model import Cluster, Job
 
 if TYPE_CHECKING:
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 class SchedulerView:
     """State at `now`: queue (policy order), running jobs, free resources."""
 
-    __slots__ = ("_pool", "cluster", "epoch", "now", "queue", "running")
+    __slots__ = ("_jobs", "_pool", "cluster", "epoch", "guests", "now", "queue", "running")
 
     def __init__(
         self,
@@ -34,6 +36,8 @@ class SchedulerView:
         queue: Sequence[Job],
         running: Sequence[Job],
         pool: ResourcePool,
+        guests: Mapping[int, Sequence[Job]] = MappingProxyType({}),
+        jobs: Mapping[int, Job] = MappingProxyType({}),
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -41,6 +45,9 @@ class SchedulerView:
         """Pending jobs in the queue policy's order (the head first)."""
         self.running = running
         """Running jobs sorted by `expected_end` (start + estimate)."""
+        self.guests = guests
+        """Co-scheduled guests by their host's id (guests are not in `running`)."""
+        self._jobs = jobs
         self._pool = pool
         self.epoch = 0
         """Bumped whenever anything but a job appended at the queue's tail changed
@@ -51,6 +58,11 @@ class SchedulerView:
     def free_units(self) -> int:
         """Free capacity in the cluster's allocation unit (cores, or idle nodes)."""
         return self._pool.free_units
+
+    def releases(self) -> Iterator[tuple[float, int]]:
+        """(time, units) the running jobs give back by their expected ends, in time order,
+        counting what guests keep after their hosts end (`cosched.core.frees`)."""
+        return releases(self.running, self.guests, self._jobs, self.now)
 
     @property
     def capacity_units(self) -> int:

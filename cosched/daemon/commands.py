@@ -16,6 +16,7 @@ from typing import Any
 
 from cosched.daemon.client import Client
 from cosched.errors import ConfigError
+from cosched.policies.asax import loss_outcome
 from cosched.report import format_table
 
 FINAL_STATES = ("done", "failed", "cancelled")
@@ -274,7 +275,7 @@ def explain_live(args: argparse.Namespace) -> int:
         status = "carried out" if d["executed"] else "not carried out (guest would get too little)"
         if d["fraction"] == 0:
             status = "nothing lent"
-        loss = "pending" if d["loss"] is None else f"{d['loss']:.3f}"
+        loss = loss_outcome(d)
         print(
             f"{_when(d['time'])} job {args.job} as {role}: lend {d['fraction']:.0%} of job {d['host']} "
             f"({d['app_class']}) to job {d['guest']}, {status}; loss {loss}"

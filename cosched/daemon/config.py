@@ -49,8 +49,9 @@ default. Example (every key, with its default)::
     cosched = "asax"
     sharing = 2
     window = 32
+    keep_promises = true          # a guest never holds cores a backfill reservation counts on
     seed = 0                      # ASAx's action sampling
-    loss = "walltime"             # or "degradation"
+    loss = "live"                 # slowdown vs the runtime alone of its kind; or "walltime" (section 3.2)
     min_guest_share = 0.5
     experts = ""                  # an expert set JSON file ("" = the shipped experts)
 """
@@ -130,8 +131,9 @@ class PolicySection:
     cosched: str = "asax"
     sharing: int = 2
     window: int = 32
+    keep_promises: bool = True
     seed: int = 0
-    loss: str = "walltime"
+    loss: str = "live"
     min_guest_share: float = 0.5
     experts: str = ""
 

@@ -37,9 +37,9 @@ from cosched.core.events import (
     Offer,
     Reject,
     SetQuota,
-    Slots,
     UsageReported,
 )
+from cosched.core.frees import freed_slots
 from cosched.core.pool import slot_memory
 from cosched.core.scheduler import Scheduler
 from cosched.daemon import journal, workflow_stages
@@ -55,6 +55,7 @@ from cosched.errors import ConfigError, CoschedError
 from cosched.model import Cluster, Job, JobState, Usage
 from cosched.policies.asax import ASAx
 from cosched.policies.registry import create
+from experts.baselines import RuntimeBaselines
 from experts.weights import WeightBook
 
 log = logging.getLogger("cosched.daemon")
@@ -144,6 +145,9 @@ class Daemon:
         asax = ASAx(p.experts or None, seed=p.seed, loss=p.loss, min_guest_share=p.min_guest_share)
         if state is not None:
             asax.book = WeightBook.from_state(state)
+        baselines = self.store.get_meta("baselines")
+        if baselines is not None:
+            asax.baselines = RuntimeBaselines.from_state(baselines)
         return asax
 
     def _new_core(self) -> Scheduler:
@@ -157,6 +161,7 @@ class Daemon:
             self.asax if self.asax is not None else create("cosched", p.cosched),
             sharing=p.sharing,
             window=p.window,
+            keep_promises=p.keep_promises,
         )
 
     def start(self) -> None:
@@ -429,24 +434,17 @@ class Daemon:
         return self.backend.exit_of(container), self.backend.logs(container)
 
     def _freed(self, job: Job, ended_now: set[int]) -> Offer | None:
-        """What a job's end gives back: nothing while its cores are a running host's;
-        a host's cores minus those its surviving guests keep."""
+        """What a job's end gives back (`cosched.core.frees`), with the host CPUs of its cores."""
         core = self.core
-        if job.host >= 0 and job.host in core.jobs and job.host not in ended_now:
-            self.cpus_of.pop(job.id, None)
-            return None
-        slots: Slots = job.slots
+        host_running = job.host >= 0 and job.host in core.jobs and job.host not in ended_now
+        surviving = [g for g in core.guests.get(job.id, ()) if g.id not in ended_now]
+        slots = freed_slots(job, host_running, surviving)
         cpus = self.cpus_of.pop(job.id, [])
-        for guest in core.guests.get(job.id, ()):
-            if guest.id in ended_now:
-                continue
-            held = dict(guest.slots)
-            slots = tuple((node, cores - held.get(node, 0)) for node, cores in slots)
-            kept = set(self.cpus_of.get(guest.id, ()))
-            cpus = [cpu for cpu in cpus if cpu not in kept]
-        self.cpu_map.give(cpus)
-        memory = slot_memory(self.cluster, job, job.slots)
-        return Offer(slots, memory)
+        if slots is None:
+            return None
+        kept = {cpu for guest in surviving for cpu in self.cpus_of.get(guest.id, ())}
+        self.cpu_map.give([cpu for cpu in cpus if cpu not in kept])
+        return Offer(slots, slot_memory(self.cluster, job, job.slots))
 
     def _cancel_targets(self, events: list[Event]) -> list[Job]:
         """The jobs this pass's cancellations name, found before the core forgets them."""
@@ -598,6 +596,8 @@ class Daemon:
         """Weights and lending decisions, in the pass's transaction: a restart keeps what was learnt."""
         if self.asax is None:
             return
+        if ends:  # every end may teach a kind's runtime alone
+            self.store.set_meta(db, "baselines", self.asax.baselines.to_state())
         new = self.asax.since(self._saved_decisions)
         resolved, self.asax.resolved = self.asax.resolved, []
         if not new and not resolved:

@@ -289,12 +289,16 @@ class Store:
         )
 
     def decisions_needed(self, recent: int) -> list[dict[str, Any]]:
-        """What a restarted daemon needs of its decisions, in order: the last `recent`, and every
-        one about a job not finished yet (a loss to resolve, a pair not to ask again)."""
+        """What a restarted daemon needs of its decisions, in order: the last `recent`, every
+        one about a job not finished yet (a loss to resolve, a pair not to ask again), and
+        every lending whose lender ended before its kind's runtime alone was known (scored
+        when it is)."""
         rows = self._conn().execute(
             "SELECT body FROM decisions WHERE seq > (SELECT COALESCE(MAX(seq), 0) FROM decisions) - ?"
             " OR guest IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
             " OR host IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
+            " OR (json_extract(body, '$.loss') IS NULL AND json_extract(body, '$.host_runtime') IS NOT NULL"
+            "     AND json_extract(body, '$.executed') AND json_extract(body, '$.fraction') > 0)"
             " ORDER BY seq",
             (recent,),
         )

@@ -166,12 +166,15 @@ def requested_memory(workflow: Workflow, profiles: dict[str, StageProfile]) -> i
     return min(PAPER_MEMORY_PER_CORE, math.ceil(used * MEMORY_HEADROOM * PAPER_MEMORY_PER_CORE))
 
 
-def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5) -> CoschedulePolicy:
+def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5, loss: str = "degradation") -> CoschedulePolicy:
+    """The section 4.4 experiment scores lendings by the slowdown against each stage's true
+    runtime alone (`degradation`, an oracle only replay has); `live` learns that runtime
+    per kind from the stages that ran alone, as the daemon must."""
     if strategy == "slurm":
         return SpaceSharing()
     if strategy == "static":
         return Static(0.5)
-    return ASAx(seed=seed, loss="degradation", min_guest_share=min_guest_share)
+    return ASAx(seed=seed, loss=loss, min_guest_share=min_guest_share)
 
 
 def run_once(
@@ -185,6 +188,7 @@ def run_once(
     validate: bool = False,
     window: int = 32,
     sharing: int = 2,
+    keep_promises: bool = False,
 ) -> Run:
     """Replay the section 4.4 mix once."""
     profiles = shipped_profiles()
@@ -210,7 +214,7 @@ def run_once(
     result = replay(
         first,
         cluster,
-        PolicySet("fcfs", "easy", cosched=policy, sharing=sharing, window=window),
+        PolicySet("fcfs", "easy", cosched=policy, sharing=sharing, window=window, keep_promises=keep_promises),
         rates=StageRates(profiles),
         react=runs.react,
         account=True,
@@ -244,11 +248,14 @@ def run_experiment(
     strategies: Sequence[str] = STRATEGIES,
     repeats: int = 3,
     min_guest_share: float = 0.5,
+    keep_promises: bool = False,
+    loss: str = "degradation",
 ) -> Experiment:
     experiment = Experiment()
     for size in sizes:
         for seed in seeds:
             for strategy in strategies:
-                policy = make_policy(strategy, seed, min_guest_share)
-                experiment.runs.append(run_once(size, strategy, seed, repeats=repeats, policy=policy))
+                policy = make_policy(strategy, seed, min_guest_share, loss)
+                run = run_once(size, strategy, seed, repeats=repeats, policy=policy, keep_promises=keep_promises)
+                experiment.runs.append(run)
     return experiment

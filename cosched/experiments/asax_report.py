@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cosched.experiments.asax import APPS, PAPER_TABLE2, PAPER_TABLE3, Experiment, Run
-from cosched.policies.asax import ASAx
+from cosched.policies.asax import ASAx, loss_outcome
 from cosched.report import format_table
 from experts.features import JobFeatures
 from experts.records import DecisionRecord, write_log
@@ -129,6 +129,27 @@ def goals(experiment: Experiment) -> list[tuple[str, str, bool]]:
     return out
 
 
+def learning(experiment: Experiment) -> str:
+    """How much ASAx had to learn from, per size (summed over seeds)."""
+    rows = []
+    for size in sorted({run.size for run in experiment.runs}):
+        policies = [run.policy for run in experiment.select(size, "asax") if isinstance(run.policy, ASAx)]
+        if not policies:
+            continue
+        lent = [d for p in policies for d in p.decisions if d.executed and d.fraction > 0]
+        rows.append(
+            {
+                "size": size,
+                "loss": policies[0].loss,
+                "decisions": sum(len(p.decisions) for p in policies),
+                "lendings carried out": len(lent),
+                "with a known loss": sum(d.loss is not None for d in lent),
+                "weight updates": sum(len(p.weight_history) for p in policies),
+            }
+        )
+    return "ASAx learning (all seeds)\n" + format_table(rows)
+
+
 def format_goals(results: list[tuple[str, str, bool]]) -> str:
     rows = [{"goal": g, "measured": m, "met": "yes" if ok else "NO"} for g, m, ok in results]
     return format_table(rows, title="Goals (ASAx against space sharing + EASY)")
@@ -241,14 +262,5 @@ def explain(decisions: Path, job_id: int) -> str:
                     f"    expert {name:<9} weight {weight:.3f}  expected lent {100 * expected:4.1f}%  "
                     f"P(0%)={dist[0]:.2f}"
                 )
-            loss, ran = d.get("loss"), d.get("host_runtime")
-            if not d.get("executed", True):
-                outcome = "not carried out: too little CPU for the guest"
-            elif loss is None:
-                outcome = "pending (the lender is still running)"
-            elif ran is None:
-                outcome = f"{loss:.3f} (nothing lent)"
-            else:
-                outcome = f"{loss:.3f} (lender ran {ran:.0f}s)"
-            lines.append(f"    loss: {outcome}")
+            lines.append(f"    loss: {loss_outcome(d)}")
     return "\n".join(lines)

@@ -32,13 +32,18 @@ from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError
 from cosched.model import Job, JobState
 from cosched.policies.base import CoschedulePolicy, Lending
+from experts.baselines import Kind, RuntimeBaselines
 from experts.default import default_experts
 from experts.features import JobFeatures, happiness
 from experts.loss import degradation_loss, walltime_loss
 from experts.tree import ExpertSet, lent_fractions
 from experts.weights import Schedule, WeightBook
 
-LOSSES = ("walltime", "degradation")
+LOSSES = ("live", "walltime", "degradation")
+"""`live`: the lender's slowdown against the runtime alone of its kind, learned online
+(`experts.baselines`), what a live scheduler can know. `walltime`: the paper's section 3.2,
+only an overrun of the walltime counts. `degradation`: the slowdown against the job's true
+runtime alone, which only replay knows (an oracle, for ablations)."""
 
 
 @dataclass(slots=True)
@@ -57,6 +62,8 @@ class LendingDecision:
     fraction: float
     loss: float | None = None
     host_runtime: float | None = None
+    host_cores: int = 0
+    """The lender's cores: with its class, the kind whose runtime alone scores the `live` loss."""
     executed: bool = True
     """False when the fraction was too small to help the guest (`min_guest_share`): not carried out."""
     seq: int = 0
@@ -84,7 +91,7 @@ class ASAx(CoschedulePolicy):
         experts: str | Path | ExpertSet | None = None,
         *,
         seed: int = 0,
-        loss: str = "walltime",
+        loss: str = "live",
         schedule: Schedule | None = None,
         weights: WeightBook | None = None,
         min_guest_share: float = 0.5,
@@ -110,8 +117,15 @@ class ASAx(CoschedulePolicy):
         self._asked: set[tuple[int, int]] = set()
         self._asked_by: dict[int, set[int]] = {}
         self.resolved: list[LendingDecision] = []
-        """Decisions whose loss became known, for a caller that persists them (the daemon drains it)."""
+        """Decisions whose loss (or lender's runtime) became known, for a caller that persists them
+        (the daemon drains it)."""
         self._awaiting: dict[int, list[_Pending]] = {}
+        self.baselines = RuntimeBaselines()
+        """Runtimes alone per (class, cores), from every job that neither lent nor was a guest."""
+        self._shared: set[int] = set()
+        """Running jobs that lent CPU or run as guests: their runtimes are not runtimes alone."""
+        self._unscored: dict[Kind, list[tuple[float, list[_Pending]]]] = {}
+        """Lenders that ended before any job of their kind ran alone: scored when one does."""
 
     # -- deciding -----------------------------------------------------------
     def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
@@ -138,6 +152,7 @@ class ASAx(CoschedulePolicy):
                 time=view.now,
                 guest=guest.id,
                 host=host.id,
+                host_cores=host.cores,
                 app_class=app_class,
                 features={
                     "cpu": features.cpu,
@@ -167,39 +182,71 @@ class ASAx(CoschedulePolicy):
                 weights.observe(dists, action, 0.0)
                 continue
             self._awaiting.setdefault(host.id, []).append(_Pending(decision, dists))
+            self._shared.update((host.id, guest.id))
             return Lending(host, decision.fraction)
         return None
 
-    @staticmethod
-    def features(job: Job, now: float) -> JobFeatures:
-        """The lender's state, from its latest measured usage."""
+    def features(self, job: Job, now: float) -> JobFeatures:
+        """The lender's state, from its latest measured usage.
+
+        Happiness needs a pace. A job that reports its tasks has one; for one that
+        reports none yet (no progress file, or a single task), the runtime alone of
+        its kind stands in: Hp = time left / (expected runtime - elapsed). Without
+        either, Hp is 1.0 ("on pace, no slack").
+        """
         usage = job.usage
         assert usage is not None
         elapsed = max(0.0, now - job.start)
         left = max(0.0, job.start + job.walltime - now)
+        hp = happiness(left, usage.tasks_done, job.tasks, elapsed) if job.tasks else 1.0
+        if usage.tasks_done == 0 and left > 0:
+            expected = self.baselines.expected(_kind(job))
+            if expected is not None and expected > elapsed:
+                hp = left / (expected - elapsed)
         return JobFeatures(
             cpu=max(0.0, usage.cpu),
             mem=min(1.0, max(0.0, usage.mem)),
             parallel=job.parallel,
             progress=elapsed / job.walltime,
-            happiness=happiness(left, usage.tasks_done, job.tasks, elapsed) if job.tasks else 1.0,
+            happiness=hp,
         )
 
     # -- learning -----------------------------------------------------------
     def observe(self, job: Job, now: float) -> None:
+        """A job ended: a lender's decisions get their loss; a job that ran alone teaches its kind's runtime."""
+        runtime = job.end - job.start
+        shared = job.id in self._shared
+        self._shared.discard(job.id)
+        if not shared and job.state is JobState.DONE:
+            kind = _kind(job)
+            self.baselines.add(kind, runtime)
+            for lender_runtime, waiting in self._unscored.pop(kind, []):
+                self._score(waiting, self._live_loss(lender_runtime, kind), now)
         pending = self._awaiting.pop(job.id, None)
         if not pending:
             return
-        runtime = job.end - job.start
-        loss = self.loss_of(job, runtime)
+        for item in pending:
+            item.decision.host_runtime = runtime
+        killed = job.state is JobState.FAILED and runtime >= job.walltime * (1 - 1e-9)
+        if self.loss == "live" and not killed and self.baselines.expected(_kind(job)) is None:
+            self._unscored.setdefault(_kind(job), []).append((runtime, pending))
+            self.resolved.extend(item.decision for item in pending)  # persisted with their lender's runtime
+            return
+        self._score(pending, self.loss_of(job, runtime), now)
+
+    def _score(self, pending: list[_Pending], loss: float, now: float) -> None:
         app_class = pending[0].decision.app_class
         weights = self.book.get(app_class)
         for item in pending:
             item.decision.loss = loss
-            item.decision.host_runtime = runtime
             self.resolved.append(item.decision)
             if weights.observe(item.dists, item.decision.action, loss):
                 self.weight_history.append((now, app_class, [float(a) for a in weights.alpha]))
+
+    def _live_loss(self, runtime: float, kind: Kind) -> float:
+        baseline = self.baselines.expected(kind)
+        assert baseline is not None
+        return degradation_loss(runtime, baseline)
 
     def loss_of(self, job: Job, runtime: float) -> float:
         """Section 3.2: 0 within the walltime, else the overrun over the walltime (capped at 1).
@@ -207,13 +254,18 @@ class ASAx(CoschedulePolicy):
         A lender killed at its walltime ran exactly its walltime, which the formula
         would score 0; it is scored 1, the overrun a kill hides.
 
-        With `loss="degradation"` (section 4.4), 1 means 50% slower than the job's
-        runtime alone (known in replay; the walltime stands in for it otherwise).
+        With `loss="live"`, 1 means 50% slower than the median runtime alone of the
+        job's kind (`experts.baselines`); with `loss="degradation"` (section 4.4), than
+        the job's own true runtime alone (known in replay only; the walltime stands in
+        for it otherwise).
         """
         if job.state is JobState.FAILED and runtime >= job.walltime * (1 - 1e-9):
             return 1.0  # killed at its walltime: it never finished, the worst outcome
         if self.loss == "walltime":
             return walltime_loss(runtime, job.walltime)
+        if self.loss == "live":
+            baseline = self.baselines.expected(_kind(job))
+            return degradation_loss(runtime, baseline) if baseline is not None else walltime_loss(runtime, job.walltime)
         baseline = job.runtime if job.runtime else job.walltime
         return degradation_loss(runtime, baseline)
 
@@ -230,7 +282,11 @@ class ASAx(CoschedulePolicy):
             self._asked_by.setdefault(decision.guest, set()).add(decision.host)
             if decision.loss is None and decision.executed and decision.fraction > 0:
                 pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
-                self._awaiting.setdefault(decision.host, []).append(pending)
+                if decision.host_runtime is not None:  # its lender ended, no runtime alone was known yet
+                    kind = (decision.app_class, decision.host_cores)
+                    self._unscored.setdefault(kind, []).append((decision.host_runtime, [pending]))
+                else:
+                    self._awaiting.setdefault(decision.host, []).append(pending)
 
     def since(self, seq: int) -> list[LendingDecision]:
         """The decisions numbered `seq` and later that are still in memory."""
@@ -249,3 +305,21 @@ class ASAx(CoschedulePolicy):
     def explain(self, job_id: int) -> list[LendingDecision]:
         """Every decision in which `job_id` was the guest or the lender."""
         return [d for d in self.decisions if job_id in (d.guest, d.host)]
+
+
+def _kind(job: Job) -> Kind:
+    return (job.stage or "unknown", job.cores)
+
+
+def loss_outcome(decision: dict[str, Any]) -> str:
+    """A logged decision's loss as `explain` shows it, whatever state it is in."""
+    loss, ran = decision.get("loss"), decision.get("host_runtime")
+    if not decision.get("executed", True):
+        return "none: not carried out (too little CPU for the guest)"
+    if loss is None:
+        if ran is None:
+            return "pending (the lender is still running)"
+        return f"pending: the lender ran {ran:.0f}s; scored once a job of its kind has run alone"
+    if ran is None:
+        return f"{loss:.3f} (nothing lent)"
+    return f"{loss:.3f} (lender ran {ran:.0f}s)"

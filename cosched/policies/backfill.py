@@ -64,10 +64,10 @@ class EASY(BackfillPolicy):
         now = view.now
         shadow, extra = math.inf, 0
         available = free
-        for job in view.running:
-            available += job.need
+        for end, units in view.releases():
+            available += units
             if available >= blocked.need:
-                shadow = max(job.expected_end, now)
+                shadow = end
                 extra = available - blocked.need
                 break
 

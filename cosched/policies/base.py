@@ -78,6 +78,12 @@ class BackfillPolicy(ABC):
     def forget(self, job: Job) -> None:  # noqa: B027 - optional hook, most policies keep no state
         """A job left the queue (started, cancelled, rejected): drop any state on it."""
 
+    @property
+    def reservations(self) -> Mapping[int, float]:
+        """Starts promised in earlier passes that still stand (conservative backfilling's);
+        none for a policy that promises anew in each pass it plans (EASY)."""
+        return {}
+
 
 class Estimator(ABC):
     """Predicts a job's runtime once, at submission (what backfilling plans with)."""

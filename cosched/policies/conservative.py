@@ -32,13 +32,12 @@ class Profile:
     def __init__(self, view: SchedulerView) -> None:
         now = view.now
         times, free = [now], [view.free_units]
-        for job in view.running:  # sorted by expected end
-            end = max(job.expected_end, now)
+        for end, units in view.releases():  # in time order
             if end == times[-1]:
-                free[-1] += job.need
+                free[-1] += units
             else:
                 times.append(end)
-                free.append(free[-1] + job.need)
+                free.append(free[-1] + units)
         self.times, self.free = times, free
 
     def earliest(self, need: int, duration: float) -> int:
@@ -121,8 +120,11 @@ class Conservative(BackfillPolicy):
         return BackfillPlan(start, {j.id: reserved[j.id] for j in pending})
 
     def forget(self, job: Job) -> None:
-        if self._reserved.pop(job.id, None) is not None and job.state is not JobState.RUNNING:
-            self._cancelled = True  # a reservation vanished: the rest may move earlier
+        reserved = self._reserved.pop(job.id, None) is not None
+        if (reserved and job.state is not JobState.RUNNING) or job.host >= 0:
+            # A reservation vanished (the rest may move earlier), or a job started as a guest on
+            # another's cores, off the plan, where it may outlive its host: the profile is stale.
+            self._cancelled = True
 
     @property
     def reservations(self) -> dict[int, float]:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from cosched.core.events import Action, Colocate, Event, JobEnded, Kill, Launch, Offer, Reject, SetQuota, UsageReported
+from cosched.core.frees import freed_slots
 from cosched.core.pool import slot_memory
 from cosched.model import Cluster, Job, Usage
 
@@ -213,18 +214,18 @@ class SimulatedBackend:
         return events
 
     def _released(self, job: Job) -> Offer | None:
-        """What a job's end gives back: nothing while its cores are its host's."""
+        """What a job's end gives back (`cosched.core.frees`): nothing while its cores are its host's."""
         jid = job.id
         host = self._host.pop(jid, None)
-        if host is not None and host in self.running:
+        host_running = host is not None and host in self.running
+        if host is not None and host_running:
             self._guests[host].remove(jid)
+        surviving = [self.running[g] for g in self._guests.pop(jid, []) if g in self.running]
+        for guest in surviving:  # they keep their share of the cores, as ordinary jobs now
+            del self._host[guest.id]
+        slots = freed_slots(job, host_running, surviving)
+        if slots is None:
             return None
-        slots = job.slots
-        guests = [g for g in self._guests.pop(jid, []) if g in self.running]
-        for guest in guests:  # they keep their share of the cores
-            del self._host[guest]
-            held = dict(self.running[guest].slots)
-            slots = tuple((node, cores - held.get(node, 0)) for node, cores in slots)
         memory = slot_memory(self.cluster, job, job.slots) if self._memory_tracked else None
         return Offer(slots, memory)
 

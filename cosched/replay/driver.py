@@ -39,6 +39,8 @@ class PolicySet:
     """Jobs that may share one allocation (a host and its guests)."""
     window: int = 32
     """Queued jobs offered for co-scheduling per pass."""
+    keep_promises: bool = False
+    """Co-scheduling keeps backfill promises (`Scheduler.keep_promises`)."""
 
     @property
     def label(self) -> str:
@@ -72,6 +74,7 @@ class PolicySet:
             create("cosched", self.cosched),
             sharing=self.sharing,
             window=self.window,
+            keep_promises=self.keep_promises,
         )
 
 

@@ -1,0 +1,55 @@
+"""What a running job's end gives back, and when: one rule for the core, replay and the daemon.
+
+A guest runs on a share of its host's cores. While its host runs, a guest's end
+gives nothing back: the cores are the host's. When the host ends first, its guests
+keep their share, so the host's end gives back its slots less theirs, and each
+guest gives its share back at its own end. Backfill reservations are computed from
+the same rule (`releases`), so a promise never counts cores a guest still holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+from cosched.core.events import Slots
+from cosched.model import Job
+
+
+def freed_slots(job: Job, host_running: bool, surviving_guests: Iterable[Job]) -> Slots | None:
+    """The slots a job's end gives back; None for a guest whose host still runs."""
+    if host_running:
+        return None
+    slots: Slots = job.slots
+    for guest in surviving_guests:
+        held = dict(guest.slots)
+        slots = tuple((node, cores - held.get(node, 0)) for node, cores in slots)
+    return slots
+
+
+def releases(
+    running: Sequence[Job], guests: Mapping[int, Sequence[Job]], jobs: Mapping[int, Job], now: float
+) -> Iterator[tuple[float, int]]:
+    """(time, units) the running jobs give back by their expected ends (never before `now`), in time order.
+
+    `running` is sorted by expected end and holds hosts, not guests; `guests` maps a
+    host's id to its guests. A guest expected to outlive its host keeps its units
+    past the host's end and gives them back at its own.
+    """
+    if not guests:
+        for job in running:
+            yield max(job.expected_end, now), job.need
+        return
+    kept: dict[int, int] = {}
+    later: list[tuple[float, int]] = []
+    for host_id, members in guests.items():
+        host = jobs.get(host_id)
+        if host is None:
+            continue
+        for guest in members:
+            if guest.expected_end > host.expected_end:
+                kept[host_id] = kept.get(host_id, 0) + guest.need
+                later.append((max(guest.expected_end, now), guest.need))
+    later.sort()
+    own = ((max(job.expected_end, now), job.need - kept.get(job.id, 0)) for job in running)
+    yield from heapq.merge(own, later)
