@@ -47,10 +47,14 @@ def image() -> str:
 
 @pytest.fixture
 def daemon(tmp_path: Path, image: str, request: pytest.FixtureRequest):
-    """A daemon on 2 cores; a test may set ASAx's `min_guest_share` with `@pytest.mark.parametrize(indirect)`."""
+    """A daemon on 2 cores; a test may set ASAx's `min_guest_share` and `loss` with
+    `@pytest.mark.parametrize(indirect)` and a dict."""
     client = require_engine()
-    share = getattr(request, "param", 0.5)
-    process = DaemonProcess(tmp_path, extra=f"[policies]\nseed = 7\nmin_guest_share = {share}\n")
+    settings = {"share": 0.5, "loss": "live", **getattr(request, "param", {})}
+    process = DaemonProcess(
+        tmp_path,
+        extra=f'[policies]\nseed = 7\nmin_guest_share = {settings["share"]}\nloss = "{settings["loss"]}"\n',
+    )
     process.start()
     process.image = image
     yield process
@@ -68,6 +72,11 @@ def _runtime(daemon: DaemonProcess, command: list[str], cores: int) -> float:
 def test_asax_lends_idle_quota(daemon: DaemonProcess, image: str) -> None:
     client = require_engine()
     instance = daemon.instance()
+
+    # The live loss compares a lender with the runtime alone of its kind: one runs alone first.
+    alone = daemon.submit(image=image, command=idle(10), cores=2, walltime=60, app_class="idle.sleep", tasks=10)
+    assert daemon.wait_final([alone], 60)[alone]["state"] == "done"
+    assert not daemon.client.call("GET", f"/v1/jobs/{alone}/explain")
 
     # Lending: an idle 2-core job holds the machine; three 1-core CPU-hungry jobs wait.
     host = daemon.submit(image=image, command=idle(10), cores=2, walltime=60, app_class="idle.sleep", tasks=10)
@@ -99,11 +108,15 @@ def test_asax_lends_idle_quota(daemon: DaemonProcess, image: str) -> None:
     lent = [d for d in daemon.client.call("GET", f"/v1/jobs/{host}/explain") if d["executed"] and d["fraction"] > 0]
     assert lent, "ASAx lent nothing from an idle job"
     assert checked >= 1, "no guest was seen running to compare its cgroup quota"
-    assert all(d["loss"] == 0.0 for d in lent)  # the idle lender finished within its walltime
+    # Sleeping, the lender lost nothing to its guests: its runtime is its kind's runtime alone.
+    assert all(d["loss"] is not None and d["loss"] < 0.2 for d in lent), lent
+    with daemon.db() as db:
+        baselines = json.loads(db.execute("SELECT value FROM meta WHERE key = 'baselines'").fetchone()[0])
+    assert ["idle.sleep", 2] in [row[:2] for row in baselines["runtimes"]]
     assert all(daemon.job(d["guest"])["host"] == host for d in lent)
 
 
-@pytest.mark.parametrize("daemon", [0.9], indirect=True)
+@pytest.mark.parametrize("daemon", [{"share": 0.9, "loss": "walltime"}], indirect=True)
 def test_asax_learns_from_lendings_that_hurt(daemon: DaemonProcess, image: str) -> None:
     """Lenders idle at first, then CPU-hungry on both cores. Only lendings of 50% or more are
     carried out (min_guest_share 0.9 of a 1-core guest), and the guest outlasts the lender's
