@@ -101,7 +101,7 @@ def recover(daemon: Daemon) -> None:
     events: list[Event] = [_free_offer(daemon, jobs)]
     events += [JobAdopted(job) for job in sorted(jobs.values(), key=lambda j: (j.host >= 0, j.id))]
     for record in queued:
-        daemon._queue(record["id"], record["spec"], record["submit"], record["workflow"])
+        daemon.queue(record["id"], record["spec"], record["submit"], record["workflow"])
         if record["cancel"]:
             daemon.inbox.append(JobCancelled(record["id"]))
     for job in jobs.values():
@@ -149,15 +149,14 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
                 decision.executed = False
         decisions.append(decision)
     daemon.asax.restore(decisions)
-    daemon._saved_decisions = daemon.asax.decided
+    daemon.saved_decisions = daemon.asax.decided
 
 
 def _resume_workflows(daemon: Daemon, now: float) -> None:
     """Stages that became ready just before a crash (their predecessor's end was recorded)."""
     store = daemon.store
-    rows = store._conn().execute("SELECT id FROM workflows WHERE state = 'running'").fetchall()
-    for (workflow_id,) in rows:
+    for workflow_id in store.workflow_ids("running"):
         with store.transaction() as db:
             released = workflow_stages.release(store, db, workflow_id, now)
         for job_id, document in released:
-            daemon._queue(job_id, document, now, workflow_id)
+            daemon.queue(job_id, document, now, workflow_id)

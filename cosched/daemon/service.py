@@ -126,7 +126,8 @@ class Daemon:
         self.state_problem = ""
         """Why the state file cannot be used ('' when it can): submissions are refused meanwhile."""
         self.metrics = DaemonMetrics()
-        self._saved_decisions = 0
+        self.saved_decisions = 0
+        """How many of ASAx's decisions are in the store (the next pass saves the ones after)."""
 
     # -- set-up -------------------------------------------------------------
     def _instance_id(self) -> str:
@@ -223,7 +224,7 @@ class Daemon:
         document = spec.model_dump()
         with self.store.transaction() as db:
             job_id = self.store.add_job(db, document, now)
-        self._queue(job_id, document, now)
+        self.queue(job_id, document, now)
         journal.accepted(job_id, document)
         self.metrics.submitted.inc()
         return job_id
@@ -241,7 +242,7 @@ class Daemon:
             workflow_id = self.store.add_workflow(db, spec.name, spec.model_dump(), now)
             released = workflow_stages.release(self.store, db, workflow_id, now)
         for job_id, document in released:
-            self._queue(job_id, document, now, workflow_id)
+            self.queue(job_id, document, now, workflow_id)
             journal.accepted(job_id, document, workflow_id)
         self.metrics.submitted.inc(len(released))
         return workflow_id, [job_id for job_id, _ in released]
@@ -258,7 +259,8 @@ class Daemon:
             self.inbox.append(JobCancelled(job_id))
         return str(record["state"])
 
-    def _queue(self, job_id: int, document: dict[str, Any], submit: float, workflow: int | None = None) -> None:
+    def queue(self, job_id: int, document: dict[str, Any], submit: float, workflow: int | None = None) -> None:
+        """Hand an accepted job (stored already) to the next pass."""
         self.specs[job_id] = document
         self.inbox.append(JobSubmitted(self.job_from(job_id, document, submit, workflow)))
 
@@ -343,7 +345,7 @@ class Daemon:
         for held in (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches):
             held.clear()
         self.reservations = {}
-        self._saved_decisions = 0
+        self.saved_decisions = 0
         recover(self)
 
     def health(self) -> dict[str, Any]:
@@ -390,7 +392,7 @@ class Daemon:
         with self.lock:
             for job_id, document in plan.submitted:
                 record = self.store.job(job_id)
-                self._queue(job_id, document, now, record["workflow"] if record else None)
+                self.queue(job_id, document, now, record["workflow"] if record else None)
                 journal.accepted(job_id, document, record["workflow"] if record else None)
             self.metrics.submitted.inc(len(plan.submitted))
             self.metrics.observe_pass(self, time.perf_counter() - started)
@@ -598,13 +600,13 @@ class Daemon:
             return
         if ends:  # every end may teach a kind's runtime alone
             self.store.set_meta(db, "baselines", self.asax.baselines.to_state())
-        new = self.asax.since(self._saved_decisions)
+        new = self.asax.since(self.saved_decisions)
         resolved, self.asax.resolved = self.asax.resolved, []
         if not new and not resolved:
             return
         for decision in [*resolved, *new]:
             self.store.save_decision(db, decision.seq + 1, decision.as_dict())
-        self._saved_decisions = self.asax.decided
+        self.saved_decisions = self.asax.decided
         self.store.set_meta(db, "weights", self.asax.book.to_state())
 
     def _stage_of(self, job_id: int) -> str:

@@ -260,6 +260,9 @@ class Store:
     ) -> None:
         db.execute("UPDATE workflows SET state = ?, failed_stage = ? WHERE id = ?", (state, failed_stage, workflow_id))
 
+    def workflow_ids(self, state: str) -> list[int]:
+        return [row[0] for row in self._conn().execute("SELECT id FROM workflows WHERE state = ?", (state,))]
+
     def workflow(self, workflow_id: int) -> dict[str, Any] | None:
         row = self._conn().execute("SELECT * FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
         if row is None:
