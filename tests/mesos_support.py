@@ -143,8 +143,9 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     return result
 
 
-def start_cluster(run_dir: Path, zookeeper: bool = False) -> Cluster:
-    """A master and AGENTS agents on free ports; with `zookeeper`, a ZooKeeper and a replicated-log registry too."""
+def start_cluster(run_dir: Path, zookeeper: bool = False, cpus: int = 1, mem: int = 1024) -> Cluster:
+    """A master and AGENTS agents (`cpus` and `mem` MiB each) on free ports; with `zookeeper`, a ZooKeeper
+    and a replicated-log registry too."""
     if not SCRIPT.exists():
         unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
     env = dict(os.environ, MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
@@ -160,7 +161,7 @@ def start_cluster(run_dir: Path, zookeeper: bool = False) -> Cluster:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
     env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
-    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), "1", "1024"], env=env, check=True, timeout=90)
+    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), str(cpus), str(mem)], env=env, check=True, timeout=90)
     return Cluster(int(env["MESOS_PORT"]), run_dir, env)
 
 

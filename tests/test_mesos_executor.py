@@ -152,8 +152,10 @@ def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Clus
         container = _data(running)["container"]
 
         cluster.crash_and_restart_agent(1)
+        # Until the master notices the crash it still calls agent1 active: wait for the re-registration
+        # (a framework message to an agent the master thinks disconnected is dropped).
         wait_until(
-            lambda: any(a["hostname"] == "agent1" and a["active"] for a in cluster.state()["slaves"]),
+            lambda: any(a["hostname"] == "agent1" and "reregistered_time" in a for a in cluster.state()["slaves"]),
             60,
             "agent1 registered again",
         )

@@ -48,6 +48,10 @@ from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_
 log = logging.getLogger("cosched.mesos.executor")
 
 EXECUTOR_PATH = "/api/v1/executor"
+IDLE_STREAM = 7 * 86400.0
+"""How long a read of the agent's stream may wait for an event (an agent sends none while idle)."""
+ANSWER_RETRY = 15.0
+"""Seconds a quota answer is retried while the agent refuses it (the framework waits on it)."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|secs|mins|hrs|days|weeks)\s*$")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "secs": 1.0, "mins": 60.0, "hrs": 3600.0, "days": 86400.0}
 _UNITS["weeks"] = 7 * _UNITS["days"]
@@ -181,9 +185,9 @@ class Executor:
         decoder = RecordIODecoder()
         while not self.stopping.is_set():
             try:
-                data = stream.read(30.0)
-            except TimeoutError:
-                continue  # an idle agent sends nothing; a dead one closes the connection
+                # An idle agent sends nothing for as long as it likes, and a timed-out read leaves
+                # the stream unusable; an agent that dies closes the connection, which ends the read.
+                data = stream.read(IDLE_STREAM)
             except (OSError, http.client.HTTPException) as exc:
                 log.warning("the agent's stream broke: %s: %s", type(exc).__name__, exc)
                 return 1
@@ -215,7 +219,8 @@ class Executor:
             with self.updates.lock:
                 self.updates.pending.pop(event["acknowledged"]["uuid"], None)
         elif kind == "MESSAGE":
-            self._message(base64.b64decode(event["message"]["data"]))
+            # Off the reader: applying a quota calls the engine, and its answer may be retried.
+            self._launcher.submit(self._message, base64.b64decode(event["message"]["data"]))
         elif kind == "SHUTDOWN":
             log.info("SHUTDOWN from the agent: killing every job")
             self._kill_all("executor shut down")
@@ -264,9 +269,14 @@ class Executor:
         log.info("task %s: %s %s", task_id, state, message)
         self._post(self._call("UPDATE", update))
 
-    def send(self, data: bytes) -> None:
-        """A MESSAGE to the framework (at most once: a lost one is superseded by the next)."""
-        self._post(self._call("MESSAGE", {"data": base64.b64encode(data).decode()}))
+    def send(self, data: bytes, retry_for: float = 0.0) -> None:
+        """A MESSAGE to the framework. Usage goes at most once (the next one supersedes it); an
+        answer the framework waits for is retried for `retry_for` s, since a restarting agent
+        refuses messages (503) until its recovery ends."""
+        call = self._call("MESSAGE", {"data": base64.b64encode(data).decode()})
+        deadline = time.monotonic() + retry_for
+        while not self._post(call) and time.monotonic() < deadline and not self.stopping.is_set():
+            time.sleep(0.5)
 
     # -- jobs ------------------------------------------------------------------
     def _launch(self, info: dict[str, Any]) -> None:
@@ -330,7 +340,7 @@ class Executor:
         with self.lock:
             task = self.tasks.get(task_id)
         if task is None or not task.container or task.ended:
-            self.send(jobs.quota_applied(task_id, None, "no such running task"))
+            self.send(jobs.quota_applied(task_id, None, "no such running task"), retry_for=ANSWER_RETRY)
             return
         error = ""
         try:
@@ -338,7 +348,9 @@ class Executor:
             task.quota = cpus
         except (QuotaMismatch, EngineUnavailable) as exc:
             error = str(exc)
-        self.send(jobs.quota_applied(task_id, self.backend.applied_quota(task.container), error))
+        self.send(
+            jobs.quota_applied(task_id, self.backend.applied_quota(task.container), error), retry_for=ANSWER_RETRY
+        )
 
     # -- watching the containers ----------------------------------------------------
     def _watch(self) -> None:
