@@ -56,19 +56,30 @@ class DaemonProcess:
     """`cosched daemon` in a subprocess, with its own state directory, port and instance."""
 
     def __init__(
-        self, root: Path, *, cores: int = 2, extra: str = "", api: str = "", docker: str = "", token: str = ""
+        self,
+        root: Path,
+        *,
+        cores: int = 2,
+        extra: str = "",
+        api: str = "",
+        docker: str = "",
+        cluster: str = "",
+        token: str = "",
+        data_roots: bool = True,
     ) -> None:
-        """`extra` is appended to the config; `api` and `docker` add keys to those tables; `token` is the client's."""
+        """`extra` is appended to the config; `api`, `cluster` and `docker` add keys to those tables;
+        `token` is the client's; `data_roots` makes `root` the jobs' data root."""
         self.root = root
         self.port = free_port()
         self.state = root / "state"
         self.config = root / "cosched.toml"
         intervals = "\n".join(f"{k} = {v}" for k, v in FAST.items())
+        roots = f'data_roots = ["{root}"]\n' if data_roots else ""
         self.config.write_text(
             f'[daemon]\nstate_dir = "{self.state}"\n'
             f"[api]\nport = {self.port}\n{api}\n"
-            f"[cluster]\ncores = {cores}\n"
-            f'[docker]\ndata_roots = ["{root}"]\n{docker}\n'
+            f"[cluster]\ncores = {cores}\n{cluster}\n"
+            f"[docker]\n{roots}{docker}\n"
             f"[intervals]\n{intervals}\n{extra}"
         )
         self.client = Client(f"http://127.0.0.1:{self.port}", token, timeout=10)

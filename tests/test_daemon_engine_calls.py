@@ -37,7 +37,9 @@ class _SlowEngine:
     def has_image(self, name: str) -> bool:
         return True
 
-    def launch(self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int) -> tuple[str, float]:
+    def launch(
+        self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
+    ) -> tuple[str, float]:
         with self.guard:
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
@@ -63,6 +65,9 @@ class _SlowEngine:
         pass
 
     def kill(self, container: str) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def sample(self, container: str, quota: float, now: float) -> None:

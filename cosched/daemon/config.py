@@ -35,6 +35,15 @@ default. Example (every key, with its default)::
     nofile = 4096                 # open files per process in a job
     engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
 
+    [backend]
+    kind = "docker"               # or "mesos": the cluster's nodes are Mesos agents ([mesos])
+
+    [mesos]
+    masters = ""                  # host:port of the masters, comma-separated (any one redirects to the leader)
+    name = "cosched"              # the framework's name
+    user = "root"                 # Unix user the agents run the executor as
+    executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
+
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
     sample = 2.0                  # CPU%, Mem% and progress of running jobs
@@ -115,6 +124,19 @@ class DockerSection:
 
 
 @dataclass(frozen=True)
+class BackendSection:
+    kind: str = "docker"
+
+
+@dataclass(frozen=True)
+class MesosSection:
+    masters: str = ""
+    name: str = "cosched"
+    user: str = "root"
+    executor_command: str = "python3 -m cosched.mesos.executor"
+
+
+@dataclass(frozen=True)
 class IntervalSection:
     schedule: float = 1.0
     sample: float = 2.0
@@ -146,6 +168,8 @@ class DaemonConfig:
     api: ApiSection = field(default_factory=ApiSection)
     cluster: ClusterSection = field(default_factory=ClusterSection)
     docker: DockerSection = field(default_factory=DockerSection)
+    backend: BackendSection = field(default_factory=BackendSection)
+    mesos: MesosSection = field(default_factory=MesosSection)
     intervals: IntervalSection = field(default_factory=IntervalSection)
     policies: PolicySection = field(default_factory=PolicySection)
 
@@ -249,6 +273,12 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         if not os.path.isabs(root):
             raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
     _validate_job_limits(config.docker)
+    if config.backend.kind not in ("docker", "mesos"):
+        raise ConfigError(f"config key backend.kind: expected 'docker' or 'mesos', got {config.backend.kind!r}")
+    if config.backend.kind == "mesos" and not config.mesos.masters.strip():
+        raise ConfigError("config key mesos.masters: backend.kind = 'mesos' needs the masters' host:port")
+    if config.backend.kind == "mesos" and config.docker.data_roots:
+        raise ConfigError("config key docker.data_roots: data directories are not supported on the Mesos backend yet")
     for f in fields(intervals):
         if getattr(intervals, f.name) <= 0:
             raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")

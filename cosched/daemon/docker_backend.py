@@ -122,6 +122,11 @@ class DockerBackend:
             raise EngineUnavailable(f"cannot reach the Docker engine at {where}: {_reason(exc)}") from None
         self._client = client
 
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
     def ping(self) -> bool:
         try:
             self.client.ping()
@@ -173,8 +178,12 @@ class DockerBackend:
         cpus: list[int],
         quota: float,
         memory_mib: int,
+        *,
+        node: int = 0,
+        guest: bool = False,
     ) -> tuple[str, float]:
         """Create and start a job's container; returns its id and when it started (epoch s).
+        (One host: `node` and `guest` are already in `cpus` and `quota`.)
 
         A container with the job's name may already exist if the daemon died
         between creating it and recording that: then it is that container.

@@ -43,6 +43,7 @@ from cosched.core.frees import freed_slots
 from cosched.core.pool import slot_memory
 from cosched.core.scheduler import Scheduler
 from cosched.daemon import journal, workflow_stages
+from cosched.daemon.backend import Backend
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, data_dirs_allowed
@@ -95,13 +96,13 @@ class Daemon:
     """State, core and backend of one `cosched daemon`."""
 
     def __init__(
-        self, config: DaemonConfig, backend: DockerBackend | None = None, clock: Callable[[], float] = time.time
+        self, config: DaemonConfig, backend: Backend | None = None, clock: Callable[[], float] = time.time
     ) -> None:
         self.config = config
         self.clock = clock
         self.store = Store(config.state_dir / "state.sqlite")
         self.instance = config.daemon.instance or self._instance_id()
-        self.backend = backend or DockerBackend(self.instance, config.docker, self._staging(config))
+        self.backend: Backend = backend or self._backend(config)
         nodes = config.cluster.nodes
         self.cpu_map = CpuMap(config.cpus(), nodes)
         self.cluster = Cluster(
@@ -173,6 +174,24 @@ class Daemon:
         with self.lock:
             recover(self)
 
+    def _backend(self, config: DaemonConfig) -> Backend:
+        if config.backend.kind == "docker":
+            return DockerBackend(self.instance, config.docker, self._staging(config))
+        from cosched.mesos.backend import MesosBackend, MesosSettings
+
+        m = config.mesos
+        return MesosBackend(
+            MesosSettings(masters=m.masters, name=m.name, user=m.user, executor_command=m.executor_command),
+            config.cluster.nodes,
+            framework_id=self.store.get_meta("framework_id"),
+            on_framework_id=self._keep_framework_id,
+        )
+
+    def _keep_framework_id(self, framework_id: str) -> None:
+        """A restarted daemon subscribes as the same framework, so its running tasks are still its own."""
+        with self.store.transaction() as db:
+            self.store.set_meta(db, "framework_id", framework_id)
+
     # -- submissions --------------------------------------------------------
     @staticmethod
     def _staging(config: DaemonConfig) -> StagingMounts | None:
@@ -193,6 +212,11 @@ class Daemon:
         cores = self.cluster.cores
         if spec.cores > cores:
             raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
+        per_agent = self.cluster.cores_per_node
+        if self.config.backend.kind == "mesos" and spec.cores > per_agent:
+            raise Rejected(
+                "cores", f"{spec.cores} cores asked, a Mesos agent has {per_agent} (no job spans agents yet)"
+            )
         memory = self._memory_mib(spec)
         if memory > self.cluster.memory_per_node * self.cluster.nodes:
             raise Rejected(
@@ -542,11 +566,7 @@ class Daemon:
         A launch the engine refused (bad command, image gone) ends its job at the
         next pass; the others are recorded even when the engine was lost meanwhile.
         """
-        calls = [
-            (job.id, self.specs[job.id], self.cpu_map.cpuset(cpus), quota, job.memory * job.cores)
-            for job, cpus, quota, _ in launches
-        ]
-        outcomes = self.engine.each(self.backend.launch, calls)
+        outcomes = self.engine.each(self._start, [(job, cpus, quota) for job, cpus, quota, _ in launches])
         started = []
         for (job, _, _, quota_seq), outcome in zip(launches, outcomes, strict=True):
             if isinstance(outcome, EngineUnavailable):
@@ -570,6 +590,11 @@ class Daemon:
                 self.store.quotas_applied(db, [(seq, job.start) for job, _, seq in started if seq is not None])
             self.metrics.launched.inc(len(started))
         _raise_failures(outcomes, tolerated=(Exception,))
+
+    def _start(self, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:
+        spec, memory = self.specs[job.id], job.memory * job.cores
+        node, guest = job.slots[0][0], job.host >= 0
+        return self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory, node=node, guest=guest)
 
     def apply_quotas(self, quotas: Sequence[tuple[int, float, int | None]]) -> None:
         """Change the quotas side by side; a cgroup showing another quota is logged and counted."""
@@ -740,6 +765,7 @@ class Daemon:
     def close(self) -> None:
         """Wait for engine calls under way, then close the state file."""
         self.engine.close()
+        self.backend.close()
         self.store.close()
 
 

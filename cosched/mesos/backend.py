@@ -142,9 +142,11 @@ class MesosBackend(EventHandler):
         """The agents' engines cannot be asked from here: a missing image fails its task at launch."""
         return True
 
-    def stop(self) -> None:
+    def close(self) -> None:
         """Leave without TEARDOWN: the tasks run on, for the next start to find."""
         self.client.stop()
+
+    stop = close
 
     # -- events (the client's thread) -------------------------------------------
     def on_offers(self, offers: list[dict[str, Any]]) -> None:
@@ -222,38 +224,40 @@ class MesosBackend(EventHandler):
         fresh = not any(t.agent_id == agent and t.state in _RUNNING for t in self.tasks.values())
         need_cpus = task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0)
         need_mem = memory_mib + (jobs.EXECUTOR_MEM if fresh else 0.0)
-        offer = self._take_offer(agent, need_cpus, need_mem)
+        offers = self._take_offers(agent, need_cpus, need_mem)
         payload = jobs.JobPayload(job_id, spec, quota, memory_mib)
         task = jobs.job_task(task_id, agent, executor, payload, task_cpus, name=f"cosched job {job_id}")
         with self.cond:
             self.tasks[task_id] = _Task(job_id, agent, quota=quota)
         try:
-            self.client.accept([offer.id], [calls.launch([task])], refuse_seconds=0)
+            self.client.accept([o.id for o in offers], [calls.launch([task])], refuse_seconds=0)
         except MesosError as exc:
             raise EngineUnavailable(f"launching job {job_id} on {self.hostnames[agent]}: {exc}") from None
         return task_id, self._wait_running(task_id)
 
-    def _take_offer(self, agent: str, cpus: float, mem: float) -> Offer:
-        """An offer of `agent` with room for the task; after 5 s without one, REVIVE (a filter
-        left by an earlier decline may hold the agent's resources back), then wait on."""
+    def _take_offers(self, agent: str, cpus: float, mem: float) -> list[Offer]:
+        """Every held offer of `agent`, once together they have room for the task (Mesos offers an
+        agent's resources in pieces: what an ACCEPT left, what an ended task freed); an ACCEPT may
+        name several offers of one agent. After 5 s without room, REVIVE (a filter left by an
+        earlier decline may hold resources back), then wait on."""
         start = time.monotonic()
         deadline = start + self.settings.launch_timeout
         revived = False
         with self.cond:
             while True:
-                for offer in self.offers.get(agent, []):
-                    if offer.cpus + 1e-9 >= cpus and offer.mem >= mem:
-                        self.offers[agent].remove(offer)
-                        return offer
+                held = self.offers.get(agent, [])
+                if sum(o.cpus for o in held) + 1e-9 >= cpus and sum(o.mem for o in held) >= mem:
+                    self.offers[agent] = []
+                    return held
                 if not revived and time.monotonic() - start > 5.0:
                     revived = True
                     self.client.revive()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    held = ", ".join(f"{o.cpus:g} CPUs {o.mem:g} MiB" for o in self.offers.get(agent, [])) or "none"
+                    pieces = ", ".join(f"{o.cpus:g} CPUs {o.mem:g} MiB" for o in held) or "none"
                     raise EngineUnavailable(
-                        f"no offer from agent {self.hostnames.get(agent, agent)} with {cpus:g} CPUs and {mem:g} MiB "
-                        f"in {self.settings.launch_timeout:.0f} s (held: {held})"
+                        f"no room on agent {self.hostnames.get(agent, agent)} for {cpus:g} CPUs and {mem:g} MiB "
+                        f"in {self.settings.launch_timeout:.0f} s (offered: {pieces})"
                     )
                 self.cond.wait(min(left, 1.0))
 

@@ -1,0 +1,88 @@
+"""`cosched daemon` with `[backend] kind = "mesos"` on a REAL master with two agents.
+
+The same daemon as on Docker (API, core, state file), its jobs run as tasks of the
+cosched executor on the agents: a job per agent, an exit code and log tail back from
+an agent, a job too large for one agent refused, and a daemon SIGKILLed mid-job that
+restarts as the same framework, adopts the job and sees it finish once.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_support import DaemonProcess, require_engine
+from mesos_support import Cluster, start_cluster, stop_cluster, wait_until
+
+from cosched.daemon.client import ApiError
+from cosched.mesos.executor import instance_of
+from workloads.images import busybox_image
+
+EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
+NAME = "cosched-daemon-test"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = start_cluster(Path(tmp_path_factory.mktemp("mesos-daemon")), cpus=2, mem=2048)
+    try:
+        yield started
+    finally:
+        stop_cluster(started)
+
+
+def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
+    framework = cluster.framework(framework_id) or {"tasks": [], "completed_tasks": []}
+    return list(framework["tasks"]) + list(framework["completed_tasks"])
+
+
+def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cluster, tmp_path: Path) -> None:
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = DaemonProcess(
+        tmp_path,
+        cores=2,
+        cluster="nodes = 2\nmemory_mib = 1536",
+        data_roots=False,
+        extra=(
+            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{NAME}"\n'
+            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "none"\n'
+        ),
+    )
+    daemon.start(timeout=60)
+    try:
+        done = daemon.submit(image=image, command=["sleep", "2"], cores=1, memory_mib=128, walltime=60)
+        boom = daemon.submit(
+            image=image, command=["sh", "-c", "echo boom; exit 3"], cores=1, memory_mib=128, walltime=60
+        )
+        with pytest.raises(ApiError, match="a Mesos agent has 1"):
+            daemon.submit(image=image, command=["true"], cores=2, walltime=60)
+        jobs = daemon.wait_final([done, boom], 90)
+        assert jobs[done]["state"] == "done", jobs[done]
+        assert (jobs[boom]["state"], jobs[boom]["exit_code"]) == ("failed", 3)
+        assert "boom" in jobs[boom]["log_tail"]
+        with daemon.db() as db:
+            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+        tasks = _framework_tasks(cluster, framework_id)
+        assert {t["name"] for t in tasks} == {f"cosched job {done}", f"cosched job {boom}"}
+        assert len({t["slave_id"] for t in tasks}) == 2  # first fit: one job per agent
+
+        # SIGKILL mid-job: the restarted daemon subscribes as the same framework and adopts the task.
+        long = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=128, walltime=60)
+        wait_until(lambda: daemon.job(long)["state"] == "running", 60, "the long job running")
+        daemon.signal()
+        daemon.start(timeout=60)
+        assert daemon.job(long)["state"] == "running"
+        assert daemon.wait_final([long], 60)[long]["state"] == "done"
+        runs = [t for t in _framework_tasks(cluster, framework_id) if t["name"] == f"cosched job {long}"]
+        assert [t["state"] for t in runs] == ["TASK_FINISHED"]  # ran once
+        assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == NAME] == [framework_id]
+    finally:
+        daemon.stop()
+        cluster.teardown_everything()
+    ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
+    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
