@@ -86,3 +86,55 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         cluster.teardown_everything()
     ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
     wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
+
+
+def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Path) -> None:
+    """Static lending through the daemon on Mesos: two sleeping 1-core hosts fill both agents; a
+    queued job is placed on a host's core with half its CPU, and the executor's cgroups say so."""
+    from cosched.daemon.cgroups import CgroupFiles
+
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = DaemonProcess(
+        tmp_path,
+        cores=2,
+        cluster="nodes = 2\nmemory_mib = 1536",
+        data_roots=False,
+        extra=(
+            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{NAME}-lending"\n'
+            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "static"\n'
+        ),
+    )
+    daemon.start(timeout=60)
+    framework_id = ""
+    try:
+        hosts = [
+            daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60) for _ in range(2)
+        ]
+        wait_until(lambda: all(daemon.job(h)["state"] == "running" for h in hosts), 60, "both hosts running")
+        guest = daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60)
+        status = wait_until(lambda: (j := daemon.job(guest))["state"] == "running" and j, 60, "the guest running")
+        host = status["host"]
+        assert host in hosts and status["quota"] == pytest.approx(0.5)
+        assert daemon.job(host)["quota"] == pytest.approx(0.5)
+        with daemon.db() as db:
+            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+
+        def cgroup(job_id: int) -> tuple[int, int]:
+            labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
+            [container] = engine.containers.list(filters=labels)
+            files = CgroupFiles.of_pid(int(container.attrs["State"]["Pid"]))
+            assert files is not None
+            return files.quota()
+
+        assert wait_until(lambda: cgroup(host) == (50_000, 100_000), 30, "the host's cgroup at 0.5 CPU")
+        assert cgroup(guest) == (50_000, 100_000)
+        for job_id in (*hosts, guest):
+            daemon.client.call("DELETE", f"/v1/jobs/{job_id}")
+        daemon.wait_final([*hosts, guest], 60)
+    finally:
+        daemon.stop()
+        cluster.teardown_everything()
+    if framework_id:
+        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
+        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
