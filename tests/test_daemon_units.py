@@ -663,3 +663,20 @@ def test_quota_update_refused_mid_exit_is_an_end_not_an_engine_failure(running: 
             backend.set_quota("abc", 0.5)
     else:
         backend.set_quota("abc", 0.5)
+
+
+def test_the_shipped_configs_are_the_defaults_and_a_valid_mesos_example() -> None:
+    """deploy/cosched.toml lists every key at its default; deploy/mesos/cosched-mesos.toml loads."""
+    import dataclasses
+
+    from cosched.daemon.config import DaemonConfig, load_config
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    shipped = load_config(deploy / "cosched.toml")
+    defaults = DaemonConfig()
+    for section in dataclasses.fields(DaemonConfig):
+        if section.name == "daemon":
+            continue  # its state_dir default depends on who runs it
+        assert getattr(shipped, section.name) == getattr(defaults, section.name), section.name
+    mesos = load_config(deploy / "mesos" / "cosched-mesos.toml")
+    assert (mesos.backend.kind, mesos.cluster.nodes) == ("mesos", 2)
