@@ -35,6 +35,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         stop_cluster(started)
 
 
+def _daemon_on(cluster: Cluster, tmp_path: Path, name: str, cosched: str) -> DaemonProcess:
+    """A started daemon whose 2 nodes of 1 core are the cluster's two agents."""
+    daemon = DaemonProcess(
+        tmp_path,
+        cores=2,
+        cluster="nodes = 2\nmemory_mib = 1536",
+        data_roots=False,
+        extra=(
+            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
+            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "{cosched}"\n'
+        ),
+    )
+    daemon.start(timeout=60)
+    return daemon
+
+
 def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
     framework = cluster.framework(framework_id) or {"tasks": [], "completed_tasks": []}
     return list(framework["tasks"]) + list(framework["completed_tasks"])
@@ -43,17 +59,7 @@ def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
 def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cluster, tmp_path: Path) -> None:
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = DaemonProcess(
-        tmp_path,
-        cores=2,
-        cluster="nodes = 2\nmemory_mib = 1536",
-        data_roots=False,
-        extra=(
-            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{NAME}"\n'
-            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "none"\n'
-        ),
-    )
-    daemon.start(timeout=60)
+    daemon = _daemon_on(cluster, tmp_path, NAME, cosched="none")
     try:
         done = daemon.submit(image=image, command=["sleep", "2"], cores=1, memory_mib=128, walltime=60)
         boom = daemon.submit(
@@ -95,17 +101,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
 
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = DaemonProcess(
-        tmp_path,
-        cores=2,
-        cluster="nodes = 2\nmemory_mib = 1536",
-        data_roots=False,
-        extra=(
-            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{NAME}-lending"\n'
-            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "static"\n'
-        ),
-    )
-    daemon.start(timeout=60)
+    daemon = _daemon_on(cluster, tmp_path, f"{NAME}-lending", cosched="static")
     framework_id = ""
     try:
         hosts = [

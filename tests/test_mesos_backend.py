@@ -89,7 +89,7 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
         wait_until(lambda: backend.containers()[2].state == "exited", 30, "the guest killed")
         assert backend.exit_of(guest).code == 137
     finally:
-        backend.stop()
+        backend.close()
 
     # A restarted daemon: same FrameworkID, the running job comes back by reconciliation.
     again = _backend(cluster, framework_id=fid)
@@ -102,6 +102,6 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
     finally:
         if again.client.subscribed:
             again.client.teardown()
-        again.stop()
+        again.close()
     ours = {"label": f"cosched.instance={instance_of(fid)}"}
     wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")

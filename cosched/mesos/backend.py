@@ -146,8 +146,6 @@ class MesosBackend(EventHandler):
         """Leave without TEARDOWN: the tasks run on, for the next start to find."""
         self.client.stop()
 
-    stop = close
-
     # -- events (the client's thread) -------------------------------------------
     def on_offers(self, offers: list[dict[str, Any]]) -> None:
         now = time.monotonic()
