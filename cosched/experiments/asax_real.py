@@ -406,7 +406,14 @@ def _predict_once(
     result = replay(
         first,
         cluster,
-        PolicySet("fcfs", "easy", cosched=policy, sharing=defaults.sharing, window=defaults.window),
+        PolicySet(
+            "fcfs",
+            "easy",
+            cosched=policy,
+            sharing=defaults.sharing,
+            window=defaults.window,
+            keep_promises=defaults.keep_promises,
+        ),
         rates=StageRates(profiles, params),
         react=runs.react,
         account=True,
