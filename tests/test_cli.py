@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import real_trace
+from conftest import missing, real_trace
 from swf_lines import job_line, write_text
 
 from cosched.cli import main
@@ -448,7 +448,7 @@ def _console_script() -> str:
     sibling = Path(sys.executable).with_name("cosched")
     found = str(sibling) if sibling.exists() else shutil.which("cosched")
     if found is None:
-        pytest.skip("the cosched console script is not installed")
+        missing("the cosched console script is not installed")
     return found
 
 
@@ -505,9 +505,7 @@ def test_rejected_jobs_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_closed_pipe_is_not_an_error() -> None:
-    script = shutil.which("cosched")
-    if script is None:
-        pytest.skip("console script not installed")
+    script = _console_script()
     shell = f"'{script}' replay lublin:2000:64 --compare fcfs:easy,sjf:easy | head -c 1 >/dev/null"
     done = subprocess.run(["bash", "-o", "pipefail", "-c", shell], capture_output=True, text=True, timeout=60)
     assert "error" not in done.stderr
