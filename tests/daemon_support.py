@@ -138,6 +138,13 @@ class DaemonProcess:
     def job(self, job_id: int) -> dict[str, Any]:
         return dict(self.client.call("GET", f"/v1/jobs/{job_id}"))
 
+    def wait_running(self, job_id: int, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while (job := self.job(job_id))["state"] != "running":
+            assert time.monotonic() < deadline, f"job {job_id} not running after {timeout} s: {job['state']}"
+            time.sleep(0.1)
+        return job
+
     def wait_final(self, ids: list[int], timeout: float) -> dict[int, dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while True:

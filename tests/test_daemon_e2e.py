@@ -198,10 +198,7 @@ def test_job_lifecycle_and_refusals_are_logged_one_grep_able_line_each(daemon: D
 def test_sigterm_stops_gracefully_with_exit_0_and_leaves_jobs_running(daemon: DaemonProcess, image: str) -> None:
     client = require_engine()
     job_id = daemon.submit(image=image, command=["sleep", "30"], cores=1, walltime=60)
-    deadline = time.monotonic() + 30
-    while daemon.job(job_id)["state"] != "running":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    daemon.wait_running(job_id)
     daemon.signal(signal.SIGTERM)
     assert daemon.process is not None and daemon.process.returncode == 0
     log = daemon.log.read_text()

@@ -100,10 +100,7 @@ def test_a_deleted_state_file_stops_submissions_and_a_restart_until_it_is_put_ba
     state = daemon.state / "state.sqlite"
     try:
         running = daemon.submit(image=image, command=["sleep", "6"], cores=1, walltime=60)
-        deadline = time.monotonic() + 30
-        while daemon.job(running)["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        daemon.wait_running(running)
         state.unlink()
         with pytest.raises(ApiError, match=r"was deleted while the daemon ran.*copied to.*HTTP 503"):
             daemon.submit(image=image, command=["true"], cores=1, walltime=60)
@@ -135,10 +132,7 @@ def test_a_state_file_that_does_not_know_the_running_containers_is_refused(tmp_p
     daemon.start()
     try:
         job_id = daemon.submit(image=image, command=["sleep", "20"], cores=1, walltime=60)
-        deadline = time.monotonic() + 30
-        while daemon.job(job_id)["state"] != "running":
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        daemon.wait_running(job_id)
         daemon.stop()
         for path in daemon.state.glob("state.sqlite*"):
             path.unlink()

@@ -79,7 +79,7 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
 
         # SIGKILL mid-job: the restarted daemon subscribes as the same framework and adopts the task.
         long = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=128, walltime=60)
-        wait_until(lambda: daemon.job(long)["state"] == "running", 60, "the long job running")
+        daemon.wait_running(long, 60)
         daemon.signal()
         daemon.start(timeout=60)
         assert daemon.job(long)["state"] == "running"
@@ -107,7 +107,8 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         hosts = [
             daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60) for _ in range(2)
         ]
-        wait_until(lambda: all(daemon.job(h)["state"] == "running" for h in hosts), 60, "both hosts running")
+        for host_id in hosts:
+            daemon.wait_running(host_id, 60)
         guest = daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60)
         status = wait_until(lambda: (j := daemon.job(guest))["state"] == "running" and j, 60, "the guest running")
         host = status["host"]

@@ -62,10 +62,7 @@ def run(daemon: DaemonProcess, script: str, cores: int = 1, walltime: float = 60
 def blocker(daemon: DaemonProcess, seconds: float) -> int:
     """A job holding every core for `seconds`, so the next one waits in the queue."""
     job_id = daemon.submit(image=daemon.image, command=sh(f"sleep {seconds}"), cores=2, walltime=60)
-    deadline = time.monotonic() + 30
-    while daemon.job(job_id)["state"] != "running":
-        assert time.monotonic() < deadline, "blocker did not start"
-        time.sleep(0.1)
+    daemon.wait_running(job_id)
     return job_id
 
 

@@ -219,7 +219,8 @@ class MesosBackend(EventHandler):
         task_id = task_of(job_id)
         task_cpus = GUEST_CPUS if guest else float(spec["cores"])
         executor = jobs.executor_info(agent, self.framework_id or "", self.settings.executor_command)
-        fresh = not any(t.agent_id == agent and t.state in _RUNNING for t in self.tasks.values())
+        with self.cond:  # the client's thread adds tasks as their updates arrive
+            fresh = not any(t.agent_id == agent and t.state in _RUNNING for t in self.tasks.values())
         need_cpus = task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0)
         need_mem = memory_mib + (jobs.EXECUTOR_MEM if fresh else 0.0)
         offers = self._take_offers(agent, need_cpus, need_mem)
