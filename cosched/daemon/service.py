@@ -662,7 +662,7 @@ class Daemon:
                     continue
                 if sample.total > 0:
                     job.tasks = sample.total
-                self.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now)))
+                self.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now, quota)))
                 self.metrics.cpu_used[job_id] = sample.cpu * quota
 
     def review(self) -> None:
