@@ -131,7 +131,12 @@ class Ledger:
         return self.mixed - min(self.experts) if self.experts else 0.0
 
     def to_state(self) -> dict[str, Any]:
-        return {"mixed": self.mixed, "experts": list(self.experts), "cases": self.cases, "gamma_squares": self.gamma_squares}
+        return {
+            "mixed": self.mixed,
+            "experts": list(self.experts),
+            "cases": self.cases,
+            "gamma_squares": self.gamma_squares,
+        }
 
     @classmethod
     def from_state(cls, state: Any, n: int) -> Ledger:
