@@ -48,7 +48,8 @@ SCHEDULES = ("tuned", "constant", "sqrt")
 DEFAULT_SCHEDULE = "tuned"
 DEFAULT_GAMMA = 0.5
 DEFAULT_HORIZON = 100
-DEFAULT_THRESHOLD = 1.0
+DEFAULT_THRESHOLD = 0.1
+PAPER_THRESHOLD = 1.0
 STATE_VERSION = 1
 _SUM_TOLERANCE = 1e-6
 
@@ -94,10 +95,10 @@ class Schedule:
 
     @classmethod
     def from_state(cls, state: Any) -> Schedule:
-        """A saved schedule; one saved before thresholds existed has the paper's threshold 1."""
+        """A saved schedule; one saved before thresholds existed ran with the paper's threshold 1."""
         if not isinstance(state, dict) or not {"name", "gamma", "horizon"} <= set(state) <= _SCHEDULE_KEYS:
             raise ConfigError(f"schedule state must have keys name, gamma, horizon (and threshold); got {state!r}")
-        return cls(state["name"], state["gamma"], state["horizon"], state.get("threshold", DEFAULT_THRESHOLD))
+        return cls(state["name"], state["gamma"], state["horizon"], state.get("threshold", PAPER_THRESHOLD))
 
 
 _SCHEDULE_KEYS = {"name", "gamma", "horizon", "threshold"}
@@ -129,6 +130,11 @@ class Ledger:
     @property
     def excess(self) -> float:
         return self.mixed - min(self.experts) if self.experts else 0.0
+
+    @property
+    def experts_mean(self) -> float:
+        """Uniform mixing's risk on the same cases: the mean of the experts'."""
+        return sum(self.experts) / len(self.experts) if self.experts else 0.0
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -189,8 +189,9 @@ def run_once(
     window: int = 32,
     sharing: int = 2,
     keep_promises: bool = False,
+    arrivals: Sequence[tuple[float, Workflow]] | None = None,
 ) -> Run:
-    """Replay the section 4.4 mix once."""
+    """Replay the section 4.4 mix once (all at time 0), or workflows arriving at the given times."""
     profiles = shipped_profiles()
 
     def sizer(workflow: Workflow, stage: Stage) -> tuple[float, float]:
@@ -199,11 +200,11 @@ def run_once(
 
     runs = WorkflowRuns(sizer)
     first: list[Job] = []
-    for workflow in paper_mix(repeats):
+    for at, workflow in arrivals if arrivals is not None else [(0.0, w) for w in paper_mix(repeats)]:
         sized = Workflow(
             workflow.name, workflow.app, workflow.cores, requested_memory(workflow, profiles), workflow.stages
         )
-        first += runs.submit(sized, 0.0)
+        first += runs.submit(sized, at)
     cluster = Cluster(
         nodes=size // CORES_PER_NODE,
         cores_per_node=CORES_PER_NODE,

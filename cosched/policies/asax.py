@@ -52,7 +52,7 @@ LEARNERS = ("class", "app", "stage", "shared")
 all, whose experts still tell classes apart by their features (CPU%, Mem%, stage type). docs/asax.md
 has the measurement that chose the default."""
 
-DEFAULT_LEARNER = "class"
+DEFAULT_LEARNER = "app"
 
 
 @dataclass(slots=True)
