@@ -77,17 +77,25 @@ class Stretch:
     speed: float
 
 
-def shared_speed(alone_cpus: float, shared_cpus: float | None, shared_quota: float) -> float:
+def shared_speed(alone_cpus: float, shared_cpus: float | None, shared_quota: float, cores: float) -> float:
     """A lender's speed while it lent, relative to alone, in [0, 1].
 
     `alone_cpus` are the CPUs it kept busy before lending; `shared_cpus` those it kept busy
     while lending (None if no sample fell in the lending: then the quota it kept stands in,
     the least it lost). A lender that used no CPU alone has nothing for a lending to slow.
+    A lender that used more while lending than alone, and all the quota it kept, has grown
+    (an idle phase, then a busy one): its need is taken as all its `cores`, the cautious guess.
     """
+    if shared_cpus is not None and shared_cpus > alone_cpus and shared_cpus >= THROTTLED * shared_quota:
+        alone_cpus = cores
     if alone_cpus <= 0:
         return 1.0
     busy = shared_cpus if shared_cpus is not None else shared_quota
     return min(1.0, max(0.0, busy / alone_cpus))
+
+
+THROTTLED = 0.95
+"""A job that used this share of its quota or more was held back by it."""
 
 
 def paced_runtime_alone(runtime: float, stretches: Iterable[Stretch]) -> float:

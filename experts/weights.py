@@ -322,6 +322,16 @@ class WeightBook:
             )
         return self._weights[app_class]
 
+    def rescheduled(self, schedule: Schedule) -> WeightBook:
+        """This book with `schedule` for every learner, old and new (the daemon's configured one wins over a
+        saved one). A round whose risk already passes a lowered threshold ends now."""
+        self.schedule = schedule
+        for weights in self._weights.values():
+            weights.schedule = schedule
+            if weights.r.max() > schedule.threshold:
+                weights.update()
+        return self
+
     def classes(self) -> list[str]:
         """Classes seen so far, sorted."""
         return sorted(self._weights)

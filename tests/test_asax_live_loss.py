@@ -84,10 +84,11 @@ def test_a_lender_whose_kind_ran_alone_is_held_against_that_runtime() -> None:
 
 
 def test_the_pace_estimate_counts_only_the_time_lent_at_the_speed_measured() -> None:
-    assert shared_speed(4.0, 2.0, 2.0) == 0.5
-    assert shared_speed(4.0, None, 3.0) == 0.75  # no sample in the lending: the quota it kept
-    assert shared_speed(1.0, 1.5, 2.0) == 1.0  # busier than alone: not faster than alone
-    assert shared_speed(0.0, 0.0, 1.0) == 1.0  # an idle lender loses nothing
+    assert shared_speed(4.0, 2.0, 2.0, 4) == 0.5  # a CPU-bound lender throttled to half its cores
+    assert shared_speed(4.0, None, 3.0, 4) == 0.75  # no sample in the lending: the quota it kept
+    assert shared_speed(1.0, 1.5, 2.0, 4) == 1.0  # busier than alone, quota to spare: not slowed
+    assert shared_speed(0.0, 0.0, 1.0, 4) == 1.0  # an idle lender loses nothing
+    assert shared_speed(0.1, 2.0, 2.0, 4) == 0.5  # idle when asked, then held to its quota: it grew
     stretches = [Stretch(10.0, 60.0, 0.5), Stretch(100.0, 120.0, 0.75)]
     assert paced_runtime_alone(200.0, stretches) == pytest.approx(200.0 - 25.0 - 5.0)
 

@@ -63,6 +63,9 @@ default. Example (every key, with its default)::
     loss = "live"                 # slowdown vs the runtime alone of its kind; or "walltime" (section 3.2)
     min_guest_share = 0.5
     experts = ""                  # an expert set JSON file ("" = the shipped experts)
+    learner = "app"               # weights per application; or "class", "stage", "shared"
+    round_threshold = 0.1         # a round's risk that moves the weights (1 in the paper)
+    horizon = 100                 # rounds per learner the step size gamma is tuned for
 """
 
 from __future__ import annotations
@@ -158,6 +161,9 @@ class PolicySection:
     loss: str = "live"
     min_guest_share: float = 0.5
     experts: str = ""
+    learner: str = "app"
+    round_threshold: float = 0.1
+    horizon: int = 100
 
 
 @dataclass(frozen=True)
