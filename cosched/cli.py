@@ -136,10 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     asax.add_argument(
         "--loss",
-        choices=["degradation", "live", "walltime"],
-        default="degradation",
-        help="how lendings are scored: slowdown vs the true runtime alone (replay's oracle, the default), "
-        "vs the runtime alone learned per kind (what the daemon uses), or walltime overrun",
+        choices=["live", "degradation", "walltime"],
+        default="live",
+        help="how lendings are scored: slowdown vs the runtime alone as a live scheduler knows it (the "
+        "daemon's, the default), vs the true runtime alone (replay's oracle, for ablations), or walltime overrun",
     )
     asax.add_argument(
         "--keep-promises",

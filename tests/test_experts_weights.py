@@ -310,3 +310,14 @@ def test_a_state_saved_before_thresholds_and_ledgers_loads_with_the_papers_thres
     assert w.schedule.threshold == 1.0 and w.ledger.cases == 0
     restored = ExponentialWeights.from_state(json.loads(json.dumps(w.to_state())))
     assert restored.ledger == w.ledger
+
+
+def test_a_saved_book_takes_the_configured_schedule_and_closes_a_round_past_it() -> None:
+    book = WeightBook(2, Schedule(**PAPER))
+    blast = book.get("blast")
+    blast.observe(TWO, 0, 0.5)  # r = (0.4, 0.15): open under threshold 1
+    restored = WeightBook.from_state(json.loads(json.dumps(book.to_state()))).rescheduled(Schedule(threshold=0.1))
+    moved = restored.get("blast")
+    assert moved.schedule.threshold == 0.1 and moved.t == 1 and moved.r.tolist() == [0.0, 0.0]
+    assert moved.alpha[0] < 0.5  # the round that passed the new threshold was closed
+    assert restored.get("new").schedule.threshold == 0.1

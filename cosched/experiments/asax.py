@@ -166,10 +166,10 @@ def requested_memory(workflow: Workflow, profiles: dict[str, StageProfile]) -> i
     return min(PAPER_MEMORY_PER_CORE, math.ceil(used * MEMORY_HEADROOM * PAPER_MEMORY_PER_CORE))
 
 
-def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5, loss: str = "degradation") -> CoschedulePolicy:
-    """The section 4.4 experiment scores lendings by the slowdown against each stage's true
-    runtime alone (`degradation`, an oracle only replay has); `live` learns that runtime
-    per kind from the stages that ran alone, as the daemon must."""
+def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5, loss: str = "live") -> CoschedulePolicy:
+    """ASAx scores lendings as the daemon does (`live`: the runtime alone of the lender's kind, else
+    its own pace); `degradation` holds each stage against its true runtime alone, an oracle only
+    replay has, kept for ablations."""
     if strategy == "slurm":
         return SpaceSharing()
     if strategy == "static":
@@ -250,7 +250,7 @@ def run_experiment(
     repeats: int = 3,
     min_guest_share: float = 0.5,
     keep_promises: bool = False,
-    loss: str = "degradation",
+    loss: str = "live",
 ) -> Experiment:
     experiment = Experiment()
     for size in sizes:

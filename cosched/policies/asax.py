@@ -290,7 +290,9 @@ class ASAx(CoschedulePolicy):
             Stretch(
                 item.decision.time,
                 item.until or job.end,
-                shared_speed(item.busy_then if alone is None else alone, item.shared_busy, item.shared_quota, job.cores),
+                shared_speed(
+                    item.busy_then if alone is None else alone, item.shared_busy, item.shared_quota, job.cores
+                ),
             )
             for item in pending
         ]
