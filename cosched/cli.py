@@ -131,8 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     asax.add_argument(
         "--min-guest-share",
         type=float,
-        default=0.5,
-        help="ASAx refuses lendings that give a guest less than this share of its cores",
+        help="ASAx refuses lendings that give a guest less than this share of its cores (default 0.6)",
     )
     asax.add_argument(
         "--loss",
@@ -159,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         "asax-long", help="ASAx over a long horizon: workflows arriving over time, learning against fixed mixtures"
     )
     long.add_argument("--size", type=_positive, default=128, help="cluster size in cores (a multiple of 8, >= 64)")
-    long.add_argument("--workflows", type=_positive, default=600, help="workflows arriving, per seed")
+    long.add_argument("--workflows", type=_positive, default=1000, help="workflows arriving, per seed")
     long.add_argument("--load", type=float, default=0.9, help="offered work over the cluster's cores")
     long.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (arrivals and ASAx's sampling)")
     long.add_argument(
@@ -210,19 +209,21 @@ def _int_list(text: str) -> list[int]:
 def _experiment_asax(args: argparse.Namespace) -> int:
     from cosched.experiments import asax_report
     from cosched.experiments.asax import run_experiment
+    from cosched.policies.asax import DEFAULT_GUEST_SHARE
 
     if args.real:
         return experiment_real(args)
     bad = [s for s in args.sizes if s % 8 or s < 64]
     if bad:
         raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
-    if not 0.0 <= args.min_guest_share <= 1.0:
-        raise ConfigError(f"--min-guest-share must be in [0, 1], got {args.min_guest_share}")
+    share = DEFAULT_GUEST_SHARE if args.min_guest_share is None else args.min_guest_share
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"--min-guest-share must be in [0, 1], got {share}")
     experiment = run_experiment(
         args.sizes,
         args.seeds,
         repeats=args.repeats or 3,
-        min_guest_share=args.min_guest_share,
+        min_guest_share=share,
         keep_promises=args.keep_promises,
         loss=args.loss,
     )

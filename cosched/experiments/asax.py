@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from cosched.interference import StageProfile, runtime_alone, shipped_profiles
 from cosched.model import Cluster, Job
-from cosched.policies.asax import ASAx
+from cosched.policies.asax import DEFAULT_GUEST_SHARE, ASAx
 from cosched.policies.base import CoschedulePolicy
 from cosched.policies.cosched import SpaceSharing, Static
 from cosched.replay.driver import PolicySet, ReplayResult, replay
@@ -166,7 +166,9 @@ def requested_memory(workflow: Workflow, profiles: dict[str, StageProfile]) -> i
     return min(PAPER_MEMORY_PER_CORE, math.ceil(used * MEMORY_HEADROOM * PAPER_MEMORY_PER_CORE))
 
 
-def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5, loss: str = "live") -> CoschedulePolicy:
+def make_policy(
+    strategy: str, seed: int, min_guest_share: float = DEFAULT_GUEST_SHARE, loss: str = "live"
+) -> CoschedulePolicy:
     """ASAx scores lendings as the daemon does (`live`: the runtime alone of the lender's kind, else
     its own pace); `degradation` holds each stage against its true runtime alone, an oracle only
     replay has, kept for ablations."""
@@ -248,7 +250,7 @@ def run_experiment(
     seeds: Sequence[int] = (1, 2, 3),
     strategies: Sequence[str] = STRATEGIES,
     repeats: int = 3,
-    min_guest_share: float = 0.5,
+    min_guest_share: float = DEFAULT_GUEST_SHARE,
     keep_promises: bool = False,
     loss: str = "live",
 ) -> Experiment:

@@ -43,7 +43,7 @@ from experts.weights import Schedule, WeightBook
 from workloads.workflows import APPS, MIX_CORES, Workflow, paper_workflows
 
 SIZE = 128
-WORKFLOWS = 600
+WORKFLOWS = 1000
 LOAD = 0.9
 
 

@@ -206,7 +206,7 @@ def goals(experiment: LongExperiment) -> list[tuple[str, str, bool]]:
     away = [row for row in hurt if float(row["lent, final"]) < float(row["lent, uniform"])]
     out.append(
         (
-            "learners that hurt (mean loss above the mean) moved away from lending",
+            "(learner, seed) pairs that hurt (mean loss above the mean) moved away from lending",
             f"{len(away)} of {len(hurt)}",
             bool(hurt) and len(away) == len(hurt),
         )

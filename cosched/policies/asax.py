@@ -54,6 +54,10 @@ has the measurement that chose the default."""
 
 DEFAULT_LEARNER = "app"
 
+DEFAULT_GUEST_SHARE = 0.6
+"""The least share of its cores a guest is lent: the smallest that kept workflow degradation within
+5% at every size of the paper's experiment (docs/results.md has the sweep)."""
+
 
 @dataclass(slots=True)
 class LendingDecision:
@@ -122,7 +126,7 @@ class ASAx(CoschedulePolicy):
         loss: str = "live",
         schedule: Schedule | None = None,
         weights: WeightBook | None = None,
-        min_guest_share: float = 0.5,
+        min_guest_share: float = DEFAULT_GUEST_SHARE,
         learner: str = DEFAULT_LEARNER,
     ) -> None:
         if not 0.0 <= min_guest_share <= 1.0:
