@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     long.add_argument("--compare-experts", type=Path, help="also run ASAx with this expert set and compare")
     long.add_argument("--horizon", type=_positive, help="rounds the tuned gamma is chosen for (default 100)")
     long.add_argument("--round-threshold", type=float, help="risk that ends a round, in (0, 1] (default 0.1)")
+    long.add_argument(
+        "--keep-promises", action="store_true", help="a guest never holds cores a backfill reservation counts on"
+    )
     long.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     long.set_defaults(handler=_experiment_asax_long)
 
@@ -269,7 +272,13 @@ def _experiment_asax_long(args: argparse.Namespace) -> int:
         threshold=DEFAULT_THRESHOLD if args.round_threshold is None else args.round_threshold,
     )
     experts = _load_experts(args.experts)
-    common = {"size": args.size, "workflows": args.workflows, "load": args.load, "schedule": schedule}
+    common = {
+        "size": args.size,
+        "workflows": args.workflows,
+        "load": args.load,
+        "schedule": schedule,
+        "keep_promises": args.keep_promises,
+    }
     experiment = run_long(args.seeds, experts=experts, learners=learners, **common)
     for part in (report.outcomes(experiment), report.theorem(experiment), report.learners(experiment)):
         print(part, end="\n\n")

@@ -70,8 +70,9 @@ def test_learning_stays_within_theorem_1_and_moves_weights(small: LongExperiment
     assert g.best_per_learner <= min(g.experts.values()) + 1e-9
     assert g.excess == pytest.approx(g.asax - g.best_per_learner)
     assert g.excess <= g.bound
-    moved = [row for row in class_moves(small.select("asax")[0]) if int(row["updates"]) > 0]
-    assert moved and all(row["lent, final"] != row["lent, uniform"] for row in moved)
+    moved = [move for move in class_moves(small.select("asax")[0]) if move.updates > 0]
+    assert moved and all(move.lent_final != move.lent_uniform for move in moved)
+    assert class_moves(small.select("slurm")[0]) == []
 
 
 def test_oracle_lends_from_an_idle_stage_not_from_a_cpu_bound_one() -> None:

@@ -201,35 +201,50 @@ def regret(run: Run) -> Regret | None:
     )
 
 
-def class_moves(run: Run) -> list[dict[str, float | str]]:
-    """Per learner: how much it lent and lost, and how much its mixture would lend in the states it
-    saw, with uniform weights and with its final weights (the weights moving from lending experts)."""
+@dataclass(frozen=True, slots=True)
+class LearnerMove:
+    """One learner over a run: what it lent and lost, and where its weights went."""
+
+    learner: str
+    decisions: int
+    lendings: int
+    mean_loss: float
+    updates: int
+    lent_uniform: float
+    """Mean lent fraction of its mixture with uniform weights, in the states it decided in."""
+    lent_final: float
+    """The same with its final weights: below `lent_uniform` once it moved from the lending experts."""
+    alpha: tuple[float, ...]
+
+
+def class_moves(run: Run) -> list[LearnerMove]:
+    """Per learner of an ASAx run (none for another strategy)."""
     policy = run.policy
     if not isinstance(policy, ASAx):
         return []
-    fractions = policy.fractions
     by_learner: dict[str, list[LendingDecision]] = {}
     for d in policy.decisions:
         if d.executed:
             by_learner.setdefault(d.learner, []).append(d)
-    rows = []
+    moves = []
     for learner, decisions in sorted(by_learner.items()):
         weights = policy.book.get(learner)
         dists = np.array([d.distributions for d in decisions])  # (decisions, n, m)
-        per_expert = (dists @ fractions).mean(axis=0)  # expected lent fraction of each expert
-        lent = [d for d in decisions if d.fraction > 0 and d.loss is not None]
-        rows.append(
-            {
-                "learner": learner,
-                "decisions": len(decisions),
-                "lendings": len(lent),
-                "mean loss": statistics.fmean(d.loss or 0.0 for d in lent) if lent else 0.0,
-                "updates": weights.t,
-                "lent, uniform": float(per_expert.mean()),
-                "lent, final": float(weights.alpha @ per_expert),
-            }
+        per_expert = (dists @ policy.fractions).mean(axis=0)  # expected lent fraction of each expert
+        lent = [d.loss or 0.0 for d in decisions if d.fraction > 0 and d.loss is not None]
+        moves.append(
+            LearnerMove(
+                learner,
+                len(decisions),
+                len(lent),
+                statistics.fmean(lent) if lent else 0.0,
+                weights.t,
+                float(per_expert.mean()),
+                float(weights.alpha @ per_expert),
+                tuple(float(a) for a in weights.alpha),
+            )
         )
-    return rows
+    return moves
 
 
 def mean(values: Sequence[float]) -> float:

@@ -54,12 +54,13 @@ def outcomes(experiment: LongExperiment) -> str:
         lent = [len(lendings(r)) for r in runs]
         oracle = [oracle_loss(r) for r in runs]
         overall = [r.overall() for r in runs]
+        asax = isinstance(runs[0].policy, ASAx)  # Static's lendings are not scored
         rows.append(
             {
                 "strategy": label(strategy),
-                "lendings": round(mean(lent)),
-                "learned loss": f"{mean([learned_loss(r) for r in runs]):.1f}",
-                "true loss": _spread(oracle, 1),
+                "lendings": round(mean(lent)) if asax else "-",
+                "learned loss": f"{mean([learned_loss(r) for r in runs]):.1f}" if asax else "-",
+                "true loss": _spread(oracle, 1) if asax else "-",
                 "true loss per lending": f"{sum(oracle) / sum(lent):.3f}" if sum(lent) else "-",
                 "wait h": _spread([o["wait_h"] for o in overall]),
                 "response h": _spread([o["response_h"] for o in overall]),
@@ -109,16 +110,21 @@ def theorem(experiment: LongExperiment, strategy: str = "asax") -> str:
 def learners(experiment: LongExperiment) -> str:
     """The first seed's learning run, per learner: how much it lent and lost, and how its mixture moved."""
     runs = experiment.select("asax")
-    if not runs:
+    if not runs or not isinstance(runs[0].policy, ASAx):
         return ""
+    names = runs[0].policy.experts.names
     rows = [
         {
-            **row,
-            "mean loss": f"{row['mean loss']:.3f}",
-            "lent, uniform": f"{100 * float(row['lent, uniform']):.1f}%",
-            "lent, final": f"{100 * float(row['lent, final']):.1f}%",
+            "learner": move.learner,
+            "decisions": move.decisions,
+            "lendings": move.lendings,
+            "mean loss": f"{move.mean_loss:.3f}",
+            "updates": move.updates,
+            "lent, uniform": f"{100 * move.lent_uniform:.1f}%",
+            "lent, final": f"{100 * move.lent_final:.1f}%",
+            "final weights": " ".join(f"{name} {a:.2f}" for name, a in zip(names, move.alpha, strict=True)),
         }
-        for row in class_moves(runs[0])
+        for move in class_moves(runs[0])
     ]
     return format_table(
         rows,
@@ -200,10 +206,10 @@ def goals(experiment: LongExperiment) -> list[tuple[str, str, bool]]:
         ours = mean([oracle_loss(r) for r in runs])
         theirs = mean([oracle_loss(r) for r in uniform_runs])
         out.append(("ASAx's true loss below uniform mixing's (own runs)", f"{ours:.1f} vs {theirs:.1f}", ours < theirs))
-    moves = [row for r in runs for row in class_moves(r) if row["lendings"]]
-    overall = mean([float(row["mean loss"]) for row in moves])
-    hurt = [row for row in moves if float(row["mean loss"]) > overall and int(row["updates"]) > 0]
-    away = [row for row in hurt if float(row["lent, final"]) < float(row["lent, uniform"])]
+    moves = [move for r in runs for move in class_moves(r) if move.lendings]
+    overall = mean([move.mean_loss for move in moves])
+    hurt = [move for move in moves if move.mean_loss > overall and move.updates > 0]
+    away = [move for move in hurt if move.lent_final < move.lent_uniform]
     out.append(
         (
             "(learner, seed) pairs that hurt (mean loss above the mean) moved away from lending",

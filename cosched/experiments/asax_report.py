@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cosched.experiments.asax import APPS, PAPER_TABLE2, PAPER_TABLE3, Experiment, Run
-from cosched.policies.asax import ASAx, LendingDecision, loss_outcome
+from cosched.policies.asax import ASAx, loss_outcome
 from cosched.report import format_table
 from experts.features import JobFeatures
 from experts.loss import degradation_loss
@@ -138,7 +138,7 @@ def learning(experiment: Experiment) -> str:
         if not policies:
             continue
         lent = [d for p in policies for d in p.decisions if d.executed and d.fraction > 0]
-        errors = [abs(d.loss - true) for d, true in _true_losses(experiment, size) if d.note.startswith("its own pace")]
+        errors = [abs(loss - true) for loss, note, true in _true_losses(experiment, size) if note.startswith("its own")]
         rows.append(
             {
                 "size": size,
@@ -157,8 +157,9 @@ def learning(experiment: Experiment) -> str:
     )
 
 
-def _true_losses(experiment: Experiment, size: int) -> list[tuple[LendingDecision, float]]:
-    """Each scored lending of the ASAx runs beside its lender's slowdown against its true runtime alone."""
+def _true_losses(experiment: Experiment, size: int) -> list[tuple[float, str, float]]:
+    """Each scored lending of the ASAx runs: its loss, how it was found, and its lender's slowdown
+    against its true runtime alone."""
     out = []
     for run in experiment.select(size, "asax"):
         jobs = {j.id: j for j in run.jobs}
@@ -166,7 +167,7 @@ def _true_losses(experiment: Experiment, size: int) -> list[tuple[LendingDecisio
         for d in run.policy.decisions:
             if d.executed and d.fraction > 0 and d.loss is not None:
                 host = jobs[d.host]
-                out.append((d, degradation_loss(host.end - host.start, host.runtime or host.walltime)))
+                out.append((d.loss, d.note, degradation_loss(host.end - host.start, host.runtime or host.walltime)))
     return out
 
 
