@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
@@ -27,6 +27,9 @@ from cosched.replay.study import (
     run_study,
 )
 from cosched.workload_commands import add_real_options, add_workload_commands, experiment_real
+
+if TYPE_CHECKING:
+    from experts.tree import ExpertSet
 
 DEFAULT_COMPARISON = "fcfs:easy,fcfs:easy:actual,sjf:easy,sjf:easy:actual,wfp3:easy,f1:easy"
 SUMMARY_COLUMNS = ("jobs", "mean_wait", "mean_response", "mean_bsld", "bsld_p99", "utilization", "mean_queue_length")
@@ -128,24 +131,51 @@ def build_parser() -> argparse.ArgumentParser:
     asax.add_argument(
         "--min-guest-share",
         type=float,
-        default=0.5,
-        help="ASAx refuses lendings that give a guest less than this share of its cores",
+        help="ASAx refuses lendings that give a guest less than this share of its cores (default 0.6)",
     )
     asax.add_argument(
         "--loss",
-        choices=["degradation", "live", "walltime"],
-        default="degradation",
-        help="how lendings are scored: slowdown vs the true runtime alone (replay's oracle, the default), "
-        "vs the runtime alone learned per kind (what the daemon uses), or walltime overrun",
+        choices=["live", "degradation", "walltime"],
+        default="live",
+        help="how lendings are scored: slowdown vs the runtime alone as a live scheduler knows it (the "
+        "daemon's, the default), vs the true runtime alone (replay's oracle, for ablations), or walltime overrun",
     )
     asax.add_argument(
         "--keep-promises",
         action="store_true",
         help="a guest never holds cores EASY's reservation counts on (the daemon's default; the paper had none)",
     )
+    asax.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also sweep an oracle that knows every stage's interference: the most lending gains within 5%%",
+    )
     asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     add_real_options(asax)
     asax.set_defaults(handler=_experiment_asax)
+
+    long = which.add_parser(
+        "asax-long", help="ASAx over a long horizon: workflows arriving over time, learning against fixed mixtures"
+    )
+    long.add_argument("--size", type=_positive, default=128, help="cluster size in cores (a multiple of 8, >= 64)")
+    long.add_argument("--workflows", type=_positive, default=1000, help="workflows arriving, per seed")
+    long.add_argument("--load", type=float, default=0.9, help="offered work over the cluster's cores")
+    long.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (arrivals and ASAx's sampling)")
+    long.add_argument(
+        "--learners",
+        type=_name_list,
+        default=None,
+        help="compare learners: comma-separated from class, app, stage, shared (default: ASAx's default only)",
+    )
+    long.add_argument("--experts", type=Path, help="expert set (JSON) instead of the shipped one")
+    long.add_argument("--compare-experts", type=Path, help="also run ASAx with this expert set and compare")
+    long.add_argument("--horizon", type=_positive, help="rounds the tuned gamma is chosen for (default 100)")
+    long.add_argument("--round-threshold", type=float, help="risk that ends a round, in (0, 1] (default 0.1)")
+    long.add_argument(
+        "--keep-promises", action="store_true", help="a guest never holds cores a backfill reservation counts on"
+    )
+    long.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
+    long.set_defaults(handler=_experiment_asax_long)
 
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
     xp.add_argument("job", type=_non_negative, help="job id")
@@ -182,19 +212,21 @@ def _int_list(text: str) -> list[int]:
 def _experiment_asax(args: argparse.Namespace) -> int:
     from cosched.experiments import asax_report
     from cosched.experiments.asax import run_experiment
+    from cosched.policies.asax import DEFAULT_GUEST_SHARE
 
     if args.real:
         return experiment_real(args)
     bad = [s for s in args.sizes if s % 8 or s < 64]
     if bad:
         raise ConfigError(f"cluster sizes must be multiples of 8 cores, at least 64 (the largest job): {bad}")
-    if not 0.0 <= args.min_guest_share <= 1.0:
-        raise ConfigError(f"--min-guest-share must be in [0, 1], got {args.min_guest_share}")
+    share = DEFAULT_GUEST_SHARE if args.min_guest_share is None else args.min_guest_share
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"--min-guest-share must be in [0, 1], got {share}")
     experiment = run_experiment(
         args.sizes,
         args.seeds,
         repeats=args.repeats or 3,
-        min_guest_share=args.min_guest_share,
+        min_guest_share=share,
         keep_promises=args.keep_promises,
         loss=args.loss,
     )
@@ -205,10 +237,74 @@ def _experiment_asax(args: argparse.Namespace) -> int:
     print(asax_report.format_goals(asax_report.goals(experiment)))
     print()
     print(asax_report.learning(experiment))
+    if args.ceiling:
+        from cosched.experiments.asax_ceiling import format_ceiling, sweep
+
+        sweeps = {size: sweep(size, experiment.select(size, "slurm")[0]) for size in args.sizes}
+        print()
+        print(format_ceiling(experiment, sweeps))
     if args.out:
         for path in asax_report.write_outputs(experiment, args.out):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _name_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _experiment_asax_long(args: argparse.Namespace) -> int:
+    from cosched.experiments import asax_long_report as report
+    from cosched.experiments.asax_long import run_long
+    from cosched.policies.asax import DEFAULT_LEARNER, LEARNERS
+    from experts.weights import DEFAULT_HORIZON, DEFAULT_THRESHOLD, Schedule
+
+    if args.size % 8 or args.size < 64:
+        raise ConfigError(f"--size must be a multiple of 8 cores, at least 64 (the largest job): {args.size}")
+    if not 0 < args.load <= 2:
+        raise ConfigError(f"--load must be in (0, 2], got {args.load}")
+    learners = args.learners or [DEFAULT_LEARNER]
+    unknown = [name for name in learners if name not in LEARNERS]
+    if unknown:
+        raise ConfigError(f"unknown learner {unknown[0]!r}; known: {', '.join(LEARNERS)}")
+    schedule = Schedule(
+        horizon=args.horizon or DEFAULT_HORIZON,
+        threshold=DEFAULT_THRESHOLD if args.round_threshold is None else args.round_threshold,
+    )
+    experts = _load_experts(args.experts)
+    common = {
+        "size": args.size,
+        "workflows": args.workflows,
+        "load": args.load,
+        "schedule": schedule,
+        "keep_promises": args.keep_promises,
+    }
+    experiment = run_long(args.seeds, experts=experts, learners=learners, **common)
+    for part in (report.outcomes(experiment), report.theorem(experiment), report.learners(experiment)):
+        print(part, end="\n\n")
+    if len(learners) > 1:
+        print(report.learner_comparison(experiment), end="\n\n")
+    print(report.format_goals(report.goals(experiment)))
+    if args.compare_experts:
+        other = run_long(
+            args.seeds, experts=_load_experts(args.compare_experts), strategies=["slurm", "asax"], **common
+        )
+        print()
+        print(report.compare_experts(experiment, other, args.compare_experts.name))
+    if args.out:
+        for path in report.write_outputs(experiment, args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _load_experts(path: Path | None) -> ExpertSet | None:
+    from experts.tree import ExpertSet
+
+    if path is None:
+        return None
+    if not path.is_file():
+        raise ConfigError(f"expert set not found: {path}")
+    return ExpertSet.load(str(path))
 
 
 def _explain(args: argparse.Namespace) -> int:

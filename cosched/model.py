@@ -91,13 +91,16 @@ class Usage:
     `cpu` is the CPU it used over the CPU it was granted (its quota), so a job
     throttled by a small quota reads as busy, not idle: what matters for lending
     is whether it has granted CPU to spare. `mem` is the fraction of its memory
-    in use; `tasks_done` counts finished tasks.
+    in use; `tasks_done` counts finished tasks. `quota` is the CPU quota `cpu`
+    is a share of (0 when the backend did not say), so `cpu * quota` are the
+    CPUs it kept busy even after its quota changed.
     """
 
     cpu: float
     mem: float
     tasks_done: int
     at: float
+    quota: float = 0.0
 
 
 class Allocation(StrEnum):

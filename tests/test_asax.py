@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 import statistics
 from collections import defaultdict
+from types import SimpleNamespace
 
 import pytest
 
 from cosched.errors import ConfigError
 from cosched.experiments.asax import APPS, Experiment, run_once
-from cosched.model import Cluster, Job
-from cosched.policies.asax import ASAx
+from cosched.model import Cluster, Job, JobState, Usage
+from cosched.policies.asax import LEARNERS, ASAx
 from cosched.replay.driver import PolicySet, replay
 from experts.weights import Schedule
 
@@ -166,3 +167,27 @@ def test_asax_keeps_memory_heavy_synthetic_out_of_sharing(small_experiment: Expe
     for d in run.policy.decisions:
         per_class[d.app_class.split(".")[0]].append(d.fraction)
     assert statistics.fmean(per_class["statistics"]) > 0
+
+
+def test_learners_key_the_weights_by_class_app_stage_or_one_for_all() -> None:
+    job = Job(id=1, submit=0.0, cores=4, walltime=10.0, stage="blast.blastn", parallel=True)
+    keys = {learner: ASAx(learner=learner).learner_of(job) for learner in LEARNERS}
+    assert keys == {"class": "blast.blastn", "app": "blast", "stage": "parallel", "shared": "all"}
+    with pytest.raises(ConfigError, match="unknown ASAx learner"):
+        ASAx(learner="job")
+
+
+def test_a_lender_is_judged_only_on_a_sample_under_its_current_quota() -> None:
+    """A guest whose host just ended has its full quota back, but its last sample is of the
+    throttled guest it was: neither its CPU% nor its pace alone can be read from it."""
+    policy = ASAx(seed=1, min_guest_share=0.0)
+    host = Job(id=1, submit=0.0, cores=4, walltime=100.0, stage="x")
+    host.start, host.quota, host.state = 0.0, 4.0, JobState.RUNNING
+    host.usage = Usage(1.0, 0.1, 0, 5.0, quota=2.0)  # measured as a guest on 2 CPUs
+    guest = Job(id=2, submit=0.0, cores=2, walltime=100.0, stage="y")
+    assert policy.candidates(guest, [host] * 64) == []
+    view = SimpleNamespace(now=10.0)
+    assert policy.lend(view, guest, [host]) is None and not policy.decisions  # type: ignore[arg-type]
+    host.usage = Usage(0.5, 0.1, 0, 10.0, quota=4.0)
+    policy.lend(view, guest, [host])  # type: ignore[arg-type]
+    assert len(policy.decisions) == 1

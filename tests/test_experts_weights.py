@@ -23,8 +23,12 @@ def test_starts_uniform_and_mixes_with_alpha() -> None:
     assert w.mix(TWO) == pytest.approx([0.55, 0.45])
 
 
+PAPER = {"threshold": 1.0}
+"""Algorithm 1 as printed: a round ends once some risk passes 1."""
+
+
 def test_no_update_while_max_risk_at_most_one_then_exact_update() -> None:
-    w = ExponentialWeights(2, Schedule("constant", gamma=1.0))
+    w = ExponentialWeights(2, Schedule("constant", gamma=1.0, **PAPER))
     # decision 1: action 0, loss 1.0 -> r = (0.8 * 1.0, 0.3 * 1.0) = (0.8, 0.3); max 0.8 <= 1: no update
     assert w.observe(TWO, 0, 1.0) is False
     assert w.r.tolist() == pytest.approx([0.8, 0.3])
@@ -40,7 +44,7 @@ def test_no_update_while_max_risk_at_most_one_then_exact_update() -> None:
 
 
 def test_risk_exactly_one_does_not_trigger() -> None:
-    w = ExponentialWeights(2, Schedule("constant", gamma=1.0))
+    w = ExponentialWeights(2, Schedule("constant", gamma=1.0, **PAPER))
     dists = np.array([[1.0, 0.0], [0.5, 0.5]])
     assert w.observe(dists, 0, 1.0) is False  # r = (1.0, 0.5): "while max r <= 1" keeps going
     assert w.observe(dists, 1, 1.0) is False  # r = (1.0, 1.0)
@@ -59,10 +63,17 @@ def test_zero_loss_never_updates() -> None:
 def test_schedules() -> None:
     assert Schedule("constant", gamma=0.3).gamma_at(7, n=4) == 0.3
     assert Schedule("sqrt", gamma=0.6).gamma_at(4, n=4) == pytest.approx(0.3)  # 0.6 / sqrt(4)
-    tuned = Schedule("tuned", horizon=50)
+    tuned = Schedule("tuned", horizon=50, **PAPER)
     assert tuned.gamma_at(1, n=4) == pytest.approx(math.sqrt(2 * math.log(4) / 50))
     assert tuned.gamma_at(1000, n=4) == tuned.gamma_at(1, n=4)  # constant
-    assert Schedule().name == "tuned"
+    # A round's risk stays below threshold + 1: Hoeffding's term is gamma^2 (1.1)^2 / 8 at 0.1.
+    assert Schedule("tuned", horizon=50, threshold=0.1).gamma_at(1, n=4) == pytest.approx(
+        math.sqrt(math.log(4) / (50 * 1.1**2 / 8))
+    )
+    assert Schedule().name == "tuned" and Schedule().threshold == 0.1
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ConfigError, match="round threshold"):
+            Schedule(threshold=bad)
     with pytest.raises(ConfigError, match="unknown gamma schedule"):
         Schedule("linear")
     with pytest.raises(ConfigError, match="gamma"):
@@ -70,7 +81,7 @@ def test_schedules() -> None:
 
 
 def test_sqrt_schedule_uses_gamma_t_in_second_update() -> None:
-    w = ExponentialWeights(2, Schedule("sqrt", gamma=1.0))
+    w = ExponentialWeights(2, Schedule("sqrt", gamma=1.0, **PAPER))
     w.observe(TWO, 0, 1.0)
     w.observe(TWO, 0, 1.0)  # r = (1.6, 0.6) -> update 1 with gamma_1 = 1
     assert w.last_gamma == 1.0
@@ -127,7 +138,7 @@ def test_state_round_trip_through_json() -> None:
         ({"alpha": [0.5, 0.5, 0.0]}, "entries"),
         ({"alpha": [float("nan"), 1.0]}, "finite"),
         ({"r": [0.1, float("inf")]}, "finite"),
-        ({"r": [0.1, 1.5]}, r"\[0, 1\]"),
+        ({"r": [0.1, 0.5]}, r"\[0, 0.1\]"),
         ({"t": -1}, "t must be"),
         ({"version": 99}, "newer"),
         ({"schedule": {"name": "exp", "gamma": 1.0, "horizon": 10}}, "unknown gamma schedule"),
@@ -150,7 +161,8 @@ def excess_risk_and_bound(w: ExponentialWeights, rounds: int, decide: Decide, se
 
     E_t = sum_s sum_j sum_i alpha_{s-1,i} p_i(x_sj) l(a_sj)  -  min_* sum_s sum_j p_*(x_sj) l(a_sj),
     over the decisions of completed rounds; bound = gamma_t^-1 (ln n + 1/2 sum_s gamma_s^2), with the
-    gammas the learner actually used.
+    gammas the learner actually used (1/2 is Hoeffding's (threshold + 1)^2 / 8 at the paper's threshold
+    1; the learner's own threshold sets it). The learner's ledger must have counted the same sums.
     """
     rng = np.random.default_rng(seed)
     mixture_risk, expert_risk, gammas = 0.0, np.zeros(w.n), []
@@ -161,7 +173,12 @@ def excess_risk_and_bound(w: ExponentialWeights, rounds: int, decide: Decide, se
         if w.observe(dists, action, loss):
             gammas.append(w.last_gamma)
     g = np.array(gammas)
-    return mixture_risk - float(expert_risk.min()), (math.log(w.n) + 0.5 * float((g**2).sum())) / g[-1]
+    assert w.ledger.mixed == pytest.approx(mixture_risk)
+    assert w.ledger.experts == pytest.approx(expert_risk.tolist())
+    assert w.ledger.excess == pytest.approx(mixture_risk - float(expert_risk.min()))
+    bound = (math.log(w.n) + w.schedule.hoeffding * float((g**2).sum())) / g[-1]
+    assert w.bound() >= bound  # the learner's own bound also counts the round it just opened
+    return mixture_risk - float(expert_risk.min()), bound
 
 
 def random_sequence(w: ExponentialWeights, rng: np.random.Generator) -> tuple[np.ndarray, int, float]:
@@ -182,17 +199,23 @@ def punish_heaviest(w: ExponentialWeights, rng: np.random.Generator) -> tuple[np
     return FAVOURITES, int(np.argmax(FAVOURITES[heaviest])), 1.0
 
 
-SCHEDULES = [Schedule(), Schedule("constant", gamma=0.5), Schedule("constant", gamma=0.1)]
+SCHEDULES = [
+    Schedule(),
+    Schedule(**PAPER),
+    Schedule("constant", gamma=0.5),
+    Schedule("constant", gamma=0.5, **PAPER),
+    Schedule("constant", gamma=0.1),
+]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.name}-{s.gamma}")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.name}-{s.gamma}-{s.threshold}")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_theorem1_bound_random_losses(schedule: Schedule, seed: int) -> None:
     e, bound = excess_risk_and_bound(ExponentialWeights(4, schedule), 100, random_sequence, seed)
     assert e <= bound
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.name}-{s.gamma}")
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: f"{s.name}-{s.gamma}-{s.threshold}")
 def test_theorem1_bound_adversarial_losses(schedule: Schedule) -> None:
     e, bound = excess_risk_and_bound(ExponentialWeights(4, schedule), 100, punish_heaviest, 0)
     assert 0 < e <= bound  # the adversary does cost something, but no more than the theorem allows
@@ -213,7 +236,9 @@ def test_sqrt_schedule_can_exceed_theorem1_bound() -> None:
     """Why "sqrt" is not the default: with a decreasing gamma, Algorithm 1's multiplicative update
     weights early rounds more, so after the switch it keeps trusting the early leader too long.
     The gamma-weighted inequality of the Appendix still holds; E_t itself does not."""
-    e, bound = excess_risk_and_bound(ExponentialWeights(2, Schedule("sqrt", gamma=1.0)), 200, switch_after(50), 0)
+    e, bound = excess_risk_and_bound(
+        ExponentialWeights(2, Schedule("sqrt", gamma=1.0, **PAPER)), 200, switch_after(50), 0
+    )
     assert e > 2 * bound
 
 
@@ -237,7 +262,7 @@ def test_weights_concentrate_on_the_expert_that_is_right() -> None:
 
 
 def test_weight_book_classes_are_independent_and_persist() -> None:
-    book = WeightBook(2, Schedule("constant", gamma=1.0))
+    book = WeightBook(2, Schedule("constant", gamma=1.0, **PAPER))
     blast = book.get("blast")
     assert book.get("blast") is blast  # created once
     blast.observe(TWO, 0, 1.0)
@@ -251,7 +276,7 @@ def test_weight_book_classes_are_independent_and_persist() -> None:
     assert restored.classes() == ["blast", "montage.project"]
     assert restored.get("blast").alpha.tolist() == blast.alpha.tolist()
     assert restored.get("montage.project").alpha.tolist() == [0.5, 0.5]
-    assert restored.get("new").schedule == Schedule("constant", gamma=1.0)
+    assert restored.get("new").schedule == Schedule("constant", gamma=1.0, **PAPER)
 
 
 def test_weight_book_state_validation_names_the_class() -> None:
@@ -262,3 +287,37 @@ def test_weight_book_state_validation_names_the_class() -> None:
     state["classes"]["blast"] = ExponentialWeights(2).to_state() | {"alpha": [0.9, 0.9]}
     with pytest.raises(ConfigError, match="'blast'"):
         WeightBook.from_state(state)
+
+
+def test_fixed_book_counts_risk_but_never_moves() -> None:
+    book = WeightBook.fixed([0.0, 1.0])
+    w = book.get("blast")
+    for _ in range(50):
+        assert w.observe(TWO, 0, 1.0) is False
+    assert w.alpha.tolist() == [0.0, 1.0] and w.t == 0
+    assert w.ledger.mixed == pytest.approx(50 * 0.3)  # all weight on expert 2, p_2(0) = 0.3
+    assert w.ledger.experts == pytest.approx([50 * 0.8, 50 * 0.3])
+    assert w.ledger.experts_mean == pytest.approx(50 * 0.55)
+    with pytest.raises(ConfigError, match="sum to 1"):
+        WeightBook.fixed([0.5, 0.6])
+
+
+def test_a_state_saved_before_thresholds_and_ledgers_loads_with_the_papers_threshold() -> None:
+    state = ExponentialWeights(2, Schedule(**PAPER)).to_state()
+    del state["ledger"], state["schedule"]["threshold"]
+    state["r"] = [0.5, 0.2]  # an open round of the paper's threshold
+    w = ExponentialWeights.from_state(state)
+    assert w.schedule.threshold == 1.0 and w.ledger.cases == 0
+    restored = ExponentialWeights.from_state(json.loads(json.dumps(w.to_state())))
+    assert restored.ledger == w.ledger
+
+
+def test_a_saved_book_takes_the_configured_schedule_and_closes_a_round_past_it() -> None:
+    book = WeightBook(2, Schedule(**PAPER))
+    blast = book.get("blast")
+    blast.observe(TWO, 0, 0.5)  # r = (0.4, 0.15): open under threshold 1
+    restored = WeightBook.from_state(json.loads(json.dumps(book.to_state()))).rescheduled(Schedule(threshold=0.1))
+    moved = restored.get("blast")
+    assert moved.schedule.threshold == 0.1 and moved.t == 1 and moved.r.tolist() == [0.0, 0.0]
+    assert moved.alpha[0] < 0.5  # the round that passed the new threshold was closed
+    assert restored.get("new").schedule.threshold == 0.1

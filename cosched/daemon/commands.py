@@ -272,7 +272,7 @@ def explain_live(args: argparse.Namespace) -> int:
         return 0
     for d in decisions:
         role = "guest" if d["guest"] == args.job else "lender"
-        status = "carried out" if d["executed"] else "not carried out (guest would get too little)"
+        status = "carried out" if d["executed"] else "not carried out"
         if d["fraction"] == 0:
             status = "nothing lent"
         loss = loss_outcome(d)

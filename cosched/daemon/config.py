@@ -61,8 +61,11 @@ default. Example (every key, with its default)::
     keep_promises = true          # a guest never holds cores a backfill reservation counts on
     seed = 0                      # ASAx's action sampling
     loss = "live"                 # slowdown vs the runtime alone of its kind; or "walltime" (section 3.2)
-    min_guest_share = 0.5
+    min_guest_share = 0.6         # a lending must give its guest this share of its cores
     experts = ""                  # an expert set JSON file ("" = the shipped experts)
+    learner = "app"               # weights per application; or "class", "stage", "shared"
+    round_threshold = 0.1         # a round's risk that moves the weights (1 in the paper)
+    horizon = 100                 # rounds per learner the step size gamma is tuned for
 """
 
 from __future__ import annotations
@@ -156,8 +159,11 @@ class PolicySection:
     keep_promises: bool = True
     seed: int = 0
     loss: str = "live"
-    min_guest_share: float = 0.5
+    min_guest_share: float = 0.6
     experts: str = ""
+    learner: str = "app"
+    round_threshold: float = 0.1
+    horizon: int = 100
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
             guest = daemon.store.job(decision.guest)
             if guest is None or guest["state"] == "pending":
                 decision.executed = False
+                decision.note = "none: not carried out (the daemon restarted before the guest started)"
         decisions.append(decision)
     daemon.asax.restore(decisions)
     daemon.saved_decisions = daemon.asax.decided

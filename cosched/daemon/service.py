@@ -57,7 +57,7 @@ from cosched.model import Cluster, Job, JobState, Usage
 from cosched.policies.asax import ASAx
 from cosched.policies.registry import create
 from experts.baselines import RuntimeBaselines
-from experts.weights import WeightBook
+from experts.weights import Schedule, WeightBook
 
 log = logging.getLogger("cosched.daemon")
 
@@ -144,9 +144,17 @@ class Daemon:
         if p.cosched != "asax":
             return None
         state = self.store.get_meta("weights")
-        asax = ASAx(p.experts or None, seed=p.seed, loss=p.loss, min_guest_share=p.min_guest_share)
+        schedule = Schedule(horizon=p.horizon, threshold=p.round_threshold)
+        asax = ASAx(
+            p.experts or None,
+            seed=p.seed,
+            loss=p.loss,
+            min_guest_share=p.min_guest_share,
+            schedule=schedule,
+            learner=p.learner,
+        )
         if state is not None:
-            asax.book = WeightBook.from_state(state)
+            asax.book = WeightBook.from_state(state).rescheduled(schedule)
         baselines = self.store.get_meta("baselines")
         if baselines is not None:
             asax.baselines = RuntimeBaselines.from_state(baselines)
@@ -662,7 +670,7 @@ class Daemon:
                     continue
                 if sample.total > 0:
                     job.tasks = sample.total
-                self.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now)))
+                self.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now, quota)))
                 self.metrics.cpu_used[job_id] = sample.cpu * quota
 
     def review(self) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from cosched.interference import StageProfile, runtime_alone, shipped_profiles
 from cosched.model import Cluster, Job
-from cosched.policies.asax import ASAx
+from cosched.policies.asax import DEFAULT_GUEST_SHARE, ASAx
 from cosched.policies.base import CoschedulePolicy
 from cosched.policies.cosched import SpaceSharing, Static
 from cosched.replay.driver import PolicySet, ReplayResult, replay
@@ -166,10 +166,12 @@ def requested_memory(workflow: Workflow, profiles: dict[str, StageProfile]) -> i
     return min(PAPER_MEMORY_PER_CORE, math.ceil(used * MEMORY_HEADROOM * PAPER_MEMORY_PER_CORE))
 
 
-def make_policy(strategy: str, seed: int, min_guest_share: float = 0.5, loss: str = "degradation") -> CoschedulePolicy:
-    """The section 4.4 experiment scores lendings by the slowdown against each stage's true
-    runtime alone (`degradation`, an oracle only replay has); `live` learns that runtime
-    per kind from the stages that ran alone, as the daemon must."""
+def make_policy(
+    strategy: str, seed: int, min_guest_share: float = DEFAULT_GUEST_SHARE, loss: str = "live"
+) -> CoschedulePolicy:
+    """ASAx scores lendings as the daemon does (`live`: the runtime alone of the lender's kind, else
+    its own pace); `degradation` holds each stage against its true runtime alone, an oracle only
+    replay has, kept for ablations."""
     if strategy == "slurm":
         return SpaceSharing()
     if strategy == "static":
@@ -189,8 +191,9 @@ def run_once(
     window: int = 32,
     sharing: int = 2,
     keep_promises: bool = False,
+    arrivals: Sequence[tuple[float, Workflow]] | None = None,
 ) -> Run:
-    """Replay the section 4.4 mix once."""
+    """Replay the section 4.4 mix once (all at time 0), or workflows arriving at the given times."""
     profiles = shipped_profiles()
 
     def sizer(workflow: Workflow, stage: Stage) -> tuple[float, float]:
@@ -199,11 +202,11 @@ def run_once(
 
     runs = WorkflowRuns(sizer)
     first: list[Job] = []
-    for workflow in paper_mix(repeats):
+    for at, workflow in arrivals if arrivals is not None else [(0.0, w) for w in paper_mix(repeats)]:
         sized = Workflow(
             workflow.name, workflow.app, workflow.cores, requested_memory(workflow, profiles), workflow.stages
         )
-        first += runs.submit(sized, 0.0)
+        first += runs.submit(sized, at)
     cluster = Cluster(
         nodes=size // CORES_PER_NODE,
         cores_per_node=CORES_PER_NODE,
@@ -247,9 +250,9 @@ def run_experiment(
     seeds: Sequence[int] = (1, 2, 3),
     strategies: Sequence[str] = STRATEGIES,
     repeats: int = 3,
-    min_guest_share: float = 0.5,
+    min_guest_share: float = DEFAULT_GUEST_SHARE,
     keep_promises: bool = False,
-    loss: str = "degradation",
+    loss: str = "live",
 ) -> Experiment:
     experiment = Experiment()
     for size in sizes:

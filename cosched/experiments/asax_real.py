@@ -388,6 +388,7 @@ def _predict_once(
     from cosched.daemon.config import PolicySection
     from cosched.policies.asax import ASAx
     from cosched.policies.registry import create
+    from experts.weights import Schedule
 
     defaults = PolicySection()
     check_profiles(profiles, mix)
@@ -397,7 +398,13 @@ def _predict_once(
         return stage_walltime(profiles, stage.app_class, workflow.cores), alone
 
     if strategy == "asax":
-        policy: Any = ASAx(seed=seed, loss=defaults.loss, min_guest_share=defaults.min_guest_share)
+        policy: Any = ASAx(
+            seed=seed,
+            loss=defaults.loss,
+            min_guest_share=defaults.min_guest_share,
+            schedule=Schedule(horizon=defaults.horizon, threshold=defaults.round_threshold),
+            learner=defaults.learner,
+        )
     else:
         policy = create("cosched", STRATEGIES[strategy])
     runs = WorkflowRuns(sizer)

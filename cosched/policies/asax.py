@@ -3,10 +3,11 @@
 For a queued job that cannot start, each running job that could hold it is a
 candidate lender. Its measured state (CPU%, Mem%, stage type, progress, happiness)
 goes to every expert; the experts' distributions over the lent fractions are
-mixed with the weights learned for the lender's application class, and an
-action is sampled (Algorithm 1, lines 4-8). The lender's loss is known when it
-ends; it feeds the risk of every decision made about it (line 10), and the
-weights move when a round's risk passes 1 (line 12).
+mixed with the weights learned for the lender's application class (`LEARNERS`),
+and an action is sampled (Algorithm 1, lines 4-8). The lender's loss is known
+when it ends; it feeds the risk of every decision made about it (line 10), and
+the weights move when a round's risk passes the threshold (line 12; 1 in the
+paper, `experts.weights.Schedule`).
 
 Each (guest, lender) pair is decided once: asking again at every pass until a
 non-zero fraction came up would lend far more often than the sampled
@@ -32,7 +33,7 @@ from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError
 from cosched.model import Job, JobState
 from cosched.policies.base import CoschedulePolicy, Lending
-from experts.baselines import Kind, RuntimeBaselines
+from experts.baselines import Kind, RuntimeBaselines, Stretch, paced_runtime_alone, shared_speed
 from experts.default import default_experts
 from experts.features import JobFeatures, happiness
 from experts.loss import degradation_loss, walltime_loss
@@ -40,10 +41,22 @@ from experts.tree import ExpertSet, lent_fractions
 from experts.weights import Schedule, WeightBook
 
 LOSSES = ("live", "walltime", "degradation")
-"""`live`: the lender's slowdown against the runtime alone of its kind, learned online
-(`experts.baselines`), what a live scheduler can know. `walltime`: the paper's section 3.2,
-only an overrun of the walltime counts. `degradation`: the slowdown against the job's true
-runtime alone, which only replay knows (an oracle, for ablations)."""
+"""`live`: the lender's slowdown against its runtime alone as a live scheduler can know it: its
+kind's runs alone, or its own pace until its kind has run alone (`experts.baselines`). `walltime`:
+the paper's section 3.2, only an overrun of the walltime counts. `degradation`: the slowdown
+against the job's true runtime alone, which only replay knows (an oracle, for ablations)."""
+
+LEARNERS = ("class", "app", "stage", "shared")
+"""Which lenders share one set of weights: each application class (`blast.blastn`, the paper's
+"Job_a"), each application (`blast`), each stage type (parallel or sequential), or one learner for
+all, whose experts still tell classes apart by their features (CPU%, Mem%, stage type). docs/asax.md
+has the measurement that chose the default."""
+
+DEFAULT_LEARNER = "app"
+
+DEFAULT_GUEST_SHARE = 0.6
+"""The least share of its cores a guest is lent: the smallest that kept workflow degradation within
+5% at every size of the paper's experiment (docs/results.md has the sweep)."""
 
 
 @dataclass(slots=True)
@@ -65,9 +78,17 @@ class LendingDecision:
     host_cores: int = 0
     """The lender's cores: with its class, the kind whose runtime alone scores the `live` loss."""
     executed: bool = True
-    """False when the fraction was too small to help the guest (`min_guest_share`): not carried out."""
+    """False when nothing was lent after all: the fraction was too small to help the guest
+    (`min_guest_share`), or the daemon restarted before the guest started (`note` says which)."""
     seq: int = 0
     """Position in the policy's decision log."""
+    learner: str = ""
+    """The weights this decision was made with and is learned into ('' in logs from before
+    learners were chosen: the application class)."""
+    baseline: float | None = None
+    """The runtime alone the loss compared the lender's runtime with."""
+    note: str = ""
+    """How the loss was found, or why there is none."""
 
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -77,8 +98,19 @@ class LendingDecision:
 
 @dataclass(slots=True)
 class _Pending:
+    """A lending carried out, waiting for its lender's end; and how fast the lender ran meanwhile."""
+
     decision: LendingDecision
     dists: np.ndarray = field(repr=False)
+    host: Job | None = field(default=None, repr=False)
+    busy_then: float = 0.0
+    """CPUs the lender kept busy when the lending was decided: its pace alone, if it was never
+    measured alone at full quota (a former guest)."""
+    until: float | None = None
+    """When the lending ended (its guest's end, or its lender's)."""
+    shared_busy: float | None = None
+    """CPUs the lender kept busy while it lent (None: no sample fell in the lending)."""
+    shared_quota: float = 0.0
 
 
 class ASAx(CoschedulePolicy):
@@ -94,66 +126,85 @@ class ASAx(CoschedulePolicy):
         loss: str = "live",
         schedule: Schedule | None = None,
         weights: WeightBook | None = None,
-        min_guest_share: float = 0.5,
+        min_guest_share: float = DEFAULT_GUEST_SHARE,
+        learner: str = DEFAULT_LEARNER,
     ) -> None:
         if not 0.0 <= min_guest_share <= 1.0:
             raise ConfigError(f"min_guest_share must be in [0, 1], got {min_guest_share}")
         self.min_guest_share = min_guest_share
         if loss not in LOSSES:
             raise ConfigError(f"unknown ASAx loss {loss!r}; known: {', '.join(LOSSES)}")
+        if learner not in LEARNERS:
+            raise ConfigError(f"unknown ASAx learner {learner!r}; known: {', '.join(LEARNERS)}")
         if isinstance(experts, str | Path):
             experts = ExpertSet.load(str(experts))
         self.experts: ExpertSet = experts or default_experts()
         self.fractions = lent_fractions(self.experts.m)
         self.book = weights or WeightBook(len(self.experts), schedule)
         self.loss = loss
+        self.learner = learner
         self.rng = np.random.default_rng(seed)
         self.decisions: list[LendingDecision] = []
         """In order of `seq`: every decision in replay; the daemon keeps only recent ones (`forget`)."""
         self.decided = 0
         """How many decisions were ever made: the next one's `seq`."""
         self.weight_history: list[tuple[float, str, list[float]]] = []
-        """(time, application class, weights) after each update of a class's weights."""
+        """(time, learner, weights) after each update of a learner's weights."""
         self._asked: set[tuple[int, int]] = set()
         self._asked_by: dict[int, set[int]] = {}
         self.resolved: list[LendingDecision] = []
-        """Decisions whose loss (or lender's runtime) became known, for a caller that persists them
-        (the daemon drains it)."""
+        """Decisions whose outcome became known, for a caller that persists them (the daemon drains it)."""
         self._awaiting: dict[int, list[_Pending]] = {}
+        self._lent_to: dict[int, _Pending] = {}
+        """Guest id -> its lending, while both run: the guest's end closes the lender's stretch."""
         self.baselines = RuntimeBaselines()
         """Runtimes alone per (class, cores), from every job that neither lent nor was a guest."""
         self._shared: set[int] = set()
         """Running jobs that lent CPU or run as guests: their runtimes are not runtimes alone."""
-        self._unscored: dict[Kind, list[tuple[float, list[_Pending]]]] = {}
-        """Lenders that ended before any job of their kind ran alone: scored when one does."""
+        self._alone: dict[int, float] = {}
+        """Running job id -> the CPUs it kept busy when last measured alone at full quota."""
+
+    def learner_of(self, job: Job) -> str:
+        """The weights a decision about lender `job` uses (`LEARNERS`)."""
+        app_class = job.stage or "unknown"
+        if self.learner == "class":
+            return app_class
+        if self.learner == "app":
+            return app_class.split(".", 1)[0]
+        if self.learner == "stage":
+            return "parallel" if job.parallel else "sequential"
+        return "all"
 
     # -- deciding -----------------------------------------------------------
     def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
-        """Measured running jobs this guest was not yet decided about (set arithmetic, not a scan per pair)."""
+        """Running jobs measured under their current quota that this guest was not yet decided
+        about (set arithmetic, not a scan per pair)."""
         if len(running) < 64:
             return running
         asked = self._asked_by.get(guest.id)
         if not asked:
-            return [h for h in running if h.usage is not None]
+            return [h for h in running if _measured(h)]
         by_id = {h.id: h for h in running}
-        return [by_id[i] for i in by_id.keys() - asked if by_id[i].usage is not None]
+        return [by_id[i] for i in by_id.keys() - asked if _measured(by_id[i])]
 
     def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
-        measured = [h for h in hosts if h.usage is not None and (guest.id, h.id) not in self._asked]
+        measured = [h for h in hosts if _measured(h) and (guest.id, h.id) not in self._asked]
         for host in sorted(measured, key=lambda h: (h.usage.cpu if h.usage else 1.0, h.id)):
             self._asked.add((guest.id, host.id))
             self._asked_by.setdefault(guest.id, set()).add(host.id)
+            if host.quota >= host.cores:  # measured alone, at full quota
+                self._alone[host.id] = _busy(host)
             features = self.features(host, view.now)
             dists = self.experts.predict_all(features)
-            app_class = host.stage or "unknown"
-            weights = self.book.get(app_class)
+            learner = self.learner_of(host)
+            weights = self.book.get(learner)
             action = weights.choose(dists, self.rng)
             decision = LendingDecision(
                 time=view.now,
                 guest=guest.id,
                 host=host.id,
                 host_cores=host.cores,
-                app_class=app_class,
+                app_class=host.stage or "unknown",
                 features={
                     "cpu": features.cpu,
                     "mem": features.mem,
@@ -166,6 +217,7 @@ class ASAx(CoschedulePolicy):
                 weights=[float(a) for a in weights.alpha],
                 action=action,
                 fraction=float(self.fractions[action]),
+                learner=learner,
             )
             decision.seq = self.decided
             self.decided += 1
@@ -173,15 +225,19 @@ class ASAx(CoschedulePolicy):
             lent = decision.fraction * host.cores
             if 0 < lent < self.min_guest_share * guest.cores:
                 decision.executed = False  # the guest would crawl; nothing happens, nothing to learn
+                decision.note = NOT_CARRIED_OUT
                 continue
             if decision.fraction == 0:
                 # Lending nothing co-allocates nothing: its loss is 0, known now. Charging it
                 # the host's later degradation (caused by another decision) would punish the
                 # experts that advised against lending.
                 decision.loss = 0.0
+                decision.note = "nothing lent"
                 weights.observe(dists, action, 0.0)
                 continue
-            self._awaiting.setdefault(host.id, []).append(_Pending(decision, dists))
+            pending = _Pending(decision, dists, host, _busy(host))
+            self._awaiting.setdefault(host.id, []).append(pending)
+            self._lent_to[guest.id] = pending
             self._shared.update((host.id, guest.id))
             return Lending(host, decision.fraction)
         return None
@@ -213,80 +269,116 @@ class ASAx(CoschedulePolicy):
 
     # -- learning -----------------------------------------------------------
     def observe(self, job: Job, now: float) -> None:
-        """A job ended: a lender's decisions get their loss; a job that ran alone teaches its kind's runtime."""
+        """A job ended: a lender's decisions get their loss; a guest's end closes its lender's
+        stretch; a job that ran alone teaches its kind's runtime."""
         runtime = job.end - job.start
         shared = job.id in self._shared
         self._shared.discard(job.id)
         if not shared and job.state is JobState.DONE:
-            kind = _kind(job)
-            self.baselines.add(kind, runtime)
-            for lender_runtime, waiting in self._unscored.pop(kind, []):
-                self._score(waiting, self._live_loss(lender_runtime, kind), now)
+            self.baselines.add(_kind(job), runtime)
+        lending = self._lent_to.pop(job.id, None)
+        if lending is not None:  # a guest left: its lender has its quota back
+            host_quota = lending.host.quota if lending.host is not None else float(lending.decision.host_cores)
+            self._close(lending, job.end, host_quota - job.quota)
         pending = self._awaiting.pop(job.id, None)
+        alone = self._alone.pop(job.id, None)
         if not pending:
             return
+        if job.usage is not None and job.usage.quota >= job.cores:  # its last sample: alone again
+            alone = _busy(job)
         for item in pending:
+            self._lent_to.pop(item.decision.guest, None)
+            self._close(item, job.end, job.quota)
             item.decision.host_runtime = runtime
-        killed = job.state is JobState.FAILED and runtime >= job.walltime * (1 - 1e-9)
-        if self.loss == "live" and not killed and self.baselines.expected(_kind(job)) is None:
-            self._unscored.setdefault(_kind(job), []).append((runtime, pending))
-            self.resolved.extend(item.decision for item in pending)  # persisted with their lender's runtime
-            return
-        self._score(pending, self.loss_of(job, runtime), now)
-
-    def _score(self, pending: list[_Pending], loss: float, now: float) -> None:
-        app_class = pending[0].decision.app_class
-        weights = self.book.get(app_class)
+        stretches = [
+            Stretch(
+                item.decision.time,
+                item.until or job.end,
+                shared_speed(
+                    item.busy_then if alone is None else alone, item.shared_busy, item.shared_quota, job.cores
+                ),
+            )
+            for item in pending
+        ]
+        loss, baseline, note = self.verdict(job, runtime, stretches)
+        weights = self.book.get(pending[0].decision.learner or pending[0].decision.app_class)
         for item in pending:
-            item.decision.loss = loss
-            self.resolved.append(item.decision)
-            if weights.observe(item.dists, item.decision.action, loss):
-                self.weight_history.append((now, app_class, [float(a) for a in weights.alpha]))
+            decision = item.decision
+            decision.loss, decision.baseline, decision.note = loss, baseline, note
+            self.resolved.append(decision)
+            if loss is not None and weights.observe(item.dists, decision.action, loss):
+                self.weight_history.append((now, decision.learner, [float(a) for a in weights.alpha]))
 
-    def _live_loss(self, runtime: float, kind: Kind) -> float:
-        baseline = self.baselines.expected(kind)
-        assert baseline is not None
-        return degradation_loss(runtime, baseline)
+    def _close(self, item: _Pending, end: float, shared_quota: float) -> None:
+        """The lending ended (its guest or its lender did): what did the lender use meanwhile?"""
+        if item.until is not None:
+            return
+        host = item.host
+        measured = host is not None and host.usage is not None and host.usage.at > item.decision.time
+        item.until, item.shared_quota = end, shared_quota
+        item.shared_busy = _busy(host) if measured and host is not None else None
 
-    def loss_of(self, job: Job, runtime: float) -> float:
-        """Section 3.2: 0 within the walltime, else the overrun over the walltime (capped at 1).
+    def verdict(self, job: Job, runtime: float, stretches: Sequence[Stretch]) -> tuple[float | None, float | None, str]:
+        """A lender's loss, the runtime alone it was held against, and how it was found.
 
-        A lender killed at its walltime ran exactly its walltime, which the formula
-        would score 0; it is scored 1, the overrun a kill hides.
-
-        With `loss="live"`, 1 means 50% slower than the median runtime alone of the
-        job's kind (`experts.baselines`); with `loss="degradation"` (section 4.4), than
-        the job's own true runtime alone (known in replay only; the walltime stands in
-        for it otherwise).
+        Section 3.2 for `walltime`: 0 within the walltime, else the overrun over the
+        walltime (capped at 1). A lender killed at its walltime ran exactly its walltime,
+        which the formula would score 0; it is scored 1, the overrun a kill hides.
+        The slowdown losses (section 4.4: 1 at 50% slower) hold the runtime against the
+        job's true runtime alone (`degradation`, replay's oracle) or, for `live`, against
+        its kind's runs alone, else the lender's own pace (`experts.baselines`).
+        A lender cancelled, or failed before its walltime, says nothing about lending:
+        no loss, nothing learned.
         """
-        if job.state is JobState.FAILED and runtime >= job.walltime * (1 - 1e-9):
-            return 1.0  # killed at its walltime: it never finished, the worst outcome
+        if job.state is JobState.CANCELLED:
+            return None, None, "none: the lender was cancelled"
+        if job.state is JobState.FAILED:
+            if runtime >= job.walltime * (1 - 1e-9):
+                return 1.0, None, "killed at its walltime"
+            return None, None, "none: the lender failed before its walltime"
         if self.loss == "walltime":
-            return walltime_loss(runtime, job.walltime)
-        if self.loss == "live":
-            baseline = self.baselines.expected(_kind(job))
-            return degradation_loss(runtime, baseline) if baseline is not None else walltime_loss(runtime, job.walltime)
-        baseline = job.runtime if job.runtime else job.walltime
-        return degradation_loss(runtime, baseline)
+            return walltime_loss(runtime, job.walltime), None, "walltime overrun"
+        if self.loss == "degradation":
+            baseline = job.runtime if job.runtime else job.walltime
+            return degradation_loss(runtime, baseline), baseline, "true runtime alone (replay's oracle)"
+        known = self.baselines.expected(_kind(job))
+        if known is not None:
+            return degradation_loss(runtime, known), known, "runtime alone of its kind"
+        paced = paced_runtime_alone(runtime, stretches)
+        return degradation_loss(runtime, paced), paced, "its own pace (no run alone of its kind yet)"
 
     def restore(self, decisions: Sequence[LendingDecision]) -> None:
         """Take back the decisions an earlier run of the daemon made (from its store).
 
         An executed lending whose loss is not known yet waits again for its
         lender's end, so a restart loses no learning and asks no pair twice.
+        (Logs from before lenders were scored by their own pace may hold lendings
+        whose lender ended unscored: the runtime alone of their kind scores them
+        if it is known by now, else they are left without a verdict.)
         """
         for decision in decisions:
             self.decisions.append(decision)
             self.decided = max(self.decided, decision.seq + 1)
             self._asked.add((decision.guest, decision.host))
             self._asked_by.setdefault(decision.guest, set()).add(decision.host)
-            if decision.loss is None and decision.executed and decision.fraction > 0:
-                pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
-                if decision.host_runtime is not None:  # its lender ended, no runtime alone was known yet
-                    kind = (decision.app_class, decision.host_cores)
-                    self._unscored.setdefault(kind, []).append((decision.host_runtime, [pending]))
-                else:
-                    self._awaiting.setdefault(decision.host, []).append(pending)
+            if decision.loss is not None or not decision.executed or decision.fraction == 0 or decision.note:
+                continue
+            pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
+            pending.busy_then = float(decision.features.get("cpu", 1.0)) * decision.host_cores
+            if decision.host_runtime is None:
+                self._awaiting.setdefault(decision.host, []).append(pending)
+                self._lent_to[decision.guest] = pending
+                self._shared.update((decision.host, decision.guest))  # neither runtime is one alone
+                continue
+            known = self.baselines.expected((decision.app_class, decision.host_cores))
+            if known is None:
+                decision.note = "none: its lender ended before paces were estimated, unscored"
+            else:
+                decision.loss = degradation_loss(decision.host_runtime, known)
+                decision.baseline, decision.note = known, "runtime alone of its kind"
+                weights = self.book.get(decision.learner or decision.app_class)
+                weights.observe(pending.dists, decision.action, decision.loss)
+            self.resolved.append(decision)
 
     def since(self, seq: int) -> list[LendingDecision]:
         """The decisions numbered `seq` and later that are still in memory."""
@@ -311,15 +403,34 @@ def _kind(job: Job) -> Kind:
     return (job.stage or "unknown", job.cores)
 
 
+def _measured(job: Job) -> bool:
+    """A lender is judged on a measurement under the quota it has now: a sample from before its
+    quota changed (a guest that just lost its host, a host whose guest just left) is of another job."""
+    usage = job.usage
+    return usage is not None and (not usage.quota or abs(usage.quota - job.quota) < 1e-9)
+
+
+def _busy(job: Job) -> float:
+    """The CPUs a job kept busy when last measured (its current quota if the backend did not say)."""
+    usage = job.usage
+    assert usage is not None
+    return max(0.0, usage.cpu) * (usage.quota or job.quota)
+
+
+NOT_CARRIED_OUT = "none: not carried out (too little CPU for the guest)"
+
+
 def loss_outcome(decision: dict[str, Any]) -> str:
     """A logged decision's loss as `explain` shows it, whatever state it is in."""
-    loss, ran = decision.get("loss"), decision.get("host_runtime")
+    loss, ran, note = decision.get("loss"), decision.get("host_runtime"), decision.get("note", "")
     if not decision.get("executed", True):
-        return "none: not carried out (too little CPU for the guest)"
+        return note or NOT_CARRIED_OUT
     if loss is None:
-        if ran is None:
-            return "pending (the lender is still running)"
-        return f"pending: the lender ran {ran:.0f}s; scored once a job of its kind has run alone"
+        return note or ("pending (the lender is still running)" if ran is None else f"none: the lender ran {ran:.0f}s")
     if ran is None:
         return f"{loss:.3f} (nothing lent)"
-    return f"{loss:.3f} (lender ran {ran:.0f}s)"
+    baseline = decision.get("baseline")
+    against = f" against {baseline:.0f}s alone: {note}" if baseline is not None and note else ""
+    if not against and note:
+        against = f": {note}"
+    return f"{loss:.3f} (lender ran {ran:.0f}s{against})"

@@ -252,7 +252,7 @@ class SimulatedBackend:
             total = job.runtime if job.runtime else job.walltime
             done = 1.0 - max(0.0, (natural - now) * speed) / total if total > 0 else 1.0
             tasks = int(job.tasks * min(1.0, max(0.0, done)))
-            events.append(UsageReported(job.id, Usage(cpu, mem, tasks, now)))
+            events.append(UsageReported(job.id, Usage(cpu, mem, tasks, now, quota)))
         return events
 
     def _open(self, now: float, job: Job, quota: float, speed: float) -> None:
