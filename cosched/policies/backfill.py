@@ -9,6 +9,17 @@ from cosched.model import Job
 from cosched.policies.base import NO_BACKFILL, BackfillPlan, BackfillPolicy
 
 
+def shadow_time(view: SchedulerView, need: int) -> tuple[float, int]:
+    """When a blocked job of `need` units fits by the running jobs' estimates (inf: never),
+    and the units it will leave unused then (EASY's extra capacity)."""
+    available = view.free_units
+    for end, units in view.releases():
+        available += units
+        if available >= need:
+            return end, available - need
+    return math.inf, 0
+
+
 class NoBackfill(BackfillPolicy):
     """Strict priority order: nothing overtakes a blocked head."""
 
@@ -62,14 +73,7 @@ class EASY(BackfillPolicy):
             return NO_BACKFILL
 
         now = view.now
-        shadow, extra = math.inf, 0
-        available = free
-        for end, units in view.releases():
-            available += units
-            if available >= blocked.need:
-                shadow = end
-                extra = available - blocked.need
-                break
+        shadow, extra = shadow_time(view, blocked.need)
 
         started = []
         for i in range(first, n):
