@@ -17,7 +17,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,10 @@ class TrainSettings:
     tail: int = 0
     cleaning: str = "standard"
     procs: int | None = None
-    learning_rate: float | None = None
+    max_minutes: float | None = None
+    """Stop after the epoch that passes this much training time (the record says how many ran)."""
+    ppo: dict[str, Any] = field(default_factory=dict)
+    """MaskablePPO arguments that override the defaults of `new_agent` (kept in the record)."""
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -144,36 +147,36 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
     become 128-64, so training fits a 2-core machine)."""
     common: dict[str, Any] = {"n_steps": settings.steps, "seed": settings.seed, "verbose": 0, "device": "cpu"}
     if settings.kind == "rlbf":
-        return MaskablePPO(
-            KernelPolicy,
-            env,
-            learning_rate=settings.learning_rate or 1e-3,
-            gamma=1.0,
-            gae_lambda=0.97,
-            batch_size=256,
-            n_epochs=10,
-            target_kl=0.01,
-            policy_kwargs={"window": settings.window},
-            **common,
-        )
-    return MaskablePPO(
-        "MlpPolicy",
-        env,
-        learning_rate=settings.learning_rate or 3e-4,
-        gamma=0.99,
-        clip_range=0.2,
-        batch_size=128,
-        n_epochs=10,
-        policy_kwargs={"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU},
-        **common,
-    )
+        arguments: dict[str, Any] = {
+            "learning_rate": 1e-3,
+            "gamma": 1.0,
+            "gae_lambda": 0.97,
+            "batch_size": 256,
+            "n_epochs": 10,
+            "target_kl": 0.01,
+            "policy_kwargs": {"window": settings.window},
+        }
+        return MaskablePPO(KernelPolicy, env, **{**common, **arguments, **settings.ppo})
+    arguments = {
+        "learning_rate": 3e-4,
+        "gamma": 0.99,
+        "clip_range": 0.2,
+        "batch_size": 128,
+        "n_epochs": 10,
+        "policy_kwargs": {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU},
+    }
+    return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
 
 
 class _EpochLog(BaseCallback):  # type: ignore[misc]
     """Progress bar, one log line and one checkpoint per epoch."""
 
-    def __init__(self, out: Path, epochs_done: int, total_steps: int, started: float, wall_before: float) -> None:
+    def __init__(
+        self, out: Path, epochs_done: int, total_steps: int, started: float, wall_before: float, budget: float | None
+    ) -> None:
         super().__init__()
+        self.budget = budget
+        self.out_of_time = False
         self.out = out
         self.epoch = epochs_done
         self.started = started
@@ -190,6 +193,8 @@ class _EpochLog(BaseCallback):  # type: ignore[misc]
         self.bar = tqdm(total=self.total_steps, initial=self.num_timesteps, unit="step", leave=False)
 
     def _on_step(self) -> bool:
+        if self.out_of_time:
+            return False  # the first step of a new rollout: stop before collecting it
         self.bar.update(1)
         self._return += float(self.locals["rewards"][0])
         if self.locals["dones"][0]:
@@ -219,6 +224,7 @@ class _EpochLog(BaseCallback):  # type: ignore[misc]
         self.episodes, self.returns = [], []
         self.bar.set_postfix({k: round(v, 2) for k, v in line.items() if k in ("bsld", "mean_return")})
         plot_curve(self.out)
+        self.out_of_time = self.budget is not None and line["wall_s"] >= self.budget
 
     def _on_training_end(self) -> None:
         self.bar.close()
@@ -292,7 +298,8 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
     remaining = total - int(agent.num_timesteps)
     started = time.perf_counter()
     if remaining > 0:
-        callback = _EpochLog(out, len(log), total, started, wall_before)
+        budget = settings.max_minutes * 60 if settings.max_minutes else None
+        callback = _EpochLog(out, len(log), total, started, wall_before, budget)
         agent.learn(total_timesteps=remaining, callback=callback, reset_num_timesteps=not resume)
     agent.save(checkpoint)
     wall = wall_before + time.perf_counter() - started

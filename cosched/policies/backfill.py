@@ -92,3 +92,39 @@ class EASY(BackfillPolicy):
             if free == 0:
                 break
         return BackfillPlan(started, {blocked.id: shadow})
+
+
+class DirlabEASY(BackfillPolicy):
+    """EASY as DIR-LAB's simulator runs it (RLScheduler, RLBackfilling: the paper's Table 4).
+
+    Two departures from the textbook `EASY`: a job may be backfilled only if it ends
+    strictly before the shadow time (no extra-capacity rule), and the shadow time is
+    computed once, when a job first becomes the blocked head, and kept until that job
+    starts, however early running jobs end. Under FCFS it is their EASY; under other
+    queue policies theirs also keeps the head and backfills in submission order.
+    """
+
+    name = "easy-dirlab"
+
+    def __init__(self) -> None:
+        self._head = -1
+        self._shadow = math.inf
+
+    def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
+        queue = view.queue
+        blocked = queue[head]
+        if blocked.id != self._head:
+            self._head, self._shadow = blocked.id, shadow_time(view, blocked.need)[0]
+        free, now, shadow = view.free_units, view.now, self._shadow
+        started = []
+        for job in queue[head + 1 :]:
+            if job.need <= free and now + job.estimate < shadow:
+                started.append(job)
+                free -= job.need
+                if free == 0:
+                    break
+        return BackfillPlan(started, {blocked.id: shadow})
+
+    def forget(self, job: Job) -> None:
+        if job.id == self._head:
+            self._head = -1

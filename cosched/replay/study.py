@@ -32,6 +32,7 @@ def load_workload(
     lenient: bool = False,
     drop_cancelled: bool = False,
     procs: int | None = None,
+    cleaning: str = "standard",
 ) -> Trace:
     """An SWF file path, or `lublin[:JOBS[:PROCS[:LOAD]]]` for a generated workload."""
     spec = spec or DEFAULT_WORKLOAD
@@ -48,7 +49,7 @@ def load_workload(
         except ValueError:
             raise ConfigError(f"bad generated workload {spec!r}; expected lublin:JOBS:PROCS[:LOAD]") from None
         return generate(jobs, size, seed=seed, load=load)
-    return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled)
+    return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled, cleaning=cleaning)
 
 
 POLICY_SETS_SYNTAX = (
