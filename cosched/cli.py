@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("trace", help="SWF file, or lublin[:JOBS[:PROCS[:LOAD]]]")
     tr.add_argument("--out", type=Path, required=True, help="checkpoints, training log, curve, model.npz, record.json")
     tr.add_argument("--epochs", type=_positive, default=100, help="PPO rollouts and updates (default 100)")
-    tr.add_argument("--steps", type=_positive, default=2048, help="decisions per epoch (default 2048)")
+    tr.add_argument("--steps", type=_positive, default=4096, help="decisions per epoch (default 4096)")
     tr.add_argument("--length", type=_positive, default=256, help="jobs per episode window (dbf: starts)")
     tr.add_argument("--window", type=_positive, default=128, help="rlbf: jobs it observes (default 128)")
     tr.add_argument("--head", type=_non_negative, default=10, help="dbf: jobs observed at the queue's head")

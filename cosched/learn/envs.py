@@ -57,6 +57,8 @@ class _ReplayEnv(gym.Env):  # type: ignore[misc]
         self._run: Replay | None = None
         self._passes: Iterator[float] | None = None
         self._now = 0.0
+        self.episode: Trace | None = None
+        """The window of the trace the current episode replays."""
 
     # -- the plugin's decide ---------------------------------------------------
     def _decide(self, observation: np.ndarray, mask: np.ndarray) -> int | None:
@@ -81,6 +83,7 @@ class _ReplayEnv(gym.Env):  # type: ignore[misc]
         """Replay `window` until the first decision; False if it has none."""
         self._close_run()
         self._answer = self._pending = None
+        self.episode = window
         self._run = Replay(window.jobs(), self.cluster, policies, keep_slots=False)
         self._passes = self._run.passes(pause=self._pause)
         return self._advance()
