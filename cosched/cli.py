@@ -137,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", action="store_true", help="go on from --out's checkpoint up to --epochs")
     tr.add_argument("--max-minutes", type=float, help="stop after the epoch that passes this much training time")
     tr.add_argument(
+        "--warm-start",
+        choices=("shortest", "none"),
+        default="shortest",
+        help="fit the actor to shortest-request-first before PPO (default), or start PPO from a random actor",
+    )
+    tr.add_argument(
         "--ppo",
         action="append",
         default=[],
@@ -253,6 +259,7 @@ def _train(args: argparse.Namespace) -> int:
         procs=args.procs,
         max_minutes=args.max_minutes,
         ppo=dict(args.ppo),
+        warm_start=args.warm_start,
     )
     path = train(settings, trace, cluster, args.out, resume=args.resume)
     record = json.loads((args.out / "record.json").read_text())
