@@ -99,8 +99,8 @@ class DirlabEASY(BackfillPolicy):
 
     Two departures from the textbook `EASY`: a job may be backfilled only if it ends
     strictly before the shadow time (no extra-capacity rule), and the shadow time is
-    computed once, when a job first becomes the blocked head, and kept until that job
-    starts, however early running jobs end. Under FCFS it is their EASY; under other
+    computed once, the first time it plans for a blocked head (when some capacity is
+    free), and kept until that job starts, however early running jobs end. Under FCFS it is their EASY; under other
     queue policies theirs also keeps the head and backfills in submission order.
     """
 
