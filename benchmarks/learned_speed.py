@@ -26,9 +26,9 @@ import numpy as np
 
 from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 from cosched.learn.models import load_model
-from cosched.report import format_table
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import cluster_for, cut, load_workload, run_study
+from cosched.report import format_table
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "lublin_256.swf"
 
@@ -73,9 +73,8 @@ def main() -> None:
     sequences = cut(trace, samples=args.samples, length=args.length, seed=args.seed)
     sets = [PolicySet("fcfs", "easy"), PolicySet("sjf", "easy"), PolicySet("fcfs", "rlbf"), PolicySet("dbf", "none")]
     for result in run_study(sequences, cluster, sets):
-        rows.append(
-            {"what": f"replay {result.label}", "env steps/s": "-", "episodes": "-", "jobs/s": round(result.jobs / result.seconds)}
-        )
+        rate = round(result.jobs / result.seconds)
+        rows.append({"what": f"replay {result.label}", "env steps/s": "-", "episodes": "-", "jobs/s": rate})
     print(f"{trace.name}: {len(trace)} jobs; replays: {args.samples} samples of {args.length} jobs, seed {args.seed}")
     print(format_table(rows))
 
