@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
+from cosched.policies.registry import create
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
     DEFAULT_WORKLOAD,
@@ -26,6 +27,7 @@ from cosched.replay.study import (
     parse_policy_sets,
     run_study,
 )
+from cosched.swf import CLEANINGS
 from cosched.workload_commands import add_real_options, add_workload_commands, experiment_real
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
     )
+    _add_cleaning(rp)
     rp.add_argument("--validate", action="store_true", help="check every scheduling step (slower)")
     rp.add_argument("--out", type=Path, help="write jobs.csv, summary.json and PNG plots here")
     rp.add_argument("--no-plots", action="store_true", help="with --out, skip the PNG plots")
@@ -114,6 +117,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="progress bar (default: on a terminal, for long replays)",
     )
     rp.set_defaults(handler=_replay)
+
+    tr = commands.add_parser(
+        "train",
+        help="train a learned policy (RLBackfilling or DBF) with PPO on a trace, in replay",
+        description="Train rlbf (which job to backfill) or dbf (which job to start, split window) with "
+        "MaskablePPO on windows of a trace replayed by the core. Needs the train extra: "
+        "pip install torch==2.13.0 && pip install 'cosched[train]'.",
+    )
+    tr.add_argument("policy", choices=("rlbf", "dbf"))
+    tr.add_argument("trace", help="SWF file, or lublin[:JOBS[:PROCS[:LOAD]]]")
+    tr.add_argument("--out", type=Path, required=True, help="checkpoints, training log, curve, model.npz, record.json")
+    tr.add_argument("--epochs", type=_positive, default=100, help="PPO rollouts and updates (default 100)")
+    tr.add_argument("--steps", type=_positive, default=4096, help="decisions per epoch (default 4096)")
+    tr.add_argument("--length", type=_positive, default=256, help="jobs per episode window (dbf: starts)")
+    tr.add_argument("--window", type=_positive, default=128, help="rlbf: jobs it observes (default 128)")
+    tr.add_argument("--head", type=_non_negative, default=10, help="dbf: jobs observed at the queue's head")
+    tr.add_argument("--tail", type=_non_negative, default=0, help="dbf: jobs observed at its tail (split window)")
+    tr.add_argument("--queue", default="fcfs", help="rlbf: the base queue policy (default fcfs)")
+    tr.add_argument("--seed", type=_non_negative, default=0)
+    tr.add_argument("--procs", type=_positive, help="cluster size in processors (overrides the header)")
+    tr.add_argument("--resume", action="store_true", help="go on from --out's checkpoint up to --epochs")
+    tr.add_argument("--max-minutes", type=float, help="stop after the epoch that passes this much training time")
+    tr.add_argument(
+        "--warm-start",
+        choices=("shortest", "none"),
+        default="shortest",
+        help="fit the actor to shortest-request-first before PPO (default), or start PPO from a random actor",
+    )
+    tr.add_argument(
+        "--ppo",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_ppo_argument,
+        help="a MaskablePPO argument over the defaults, e.g. --ppo gae_lambda=1.0 --ppo target_kl=none",
+    )
+    _add_cleaning(tr)
+    tr.set_defaults(handler=_train)
 
     ex = commands.add_parser("experiment", help="reproduce a paper's experiment in replay")
     which = ex.add_subparsers(dest="experiment", required=True, parser_class=_Parser)
@@ -197,6 +238,69 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=_non_negative, default=0)
     fit.set_defaults(handler=_experts_fit)
     return parser
+
+
+def _add_cleaning(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cleaning",
+        choices=CLEANINGS,
+        default="standard",
+        help="trace cleaning: standard (drop runtime -1), or dirlab: DIR-LAB's simulator's "
+        "(runtime -1 kept as 10 s jobs, jobs above the machine cut to it), which computed the RL backfilling paper",
+    )
+
+
+def _ppo_argument(text: str) -> tuple[str, object]:
+    key, equals, value = text.partition("=")
+    if not equals or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    if value.lower() == "none":
+        return key, None
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def _train(args: argparse.Namespace) -> int:
+    try:
+        from cosched.learn.train import TrainSettings, train
+    except ImportError as exc:
+        raise ConfigError(str(exc)) from None
+    if args.policy == "dbf" and args.head + args.tail < 1:
+        raise ConfigError("--head + --tail must be at least 1")
+    create("queue", args.queue)  # an unknown base policy fails before any work
+    trace = load_workload(args.trace, seed=args.seed, procs=args.procs, cleaning=args.cleaning)
+    cluster = cluster_for(trace, "core", args.procs)
+    settings = TrainSettings(
+        kind=args.policy,
+        trace=str(args.trace),
+        epochs=args.epochs,
+        steps=args.steps,
+        length=args.length,
+        seed=args.seed,
+        queue=args.queue,
+        window=args.window,
+        head=args.head,
+        tail=args.tail,
+        cleaning=args.cleaning,
+        procs=args.procs,
+        max_minutes=args.max_minutes,
+        ppo=dict(args.ppo),
+        warm_start=args.warm_start,
+    )
+    path = train(settings, trace, cluster, args.out, resume=args.resume)
+    record = json.loads((args.out / "record.json").read_text())
+    spec = f"fcfs:[rlbf:{path}]" if args.policy == "rlbf" else f"[dbf:{path}]:none"
+    print(
+        f"trained {args.policy} on {trace.name}: {record['epochs']} epochs, {record['decisions']} decisions, "
+        f"{record['episodes']} episodes in {record['wall_seconds']:.0f} s",
+        file=sys.stderr,
+    )
+    print(f"model: {path} (cosched replay TRACE --compare '{spec}')")
+    return 0
 
 
 def _int_list(text: str) -> list[int]:
@@ -358,7 +462,12 @@ def _replay(args: argparse.Namespace) -> int:
         policy_set.placement = args.placement
         policy_set.check()  # an unknown name fails before any trace is read
     trace = load_workload(
-        args.trace, seed=args.seed, lenient=args.lenient, drop_cancelled=args.drop_cancelled, procs=args.procs
+        args.trace,
+        seed=args.seed,
+        lenient=args.lenient,
+        drop_cancelled=args.drop_cancelled,
+        procs=args.procs,
+        cleaning=args.cleaning,
     )
     cluster = cluster_for(trace, args.allocation, args.procs)
     warnings = list(trace.report.warnings)

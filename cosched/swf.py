@@ -68,8 +68,20 @@ _LENIENT_HINT = "lenient loading (--lenient) skips malformed lines"
 # --------------------------------------------------------------------------- reading
 
 
+CLEANINGS = ("standard", "dirlab")
+"""`standard`: the rules below. `dirlab`: DIR-LAB's simulator's (RLScheduler, RLBackfilling), which
+computed the RL backfilling paper's Table 4: a job with an unknown (-1) runtime is kept as a 10 s
+job, and a job larger than the machine is cut to the machine's size instead of being dropped."""
+UNKNOWN_RUNTIME_AS = 10.0
+
+
 def read_swf(
-    path: str | Path, *, lenient: bool = False, max_procs: int | None = None, drop_cancelled: bool = False
+    path: str | Path,
+    *,
+    lenient: bool = False,
+    max_procs: int | None = None,
+    drop_cancelled: bool = False,
+    cleaning: str = "standard",
 ) -> Trace:
     """Read and clean an SWF trace (plain, gzip, bzip2, xz, or a zip of one file; `-` is standard input).
 
@@ -81,6 +93,9 @@ def read_swf(
     processors until cancelled, a quarter of SDSC-SP2's processor-seconds, so
     they are kept and counted (`cancelled_kept`), as the RL scheduling papers'
     simulators do; `drop_cancelled=True` drops every cancelled job instead.
+    With `cleaning="dirlab"` (`CLEANINGS`), jobs with a negative runtime are kept as 10 s jobs
+    (`runtime_unknown_as_10s`) and jobs above the machine's size are cut to it (`procs_cut_to_max`),
+    as DIR-LAB's simulator does; every other rule stands.
     Then a requested time <= 0 is set to the runtime
     and one below the runtime is raised to it (so `req_time >= runtime` always holds,
     which backfilling relies on). `procs` = max(req_procs, alloc_procs). Jobs are
@@ -104,6 +119,8 @@ def read_swf(
     """
     if max_procs is not None and max_procs <= 0:
         raise TraceError(f"max_procs must be positive, got {max_procs}")
+    if cleaning not in CLEANINGS:
+        raise TraceError(f"unknown cleaning {cleaning!r}; known: {', '.join(CLEANINGS)}")
     path = Path(path)
     text = _read_text(path)
     report = LoadReport(lines=_count_lines(text))
@@ -119,6 +136,8 @@ def read_swf(
 
     columns = _to_columns(data)
     limit = _machine_limit(header, max_procs, report)
+    if cleaning == "dirlab":
+        _dirlab(columns, limit, report)
     columns = _clean(columns, limit, report, drop_cancelled)
     report.kept = int(columns["submit"].shape[0])
     if report.kept == 0:
@@ -416,6 +435,18 @@ def _machine_limit(header: SwfHeader, max_procs: int | None, report: LoadReport)
         report.notes.append(f"no MaxProcs in the header: MaxNodes ({header.max_nodes}) taken as processors")
         return header.max_nodes
     return None
+
+
+def _dirlab(columns: dict[str, np.ndarray], limit: int | None, report: LoadReport) -> None:
+    """DIR-LAB's data treatment, before the standard rules (which then drop nothing it keeps)."""
+    runtime = columns["runtime"]
+    unknown = runtime < 0
+    report.runtime_unknown_as_10s = int(unknown.sum())
+    runtime[unknown] = UNKNOWN_RUNTIME_AS
+    if limit is not None:
+        above = columns["procs"] > limit
+        report.procs_cut_to_max = int(above.sum())
+        columns["procs"][above] = limit
 
 
 def _clean(

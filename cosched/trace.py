@@ -57,6 +57,8 @@ class LoadReport:
     malformed_skipped: int = 0
     dropped_duplicate_id: int = 0
     dropped_submit_unknown: int = 0
+    runtime_unknown_as_10s: int = 0
+    procs_cut_to_max: int = 0
     dropped_runtime: int = 0
     dropped_cancelled: int = 0
     cancelled_kept: int = 0
@@ -81,6 +83,8 @@ class LoadReport:
             "malformed_skipped": "malformed lines skipped (--lenient)",
             "dropped_duplicate_id": "dropped: job id already used on an earlier line (--lenient)",
             "dropped_submit_unknown": "dropped: submit time negative (unknown)",
+            "runtime_unknown_as_10s": "runtime -1 kept as a 10 s job (--cleaning dirlab)",
+            "procs_cut_to_max": "processors above MaxProcs cut to it (--cleaning dirlab)",
             "dropped_runtime": "dropped: runtime -1 or 0",
             "dropped_cancelled": "dropped: cancelled (status 5, --drop-cancelled)",
             "cancelled_kept": "kept: cancelled after starting (ran until cancelled)",

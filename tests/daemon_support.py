@@ -66,9 +66,12 @@ class DaemonProcess:
         cluster: str = "",
         token: str = "",
         data_roots: bool = True,
+        env: dict[str, str] | None = None,
     ) -> None:
         """`extra` is appended to the config; `api`, `cluster` and `docker` add keys to those tables;
-        `token` is the client's; `data_roots` makes `root` the jobs' data root."""
+        `token` is the client's; `data_roots` makes `root` the jobs' data root; `env` is the
+        daemon's environment (default: the tests')."""
+        self.env = env
         self.root = root
         self.port = free_port()
         self.state = root / "state"
@@ -94,6 +97,7 @@ class DaemonProcess:
                 [sys.executable, "-m", "cosched.cli", "daemon", "--config", str(self.config)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

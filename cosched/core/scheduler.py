@@ -67,6 +67,11 @@ class Scheduler:
     ) -> None:
         if sharing < 1 or window < 1:
             raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
+        if queue_policy.one_by_one and backfill.serves_head:
+            raise ConfigError(
+                f"queue policy {queue_policy.name!r} chooses every start itself; "
+                f"backfill {backfill.name!r} would reserve for every job: use none or easy"
+            )
         self.cluster = cluster
         self.queue_policy = queue_policy
         self.backfill = backfill
@@ -268,8 +273,10 @@ class Scheduler:
     # -- the pass -----------------------------------------------------------
     def _schedule(self, now: float, actions: list[Action]) -> Mapping[int, float]:
         view = self.view(now)
-        order = view.queue
         pool, place = self.pool, self._place
+        if self.queue_policy.one_by_one:
+            view = self._serve_one_by_one(view, now, actions)
+        order = view.queue
         head = 0
         n = len(order)
         while head < n and not self.backfill.serves_head:
@@ -286,11 +293,13 @@ class Scheduler:
         reservations = _NONE
         if plan is not None:
             reservations = plan.reservations
-            for job in plan.start:
-                slots = place(job, pool) if job.need <= pool.free_units else None
-                if slots is not None:
-                    self._launch(job, slots, now, actions)
-                    self._dequeue(job)
+            started = self._start_planned(plan.start, now, actions)
+            while started and self.backfill.one_by_one and pool.free_units and self.queue:
+                view = self.view(now)
+                order = view.queue
+                plan = self.backfill.plan(view, 0)
+                reservations = plan.reservations or reservations
+                started = self._start_planned(plan.start, now, actions)
         if self._cosched_active and self.queue:
             promises = None
             if self.keep_promises:
@@ -299,6 +308,32 @@ class Scheduler:
                 promises = Promises(view, waiting, standing)
             self._coschedule(view, order, now, actions, promises)
         return reservations
+
+    def _start_planned(self, jobs: Sequence[Job], now: float, actions: list[Action]) -> bool:
+        """Launch each job a backfill plan returned that still fits; whether any started."""
+        pool, place = self.pool, self._place
+        started = False
+        for job in jobs:
+            slots = place(job, pool) if job.need <= pool.free_units else None
+            if slots is not None:
+                self._launch(job, slots, now, actions)
+                self._dequeue(job)
+                started = True
+        return started
+
+    def _serve_one_by_one(self, view: SchedulerView, now: float, actions: list[Action]) -> SchedulerView:
+        """Start the job a one-by-one queue policy puts first while it fits, asking it again
+        after each start; the view returned holds its last answer, which starts nothing."""
+        pool = self.pool
+        while view.queue:
+            job = view.queue[0]
+            slots = self._place(job, pool) if job.need <= pool.free_units else None
+            if slots is None:
+                break
+            self._launch(job, slots, now, actions)
+            self._dequeue(job)
+            view = self.view(now)
+        return view
 
     # -- co-scheduling ------------------------------------------------------
     def _coschedule(

@@ -27,8 +27,11 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     queued, jobs = _snapshot(daemon)
     core = daemon.core
     running = [job for job in jobs if job.state is JobState.RUNNING]
-    # A view of our own over the copies: the core's view belongs to the pass.
-    order = core.queue_policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
+    policy = core.queue_policy
+    if policy.one_by_one:  # it picks one job at each start of a pass (DBF): no order beyond arrival to show
+        order = queued
+    else:  # a view of our own over the copies: the core's view belongs to the pass
+        order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
     reservations = dict(daemon.reservations)
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
     rows = []

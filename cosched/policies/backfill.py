@@ -9,6 +9,17 @@ from cosched.model import Job
 from cosched.policies.base import NO_BACKFILL, BackfillPlan, BackfillPolicy
 
 
+def shadow_time(view: SchedulerView, need: int) -> tuple[float, int]:
+    """When a blocked job of `need` units fits by the running jobs' estimates (inf: never),
+    and the units it will leave unused then (EASY's extra capacity)."""
+    available = view.free_units
+    for end, units in view.releases():
+        available += units
+        if available >= need:
+            return end, available - need
+    return math.inf, 0
+
+
 class NoBackfill(BackfillPolicy):
     """Strict priority order: nothing overtakes a blocked head."""
 
@@ -62,14 +73,7 @@ class EASY(BackfillPolicy):
             return NO_BACKFILL
 
         now = view.now
-        shadow, extra = math.inf, 0
-        available = free
-        for end, units in view.releases():
-            available += units
-            if available >= blocked.need:
-                shadow = end
-                extra = available - blocked.need
-                break
+        shadow, extra = shadow_time(view, blocked.need)
 
         started = []
         for i in range(first, n):
@@ -88,3 +92,39 @@ class EASY(BackfillPolicy):
             if free == 0:
                 break
         return BackfillPlan(started, {blocked.id: shadow})
+
+
+class DirlabEASY(BackfillPolicy):
+    """EASY as DIR-LAB's simulator runs it (RLScheduler, RLBackfilling: the paper's Table 4).
+
+    Two departures from the textbook `EASY`: a job may be backfilled only if it ends
+    strictly before the shadow time (no extra-capacity rule), and the shadow time is
+    computed once, the first time it plans for a blocked head (when some capacity is
+    free), and kept until that job starts, however early running jobs end. Under FCFS it is their EASY; under other
+    queue policies theirs also keeps the head and backfills in submission order.
+    """
+
+    name = "easy-dirlab"
+
+    def __init__(self) -> None:
+        self._head = -1
+        self._shadow = math.inf
+
+    def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
+        queue = view.queue
+        blocked = queue[head]
+        if blocked.id != self._head:
+            self._head, self._shadow = blocked.id, shadow_time(view, blocked.need)[0]
+        free, now, shadow = view.free_units, view.now, self._shadow
+        started = []
+        for job in queue[head + 1 :]:
+            if job.need <= free and now + job.estimate < shadow:
+                started.append(job)
+                free -= job.need
+                if free == 0:
+                    break
+        return BackfillPlan(started, {blocked.id: shadow})
+
+    def forget(self, job: Job) -> None:
+        if job.id == self._head:
+            self._head = -1

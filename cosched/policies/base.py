@@ -30,6 +30,10 @@ class QueuePolicy(ABC):
 
     name: ClassVar[str] = ""
     static: ClassVar[bool] = True
+    one_by_one: ClassVar[bool] = False
+    """A policy that chooses one job at a time (a learned one, DBF): the core starts the first
+    job `order` returns if it fits, then asks again with the view as it now is; an empty
+    order, or a first job that does not fit, ends the serving for this pass (DBF's forward)."""
 
     @abstractmethod
     def score(self, job: Job, now: float) -> float:
@@ -65,6 +69,9 @@ class BackfillPolicy(ABC):
 
     name: ClassVar[str] = ""
     serves_head: ClassVar[bool] = False
+    one_by_one: ClassVar[bool] = False
+    """A policy that starts one job per plan (RLBackfilling's agent): after each start the core
+    plans again with the view as it now is, until a plan starts nothing."""
 
     @abstractmethod
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
@@ -93,6 +100,10 @@ class Estimator(ABC):
     @abstractmethod
     def estimate(self, job: Job) -> float:
         """Seconds the job is expected to run; must be > 0."""
+
+    def bind_truth(self, truth: Mapping[int, float | None]) -> None:  # noqa: B027 - optional hook
+        """Replay hands every estimator the true runtimes by job id (a job's own `runtime` is
+        None until it ends); only an oracle (EASY-AR's `actual`) keeps them. The daemon has none."""
 
 
 class PlacementPolicy(ABC):

@@ -1,8 +1,10 @@
-"""Finding plugins by name: entry-point aliases or `module:Class` strings.
+"""Finding plugins by name: entry-point aliases, `alias:ARGUMENT`, or `module:Class` strings.
 
 Each kind of plugin is an entry-point group (`cosched.queue`, `cosched.backfill`,
 `cosched.estimate`, `cosched.placement`, `cosched.cosched`), so a package can add policies without
-touching cosched, and a research script can name its class directly.
+touching cosched, and a research script can name its class directly. A registered alias may take
+one argument after a colon, passed to the class (a learned policy's model: `rlbf:hpc2n`,
+`dbf:/srv/models/m.npz`); a name whose part before the colon is no alias is `module:Class`.
 """
 
 from __future__ import annotations
@@ -36,11 +38,21 @@ def available(kind: str) -> list[str]:
     return sorted(_aliases(kind))
 
 
+def split_argument(kind: str, name: str) -> tuple[str, str | None]:
+    """`alias:ARGUMENT` as (alias, ARGUMENT) when the part before the colon is a registered
+    alias of `kind`; anything else (an alias, `module:Class`) as (name, None)."""
+    alias, colon, argument = name.partition(":")
+    if colon and alias in _aliases(kind):
+        return alias, argument
+    return name, None
+
+
 def resolve(kind: str, name: str) -> type:
-    """The class behind an alias or a `module:Class` string."""
+    """The class behind an alias (with or without an argument) or a `module:Class` string."""
     if kind not in KINDS:
         raise ConfigError(f"unknown plugin kind {kind!r}; known: {', '.join(KINDS)}")
     base = KINDS[kind]
+    name = split_argument(kind, name)[0]
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
@@ -59,13 +71,16 @@ def resolve(kind: str, name: str) -> type:
 
 
 def create(kind: str, spec: str | Any, **options: Any) -> Any:
-    """An instance from an alias, a `module:Class` string, or an instance (passed through)."""
+    """An instance from an alias, `alias:ARGUMENT`, a `module:Class` string, or an instance (passed through)."""
     if not isinstance(spec, str):
         if not isinstance(spec, KINDS[kind]):
             raise ConfigError(f"{spec!r} is not a {KINDS[kind].__name__}")
         return spec
     cls = resolve(kind, spec)
+    argument = split_argument(kind, spec)[1]
     try:
-        return cls(**options)
+        return cls(**options) if argument is None else cls(argument, **options)
     except TypeError as exc:
+        if argument is not None:
+            raise ConfigError(f"{kind} policy {spec.partition(':')[0]!r} takes no argument ({spec!r})") from None
         raise ConfigError(f"bad options for {kind} policy {spec!r}: {exc}") from None

@@ -2,7 +2,9 @@
 
 It plays the part Docker or Mesos play in the daemon: it offers the cluster's
 resources, takes `Launch`, `Colocate`, `SetQuota` and `Kill` actions, and
-reports when jobs end and their resources are offered again. A job alone on
+reports when jobs end and their resources are offered again. It alone knows a
+job's true runtime while the job waits and runs (`admit`), as the real world does
+for the daemon: policies plan with requested times only. A job alone on
 its cores runs for its actual runtime; a job whose CPU quota is cut, or that
 shares cores with a guest, progresses at the rate a `RateModel` gives, so
 co-location costs in replay what it would cost for real. Every job is killed
@@ -100,6 +102,29 @@ class SimulatedBackend:
         """False: `forget_slots` clears the slots of ended jobs (see there)."""
         self._ended: list[Job] = []
         """Jobs `pop` ended since the last `forget_slots` (only without `keep_slots`)."""
+        self.truth: dict[int, float | None] = {}
+        """True runtimes of the admitted jobs, by id (None: unknown, the walltime stands in)."""
+        self._admitted: list[Job] = []
+
+    def admit(self, job: Job) -> Job:
+        """Take a job's true runtime into the backend's keeping before the core sees the job.
+
+        From submission to its end a job's `runtime` is None, in replay as in the daemon,
+        so no policy can read what only the future knows; `pop` gives it back when the job
+        ends (ASAx's replay-only `degradation` loss reads it then), `reveal_all` when the
+        replay stops. The one plugin that may plan with it, the `actual` estimator
+        (EASY-AR), is handed `truth` explicitly (`Estimator.bind_truth`).
+        """
+        self.truth[job.id] = job.runtime
+        job.runtime = None
+        self._admitted.append(job)
+        return job
+
+    def reveal_all(self) -> None:
+        """Give every admitted job its runtime back (the replay is over, or was abandoned)."""
+        truth = self.truth
+        for job in self._admitted:
+            job.runtime = truth[job.id]
 
     def start(self) -> list[Event]:
         """Offer every node of the cluster."""
@@ -113,7 +138,9 @@ class SimulatedBackend:
         for action in actions:
             if isinstance(action, Launch):
                 job = action.job
-                runtime = job.runtime if job.runtime is not None else job.walltime
+                runtime = self.truth.get(job.id, job.runtime)
+                if runtime is None:
+                    runtime = job.walltime
                 self.running[job.id] = job
                 self._schedule_end(job, now + min(runtime, job.walltime))
                 if self.account:
@@ -133,7 +160,9 @@ class SimulatedBackend:
 
     def _colocate(self, now: float, action: Colocate) -> None:
         guest = action.guest
-        runtime = guest.runtime if guest.runtime is not None else guest.walltime
+        runtime = self.truth.get(guest.id, guest.runtime)
+        if runtime is None:
+            runtime = guest.walltime
         self.running[guest.id] = guest
         self._host[guest.id] = action.host_id
         self._guests.setdefault(action.host_id, []).append(guest.id)
@@ -186,7 +215,7 @@ class SimulatedBackend:
 
     def pop(self, now: float) -> list[Event]:
         """Events for every job ending at or before `now`, with the offers they free."""
-        ends, end_at, running = self._ends, self._end_at, self.running
+        ends, end_at, running, truth = self._ends, self._end_at, self.running, self.truth
         events: list[Event] = []
         # Plain replays never share cores: their ends need none of the co-location bookkeeping.
         shared = bool(self._speed or self._host or self._guests)
@@ -198,6 +227,7 @@ class SimulatedBackend:
                 continue
             del end_at[job.id]
             del running[job.id]
+            job.runtime = truth.get(job.id, job.runtime)
             if not self.keep_slots:
                 self._ended.append(job)
             if self.account:
@@ -249,7 +279,7 @@ class SimulatedBackend:
             cpu, mem = self.rates.usage(job, quota, speed)
             cpu = cpu * job.cores / quota if quota > 0 else 1.0  # of the quota granted
             natural = self._natural_end.get(job.id, self._end_at.get(job.id, now))
-            total = job.runtime if job.runtime else job.walltime
+            total = self.truth.get(job.id, job.runtime) or job.walltime
             done = 1.0 - max(0.0, (natural - now) * speed) / total if total > 0 else 1.0
             tasks = int(job.tasks * min(1.0, max(0.0, done)))
             events.append(UsageReported(job.id, Usage(cpu, mem, tasks, now, quota)))

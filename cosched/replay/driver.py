@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from cosched.core.events import Event, JobSubmitted
@@ -19,7 +20,7 @@ from cosched.core.scheduler import Scheduler
 from cosched.core.validate import ValidatingScheduler
 from cosched.errors import SchedulingError
 from cosched.model import Cluster, Job, JobState
-from cosched.policies.registry import create, resolve
+from cosched.policies.registry import create, resolve, split_argument
 from cosched.replay.backend import Accounts, RateModel, SimulatedBackend
 
 PROGRESS_EVERY = 4096
@@ -44,11 +45,14 @@ class PolicySet:
 
     @property
     def label(self) -> str:
-        """`queue+backfill[-estimate]`, by each plugin's short name."""
+        """`queue+backfill[-estimate]`, by each plugin's short name (a model's as `rlbf[hpc2n]`)."""
 
         def name(kind: str) -> str:
             spec = getattr(self, kind)
             if isinstance(spec, str):
+                alias, argument = split_argument(kind, spec)
+                if argument is not None:
+                    return f"{alias}[{PurePath(argument).stem or argument}]"
                 return spec if ":" not in spec else str(getattr(resolve(kind, spec), "name", "")) or spec
             return getattr(spec, "name", "") or type(spec).__name__
 
@@ -57,11 +61,15 @@ class PolicySet:
         return f"{name('queue')}+{name('backfill')}{suffix}{sharing}"
 
     def check(self) -> None:
-        """Resolve every plugin name now, so a typo fails before any work is done."""
+        """Resolve every plugin name now (and load what an argument names, a model), so a typo
+        fails before any work is done."""
         for kind in ("queue", "backfill", "estimate", "placement", "cosched"):
             spec = getattr(self, kind)
             if isinstance(spec, str):
-                resolve(kind, spec)
+                if split_argument(kind, spec)[1] is None:
+                    resolve(kind, spec)
+                else:
+                    create(kind, spec)
 
     def build(self, cluster: Cluster) -> Scheduler:
         """A fresh core; policies named by string are created anew each time."""
@@ -99,6 +107,140 @@ Reactor = Callable[[float, list[Event]], list[Event]]
 predecessors just finished) to the same step."""
 
 
+class Replay:
+    """One replay in progress: a core, a simulated backend, and the two event streams merged.
+
+    `replay` runs it to the end. The learning environments (`cosched.learn.envs`) run the same
+    passes but stop after those where a policy waits for an outside decision, answer it with
+    `again`, and go on: an agent is trained on exactly the loop that replays and evaluates it.
+    """
+
+    def __init__(
+        self,
+        jobs: Sequence[Job],
+        cluster: Cluster,
+        policies: PolicySet | None = None,
+        *,
+        validate: bool = False,
+        progress: Callable[[int], None] | None = None,
+        rates: RateModel | None = None,
+        react: Reactor | None = None,
+        sample_every: float = 30.0,
+        core: Scheduler | None = None,
+        account: bool = False,
+        keep_slots: bool = True,
+    ) -> None:
+        self.policies = policies or PolicySet()
+        self.cluster = cluster
+        self.core = core or self.policies.build(cluster)
+        self.validator = ValidatingScheduler(self.core) if validate else None
+        self.step = self.validator.step if self.validator else self.core.step
+        self.backend = SimulatedBackend(cluster, rates, account=account, keep_slots=keep_slots)
+        self.core.estimator.bind_truth(self.backend.truth)
+        self.progress = progress
+        self.react = react
+        self.sample_every = sample_every
+        self.pending = sorted(jobs, key=lambda j: j.submit)
+        self.reacted: list[Job] = []
+        self.passes_run = 0
+        self.seconds = 0.0
+
+    def run(self) -> ReplayResult:
+        """Every pass, to the end."""
+        for _ in self.passes():
+            pass
+        return self.result()
+
+    def passes(self, pause: Callable[[float], bool] | None = None) -> Iterator[float]:
+        """Run the replay pass by pass; after a pass where `pause(now)` is true, yield its time.
+
+        While paused, the caller may take more passes at that time (`again`); the replay then
+        goes on from whatever they changed. Without `pause` nothing is yielded.
+        """
+        core, backend, step, react, progress = self.core, self.backend, self.step, self.react, self.progress
+        keep_slots, sample_every = backend.keep_slots, self.sample_every
+        forget = None if keep_slots else backend.forget_slots
+        sampling = core.cosched is not None and core.cosched.active
+        pending, reacted = self.pending, self.reacted
+        started_at = time.perf_counter()
+        n, i, reported = len(pending), 0, 0
+        apply, pop, next_time, admit = backend.apply, backend.pop, backend.next_time, backend.admit
+        inf = math.inf
+        try:
+            if n:
+                apply(pending[0].submit, step(pending[0].submit, backend.start()).actions)
+            next_end = next_time()
+            next_sample = pending[0].submit + sample_every if sampling and n else inf
+            while True:
+                next_submit = pending[i].submit if i < n else inf
+                now = next_submit if next_submit < next_end else next_end
+                if next_sample < now:
+                    now = next_sample
+                if now == inf:
+                    break
+                events: list[Event] = pop(now) if next_end <= now else []
+                if react is not None and events:
+                    added = react(now, events)
+                    for event in added:
+                        if isinstance(event, JobSubmitted):
+                            reacted.append(admit(event.job))
+                    events += added
+                while i < n and pending[i].submit <= now:
+                    events.append(JobSubmitted(admit(pending[i])))
+                    i += 1
+                if now == next_sample:
+                    events += backend.sample(now)
+                    busy = backend.running or core.queue or i < n
+                    next_sample = now + sample_every if busy else inf
+                actions = step(now, events).actions
+                if actions:
+                    apply(now, actions)
+                self.passes_run += 1
+                if pause is not None and pause(now):
+                    self.seconds += time.perf_counter() - started_at
+                    yield now
+                    started_at = time.perf_counter()
+                if forget:
+                    forget()
+                next_end = next_time()
+                if sampling and next_sample == inf and (backend.running or core.queue):
+                    next_sample = now + sample_every
+                if progress is not None and i - reported >= PROGRESS_EVERY:
+                    progress(i - reported)
+                    reported = i
+            if progress is not None and i > reported:
+                progress(i - reported)
+        finally:
+            self.seconds += time.perf_counter() - started_at
+            backend.reveal_all()
+        if core.queue:
+            raise SchedulingError(f"{len(core.queue)} jobs were still queued when the replay ran out of events")
+
+    def again(self, now: float) -> None:
+        """One more pass at `now` with no new event (as the daemon's periodic pass), after a
+        decision was taken outside the core; what it starts, the backend starts."""
+        actions = self.step(now, []).actions
+        if actions:
+            self.backend.apply(now, actions)
+        self.passes_run += 1
+
+    def result(self) -> ReplayResult:
+        """The finished and rejected jobs, once `passes` is exhausted."""
+        backend = self.backend
+        finished = _finished(self.pending + self.reacted if self.reacted else self.pending, backend.rejected)
+        return ReplayResult(
+            self.policies.label,
+            self.cluster,
+            finished,
+            backend.rejected,
+            self.passes_run,
+            self.seconds,
+            self.validator,
+            self.core,
+            backend.accounts,
+        )
+
+
 def replay(
     jobs: Sequence[Job],
     cluster: Cluster,
@@ -123,72 +265,23 @@ def replay(
     With `keep_slots=False` a job's slots are cleared when it ends, so the memory
     a finished job holds does not grow with the nodes it ran on (studies and the
     CLI replay that way; keep them to inspect placements).
-    """
-    policies = policies or PolicySet()
-    core = core or policies.build(cluster)
-    checker = ValidatingScheduler(core) if validate else None
-    step = checker.step if checker else core.step
-    backend = SimulatedBackend(cluster, rates, account=account, keep_slots=keep_slots)
-    forget = None if keep_slots else backend.forget_slots
-    sampling = core.cosched is not None and core.cosched.active
-    pending = sorted(jobs, key=lambda j: j.submit)
-    started_at = time.perf_counter()
-    n, i, passes, reported = len(pending), 0, 0, 0
-    apply, pop, next_time = backend.apply, backend.pop, backend.next_time
-    inf = math.inf
-    if n:
-        apply(pending[0].submit, step(pending[0].submit, backend.start()).actions)
-    reacted: list[Job] = []
-    next_end = next_time()
-    next_sample = pending[0].submit + sample_every if sampling and n else inf
-    while True:
-        next_submit = pending[i].submit if i < n else inf
-        now = next_submit if next_submit < next_end else next_end
-        if next_sample < now:
-            now = next_sample
-        if now == inf:
-            break
-        events: list[Event] = pop(now) if next_end <= now else []
-        if react is not None and events:
-            added = react(now, events)
-            reacted.extend(e.job for e in added if isinstance(e, JobSubmitted))
-            events += added
-        while i < n and pending[i].submit <= now:
-            events.append(JobSubmitted(pending[i]))
-            i += 1
-        if now == next_sample:
-            events += backend.sample(now)
-            busy = backend.running or core.queue or i < n
-            next_sample = now + sample_every if busy else inf
-        actions = step(now, events).actions
-        if actions:
-            apply(now, actions)
-        if forget:
-            forget()
-        next_end = next_time()
-        if sampling and next_sample == inf and (backend.running or core.queue):
-            next_sample = now + sample_every
-        passes += 1
-        if progress is not None and i - reported >= PROGRESS_EVERY:
-            progress(i - reported)
-            reported = i
-    if progress is not None and i > reported:
-        progress(i - reported)
 
-    if core.queue:
-        raise SchedulingError(f"{len(core.queue)} jobs were still queued when the replay ran out of events")
-    finished = _finished(pending + reacted if reacted else pending, backend.rejected)
-    return ReplayResult(
-        policies.label,
+    Policies never see a job's true runtime: a job enters the core without it, as a live
+    job does, and gets it back when it ends (`SimulatedBackend.admit`).
+    """
+    return Replay(
+        jobs,
         cluster,
-        finished,
-        backend.rejected,
-        passes,
-        time.perf_counter() - started_at,
-        checker,
-        core,
-        backend.accounts,
-    )
+        policies,
+        validate=validate,
+        progress=progress,
+        rates=rates,
+        react=react,
+        sample_every=sample_every,
+        core=core,
+        account=account,
+        keep_slots=keep_slots,
+    ).run()
 
 
 def _finished(submitted: list[Job], rejected: list[Job]) -> list[Job]:

@@ -32,6 +32,7 @@ def load_workload(
     lenient: bool = False,
     drop_cancelled: bool = False,
     procs: int | None = None,
+    cleaning: str = "standard",
 ) -> Trace:
     """An SWF file path, or `lublin[:JOBS[:PROCS[:LOAD]]]` for a generated workload."""
     spec = spec or DEFAULT_WORKLOAD
@@ -48,14 +49,15 @@ def load_workload(
         except ValueError:
             raise ConfigError(f"bad generated workload {spec!r}; expected lublin:JOBS:PROCS[:LOAD]") from None
         return generate(jobs, size, seed=seed, load=load)
-    return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled)
+    return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled, cleaning=cleaning)
 
 
 POLICY_SETS_SYNTAX = (
-    "comma-separated queue:backfill[:estimate] sets; each field is an alias (fcfs, easy, actual, ...) "
-    "or a plugin class in brackets, [module:Class]: fcfs:easy,[mylab.queues:Fair]:easy"
+    "comma-separated queue:backfill[:estimate] sets; each field is an alias (fcfs, easy, actual, rlbf, ...), "
+    "an alias with its argument or a plugin class in brackets, [rlbf:hpc2n] or [module:Class]: "
+    "fcfs:easy,fcfs:[rlbf:model.npz],[mylab.queues:Fair]:easy"
 )
-_FIELD = r"\[[\w.]+:\w+\]|[\w-]+"  # [module:Class], or an alias (a word: no dot, no colon)
+_FIELD = r"\[[^\[\],]+\]|[\w-]+"  # [alias:ARG] or [module:Class], or an alias (a word: no dot, no colon)
 _POLICY_SET = re.compile(rf"({_FIELD}):({_FIELD})(?::({_FIELD}))?")
 
 
@@ -64,7 +66,8 @@ def parse_policy_sets(text: str) -> list[PolicySet]:
 
     A plugin class needs brackets because `module:Class` has the colon that
     separates fields: `[m:Q]:easy` is queue `m:Q`, where `m:Q:easy` could be
-    read two ways. Aliases never contain a colon, so brackets make it unambiguous.
+    read two ways. Aliases never contain a colon, so brackets make it unambiguous;
+    so does an alias with its argument (`fcfs:[rlbf:hpc2n]`).
     """
     sets = []
     for item in filter(None, (part.strip() for part in text.split(","))):

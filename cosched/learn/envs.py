@@ -1,0 +1,272 @@
+"""Gymnasium environments over the replay core: RLBackfilling's and DBF's.
+
+There is no second simulator here. An episode is a replay (`cosched.replay.driver.Replay`)
+of a window of the trace, with the learned plugin in the core; the plugin's `decide`
+is the environment's, which records the observation and answers nothing, so the core
+stops asking and the replay pauses after that pass. `step(action)` hands the action
+to the plugin and runs one more pass at the same time (`Replay.again`), in which the
+core starts the job and asks again; when nothing is asked, the replay runs on to the
+next pass where something is. Replay, the daemon and training therefore decide at the
+same points from the same observations (`cosched.learn.features`).
+
+Windows of `length` consecutive jobs start at seeded random positions
+(`reset(seed=...)`), each on an empty cluster, so episodes are reproducible.
+Jobs enter the core without their runtime (`SimulatedBackend.admit`): nothing an
+agent is handed holds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from cosched.errors import ConfigError
+from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.metrics import summarize
+from cosched.model import Cluster, JobState
+from cosched.policies.learned import DBF, RLBackfill
+from cosched.replay.driver import PolicySet, Replay, replay
+from cosched.trace import Trace
+
+MAX_RESETS = 1000
+"""Windows drawn in a row without a single decision before `reset` gives up."""
+
+
+def time_scale_of(trace: Trace) -> float:
+    """What requested times are divided by: the trace's longest request (a trace constant,
+    stored in the model, so inference normalises as training did)."""
+    return float(np.max(trace.columns["req_time"]))
+
+
+class _ReplayEnv(gym.Env):  # type: ignore[misc]
+    """What both environments share: windows, the paused replay, the pending decision."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, trace: Trace, cluster: Cluster, length: int) -> None:
+        if length < 2 or length > len(trace):
+            raise ConfigError(f"episode length must be in 2..{len(trace)} jobs, got {length}")
+        self.trace = trace
+        self.cluster = cluster
+        self.length = length
+        self._answer: int | None = None
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        self._run: Replay | None = None
+        self._passes: Iterator[float] | None = None
+        self._now = 0.0
+        self.episode: Trace | None = None
+        """The window of the trace the current episode replays."""
+
+    # -- the plugin's decide ---------------------------------------------------
+    def _decide(self, observation: np.ndarray, mask: np.ndarray) -> int | None:
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            return answer
+        self._pending = (observation, mask)
+        return None
+
+    def action_masks(self) -> np.ndarray:
+        """The actions allowed now (sb3-contrib's MaskablePPO asks for them)."""
+        if self._pending is None:
+            return np.ones(self.action_space.n, dtype=bool)
+        return self._pending[1].copy()
+
+    # -- episodes ----------------------------------------------------------------
+    def _window(self, length: int) -> Trace:
+        start = int(self.np_random.integers(0, len(self.trace) - length + 1))
+        return self.trace.slice(start, length)
+
+    def _start(self, policies: PolicySet, window: Trace) -> bool:
+        """Replay `window` until the first decision; False if it has none."""
+        self._close_run()
+        self._answer = self._pending = None
+        self.episode = window
+        self._run = Replay(window.jobs(), self.cluster, policies, keep_slots=False)
+        self._passes = self._run.passes(pause=self._pause)
+        return self._advance()
+
+    def _pause(self, now: float) -> bool:
+        return self._pending is not None
+
+    def _advance(self) -> bool:
+        """Run on to the next pass that asks for a decision; False when the replay is over."""
+        assert self._passes is not None
+        self._pending = None
+        try:
+            self._now = next(self._passes)
+        except StopIteration:
+            return False
+        return True
+
+    def _answer_now(self, action: int) -> None:
+        """Give the pending decision its action and take the pass that carries it out.
+        A masked action starts nothing (the plugins refuse it), as in the papers' simulators."""
+        assert self._run is not None and self._pending is not None
+        self._answer, self._pending = int(action), None
+        self._run.again(self._now)
+        self._answer = None
+
+    def _observation(self) -> np.ndarray:
+        if self._pending is None:
+            return np.zeros(self.observation_space.shape, dtype=np.float32)
+        return self._pending[0].astype(np.float32)
+
+    def _close_run(self) -> None:
+        if self._passes is not None:
+            self._passes.close()  # an abandoned replay gives its jobs their runtimes back
+        self._passes = None
+
+    def close(self) -> None:
+        self._close_run()
+
+
+class BackfillEnv(_ReplayEnv):
+    """RLBackfilling: which of the jobs that fit now to backfill while the head is blocked.
+
+    Observation: `window` rows of `RLBF_FEATURES` (`features.rlbf_observation`), flattened.
+    Action: a row; rows without a job are masked. Reward: 0 until the window is replayed,
+    then the bounded-slowdown improvement over the same window under `queue` + EASY,
+    (baseline - bsld) / baseline, as the paper's reward against its heuristic.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        *,
+        queue: str = "fcfs",
+        length: int = 256,
+        window: int = 128,
+        time_scale: float | None = None,
+    ) -> None:
+        super().__init__(trace, cluster, length)
+        self.queue = queue
+        self.window = window
+        self.time_scale = time_scale or time_scale_of(trace)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (window * RLBF_FEATURES,), np.float32)
+        self.action_space = gym.spaces.Discrete(window)
+        self.policy = RLBackfill(decide=self._decide, window=window, time_scale=self.time_scale)
+        self._baseline = 1.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        for _ in range(MAX_RESETS):
+            window = self._window(self.length)
+            if self._start(PolicySet(self.queue, self.policy), window):
+                base = replay(window.jobs(), self.cluster, PolicySet(self.queue, "easy"), keep_slots=False)
+                self._baseline = summarize(base.jobs, self.cluster.cores).mean_bsld
+                return self._observation(), {}
+        raise ConfigError(
+            f"no backfilling decision in {MAX_RESETS} windows of {self.length} jobs: train on another trace"
+        )
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._answer_now(int(action))
+        if self._pending is not None or self._advance():
+            return self._observation(), 0.0, False, False, {}
+        assert self._run is not None
+        bsld = summarize(self._run.result().jobs, self.cluster.cores).mean_bsld
+        reward = (self._baseline - bsld) / self._baseline
+        return self._observation(), float(reward), True, False, {"bsld": bsld, "baseline_bsld": self._baseline}
+
+
+class JobSelectionEnv(_ReplayEnv):
+    """DBF: pick the next job to start from a (split) window of the queue, or forward.
+
+    Observation: the cluster summary and `head + tail` job rows (`features.dbf_observation`).
+    Actions: a window slot (masked unless it holds a job that fits) or forward, the last.
+    Reward (schedule cycling): 0 for a start; every cycle that ends with jobs waiting (the
+    agent forwards, or nothing in its window fits) costs
+    w1 (1 - utilization) + w2 L / Lmax + w3 W / Wmax, with L the queue length, W its total
+    wait and the maxima over the episode so far. An episode ends after `length` starts
+    (the paper: 1,000), truncated, so the queue never drains for the want of arrivals.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        *,
+        head: int = 10,
+        tail: int = 0,
+        length: int = 256,
+        time_scale: float | None = None,
+        weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
+    ) -> None:
+        super().__init__(trace, cluster, length)
+        if 2 * length > len(trace):
+            raise ConfigError(f"a DBF episode replays 2 x {length} jobs; the trace has {len(trace)}")
+        self.head, self.tail = head, tail
+        self.size = head + tail
+        self.time_scale = time_scale or time_scale_of(trace)
+        self.weights = weights
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (CLUSTER_QUANTILES + self.size * DBF_FEATURES,), np.float32)
+        self.action_space = gym.spaces.Discrete(self.size + 1)
+        self.policy = DBF(decide=self._decide, head=head, tail=tail, time_scale=self.time_scale)
+        self._penalty = 0.0
+        self._started = 0
+        self._max_queue = self._max_wait = 0.0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        for _ in range(MAX_RESETS):
+            self._penalty, self._started = 0.0, 0
+            self._max_queue = self._max_wait = 0.0
+            if self._start(PolicySet(self.policy, "none"), self._window(2 * self.length)):
+                self._penalty = 0.0  # cycles before the first decision are no action's doing
+                return self._observation(), {}
+        raise ConfigError(f"no scheduling decision in {MAX_RESETS} windows: train on another trace")
+
+    def _cost(self, now: float) -> float:
+        """DBF's reward, negated: what a cycle that ends with `queue` waiting costs."""
+        assert self._run is not None
+        core = self._run.core
+        queue = core.queue
+        length = float(len(queue))
+        wait = sum(now - job.submit for job in queue)
+        self._max_queue = max(self._max_queue, length)
+        self._max_wait = max(self._max_wait, wait)
+        w1, w2, w3 = self.weights
+        idle = core.pool.free_units / self.cluster.capacity_units
+        return (
+            w1 * idle
+            + (w2 * length / self._max_queue if self._max_queue else 0.0)
+            + (w3 * wait / self._max_wait if self._max_wait else 0.0)
+        )
+
+    def _pause(self, now: float) -> bool:
+        if self._pending is not None:
+            return True
+        if self._run is not None and self._run.core.queue:
+            self._penalty += self._cost(now)  # a cycle in which nothing in the window fit
+        return False
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        action = int(action)
+        assert self._pending is not None
+        if action >= self.size or not self._pending[1][action]:  # forward, or an invalid pick: forwarded
+            self._penalty += self._cost(self._now)
+            self._answer_now(action)
+        else:
+            self._answer_now(action)
+            self._started += 1
+            if self._pending is None and self._run is not None and self._run.core.queue:
+                self._penalty += self._cost(self._now)  # the cycle ends: nothing else fits
+        truncated = self._started >= self.length
+        alive = not truncated and (self._pending is not None or self._advance())
+        reward, self._penalty = -self._penalty, 0.0
+        if alive:
+            return self._observation(), reward, False, False, {}
+        info = self._episode_info()
+        self._close_run()
+        return self._observation(), reward, not truncated, truncated, info
+
+    def _episode_info(self) -> dict[str, float]:
+        """Mean wait of the jobs started so far (for the training log)."""
+        assert self._run is not None
+        started = [job for job in self._run.pending if job.state is not JobState.PENDING]
+        waits = np.array([job.start - job.submit for job in started])
+        return {"mean_wait": float(waits.mean()) if started else 0.0, "started": float(len(started))}

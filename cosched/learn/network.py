@@ -1,0 +1,90 @@
+"""A trained policy network as a small NumPy file, run without torch.
+
+Training (`cosched.learn.train`) exports the actor of a PPO agent to an `.npz`:
+its layers' weights (`w0`, `b0`, `w1`, ...), a JSON `config` (the kind of policy,
+its window and normalisation, how it was trained) and a check batch (`check_obs`,
+`check_mask`, `check_logits`: what torch computed on some observations), so the
+NumPy forward pass can be held to torch's without torch. Inference is a few small
+matrix products; the daemon never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosched.errors import ConfigError
+
+FORMAT = 1
+KINDS = ("rlbf", "dbf")
+
+
+@dataclass(frozen=True)
+class PolicyNetwork:
+    """An MLP actor. For `rlbf` it scores each job row with the same small network (the
+    paper's kernel network); for `dbf` it maps the whole observation to one logit per action."""
+
+    config: dict[str, Any]
+    weights: tuple[np.ndarray, ...]
+    biases: tuple[np.ndarray, ...]
+
+    @property
+    def kind(self) -> str:
+        return str(self.config["kind"])
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        """Unmasked logits for one observation (or a batch, leading axis)."""
+        x = np.asarray(obs, dtype=np.float32)
+        if self.kind == "rlbf":
+            x = x.reshape(*x.shape[:-1], -1, int(self.config["features"]))
+        last = len(self.weights) - 1
+        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = x @ w.T + b
+            if k < last:
+                x = np.maximum(x, 0.0) if self.config.get("activation", "relu") == "relu" else np.tanh(x)
+        return x[..., 0] if self.kind == "rlbf" else x
+
+    def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
+        """The most likely allowed action (deterministic, as the paper tests its agent)."""
+        scores = np.where(mask, self.logits(obs), -np.inf)
+        return int(np.argmax(scores))
+
+    def save(self, path: str | Path, *, check: dict[str, np.ndarray] | None = None) -> Path:
+        path = Path(path)
+        arrays: dict[str, np.ndarray] = {"config": np.array(json.dumps({**self.config, "format": FORMAT}))}
+        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            arrays[f"w{k}"], arrays[f"b{k}"] = w.astype(np.float32), b.astype(np.float32)
+        for key, value in (check or {}).items():
+            arrays[f"check_{key}"] = value
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> PolicyNetwork:
+        """Read a model file; ConfigError (one line) for anything that is not one."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                config = json.loads(str(data["config"]))
+                count = sum(1 for key in data.files if key.startswith("w"))
+                weights = tuple(data[f"w{k}"] for k in range(count))
+                biases = tuple(data[f"b{k}"] for k in range(count))
+        except FileNotFoundError:
+            raise ConfigError(f"model file {path} does not exist") from None
+        except (OSError, ValueError, KeyError) as exc:
+            raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
+        if config.get("kind") not in KINDS or not count:
+            raise ConfigError(f"{path} is not a cosched model file (kind {config.get('kind')!r})")
+        return cls(config, weights, biases)
+
+    @staticmethod
+    def check_batch(path: str | Path) -> dict[str, np.ndarray]:
+        """The observations, masks and torch logits stored with a model at export."""
+        with np.load(path, allow_pickle=False) as data:
+            return {key[6:]: data[key] for key in data.files if key.startswith("check_")}

@@ -1,0 +1,438 @@
+"""Training the learned policies with PPO (sb3-contrib's MaskablePPO), and exporting them.
+
+`cosched train rlbf|dbf TRACE --out DIR` trains on windows of the trace replayed by the
+core (`cosched.learn.envs`). An epoch is one PPO rollout of `steps` decisions and its
+update. After every epoch DIR gets `checkpoint.zip` (resumable with `--resume`), a line
+of `training.jsonl` and a fresh `learning-curve.png`; at the end, `model.npz` (the actor
+in NumPy, with a check batch of torch's outputs, `cosched.learn.network`) and
+`record.json` (trace, windows, seeds, epochs, wall time, machine).
+
+Torch is imported here only: install the CPU build first (`pip install torch==2.13.0`),
+then `pip install 'cosched[train]'`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cosched.errors import ConfigError
+from cosched.learn.envs import BackfillEnv, JobSelectionEnv
+from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.learn.network import PolicyNetwork
+from cosched.model import Cluster
+from cosched.trace import Trace
+
+try:
+    import torch
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+    from stable_baselines3.common.callbacks import BaseCallback
+    from torch import nn
+except ImportError as exc:  # pragma: no cover - the CLI turns this into one line
+    raise ImportError(
+        "training needs torch and sb3-contrib: pip install torch==2.13.0 && pip install 'cosched[train]'"
+    ) from exc
+
+CHECKPOINT = "checkpoint.zip"
+LOG = "training.jsonl"
+CURVE = "learning-curve.png"
+MODEL = "model.npz"
+RECORD = "record.json"
+
+
+@dataclass
+class TrainSettings:
+    """Everything a training run depends on, kept in its record."""
+
+    kind: str
+    trace: str
+    epochs: int = 100
+    steps: int = 4096
+    """Decisions per epoch (one PPO rollout)."""
+    length: int = 256
+    """Jobs per episode window (the papers: 256 for RLBackfilling, 1,000 starts for DBF)."""
+    seed: int = 0
+    queue: str = "fcfs"
+    window: int = 128
+    head: int = 10
+    tail: int = 0
+    cleaning: str = "standard"
+    procs: int | None = None
+    max_minutes: float | None = None
+    """Stop after the epoch that passes this much training time (the record says how many ran)."""
+    ppo: dict[str, Any] = field(default_factory=dict)
+    """MaskablePPO arguments that override the defaults of `new_agent` (kept in the record)."""
+    warm_start: str = "shortest"
+    """`shortest`: before PPO, fit the actor to pick the job with the shortest requested time
+    (`warm_start`); `none`: PPO from a random actor, as the papers."""
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    """Linear layers of `sizes` with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for k in range(len(sizes) - 1):
+        layers += [nn.Linear(sizes[k], sizes[k + 1]), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+class KernelExtractor(nn.Module):
+    """RLBackfilling's networks: the actor scores every job row with one small MLP (the
+    paper's kernel network, 5-32-16-8-1); the critic reads the flattened rows (32-16-8)."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        self.window = window
+        self.latent_dim_pi = window
+        self.latent_dim_vf = 8
+        self.kernel = nn.Sequential(
+            nn.Linear(RLBF_FEATURES, 32),
+            nn.ReLU(),
+            nn.Linear(32, 16),
+            nn.ReLU(),
+            nn.Linear(16, 8),
+            nn.ReLU(),
+            nn.Linear(8, 1),
+        )
+        self.value = nn.Sequential(
+            nn.Linear(window * RLBF_FEATURES, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU()
+        )
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        rows = features.view(features.shape[0], self.window, RLBF_FEATURES)
+        return self.kernel(rows).squeeze(-1)
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value(features)
+
+
+class KernelPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
+    """MaskablePPO's policy with the kernel actor: its per-row scores are the logits."""
+
+    def __init__(self, *args: Any, window: int = 128, **kwargs: Any) -> None:
+        self.window = window
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = KernelExtractor(self.window)
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        self.action_net = nn.Identity()
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return {**super()._get_constructor_parameters(), "window": self.window}
+
+
+def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> BackfillEnv | JobSelectionEnv:
+    if settings.kind == "rlbf":
+        return BackfillEnv(trace, cluster, queue=settings.queue, length=settings.length, window=settings.window)
+    if settings.kind == "dbf":
+        return JobSelectionEnv(trace, cluster, head=settings.head, tail=settings.tail, length=settings.length)
+    raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf")
+
+
+def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> MaskablePPO:
+    """PPO close to the papers'. RLBackfilling: its terminal reward undiscounted (gamma 1);
+    the paper's lambda 0.97, learning rate 1e-3 and early stop at a KL of 0.01 learned far
+    slower here than Monte Carlo returns (lambda 1) at 3e-4 with no KL stop (docs/learned-
+    policies.md), so those are the defaults. DBF: gamma 0.99, learning rate 3e-4, clip 0.2,
+    minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores."""
+    common: dict[str, Any] = {"n_steps": settings.steps, "seed": settings.seed, "verbose": 0, "device": "cpu"}
+    if settings.kind == "rlbf":
+        arguments: dict[str, Any] = {
+            "learning_rate": 3e-4,
+            "gamma": 1.0,
+            "gae_lambda": 1.0,
+            "batch_size": 256,
+            "n_epochs": 10,
+            "target_kl": None,
+            "policy_kwargs": {"window": settings.window},
+        }
+        return MaskablePPO(KernelPolicy, env, **{**common, **arguments, **settings.ppo})
+    arguments = {
+        "learning_rate": 3e-4,
+        "gamma": 0.99,
+        "clip_range": 0.2,
+        "batch_size": 128,
+        "n_epochs": 10,
+        "policy_kwargs": {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU},
+    }
+    return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
+
+
+class _EpochLog(BaseCallback):  # type: ignore[misc]
+    """Progress bar, one log line and one checkpoint per epoch."""
+
+    def __init__(
+        self, out: Path, epochs_done: int, total_steps: int, started: float, wall_before: float, budget: float | None
+    ) -> None:
+        super().__init__()
+        self.budget = budget
+        self.out_of_time = False
+        self.out = out
+        self.epoch = epochs_done
+        self.started = started
+        self.wall_before = wall_before
+        self.episodes: list[dict[str, float]] = []
+        self.returns: list[float] = []
+        self._return = 0.0
+        self.bar: Any = None
+        self.total_steps = total_steps
+
+    def _on_training_start(self) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.total_steps, initial=self.num_timesteps, unit="step", leave=False)
+
+    def _on_step(self) -> bool:
+        if self.out_of_time:
+            return False  # the first step of a new rollout: stop before collecting it
+        self.bar.update(1)
+        self._return += float(self.locals["rewards"][0])
+        if self.locals["dones"][0]:
+            self.episodes.append(dict(self.locals["infos"][0]))
+            self.returns.append(self._return)
+            self._return = 0.0
+        return True
+
+    def _on_rollout_start(self) -> None:
+        self.model.save(self.out / CHECKPOINT)  # after the last update: a consistent place to resume
+
+    def _on_rollout_end(self) -> None:
+        self.epoch += 1
+        line: dict[str, Any] = {
+            "epoch": self.epoch,
+            "steps": int(self.num_timesteps),
+            "episodes": len(self.episodes),
+            "mean_return": float(np.mean(self.returns)) if self.returns else None,
+            "wall_s": round(self.wall_before + time.perf_counter() - self.started, 1),
+        }
+        for key in ("bsld", "baseline_bsld", "mean_wait"):
+            values = [e[key] for e in self.episodes if key in e]
+            if values:
+                line[key] = float(np.mean(values))
+        with open(self.out / LOG, "a") as handle:
+            handle.write(json.dumps(line) + "\n")
+        self.episodes, self.returns = [], []
+        shown = {k: round(v, 2) for k, v in line.items() if k in ("bsld", "mean_return") and v is not None}
+        self.bar.set_postfix(shown)
+        plot_curve(self.out)
+        self.out_of_time = self.budget is not None and line["wall_s"] >= self.budget
+
+    def _on_training_end(self) -> None:
+        self.bar.close()
+
+
+def read_log(out: Path) -> list[dict[str, Any]]:
+    path = out / LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curve(out: Path) -> None:
+    """The learning curve: RLBackfilling's episode bsld against EASY's, or DBF's return and wait."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = read_log(out)
+    if not log:
+        return
+    epochs = [line["epoch"] for line in log]
+
+    def series(key: str) -> list[float]:
+        return [np.nan if line.get(key) is None else line[key] for line in log]
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if json.loads((out / "settings.json").read_text())["kind"] == "rlbf":
+        ax.plot(epochs, series("bsld"), label="RLBF (training episodes)")
+        ax.plot(epochs, series("baseline_bsld"), label="base policy + EASY, same windows", alpha=0.7)
+        ax.set_ylabel("mean bounded slowdown")
+    else:
+        ax.plot(epochs, series("mean_return"), label="episode return")
+        ax.set_ylabel("return (DBF reward)")
+        twin = ax.twinx()
+        twin.plot(epochs, series("mean_wait"), color="tab:red", alpha=0.6)
+        twin.set_ylabel("mean wait of started jobs (s)", color="tab:red")
+    ax.set_xlabel("epoch")
+    ax.legend(loc="upper right")
+    ax.set_title(out.name)
+    fig.tight_layout()
+    fig.savefig(out / CURVE, dpi=100)
+    plt.close(fig)
+
+
+def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *, resume: bool = False) -> Path:
+    """Train (or go on training) into `out`; returns the exported model's path."""
+    torch.set_num_threads(1)  # the networks are tiny: one thread is fastest, and leaves cores to the env
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / CHECKPOINT
+    settings_path = out / "settings.json"
+    log = read_log(out)
+    wall_before = float(log[-1]["wall_s"]) if log else 0.0
+    if checkpoint.exists() and not resume:
+        raise ConfigError(f"{out} holds a training run already: pass --resume, or another --out")
+    if resume:
+        if not checkpoint.exists():
+            raise ConfigError(f"nothing to resume in {out} (no {CHECKPOINT})")
+        saved = TrainSettings(**json.loads(settings_path.read_text()))
+        if (saved.kind, saved.trace) != (settings.kind, settings.trace):
+            raise ConfigError(f"{out} trained {saved.kind} on {saved.trace}; resume it with the same policy and trace")
+        # How long to go on is the new command's; what is trained, the checkpoint's.
+        settings = TrainSettings(**{**asdict(saved), "epochs": settings.epochs, "max_minutes": settings.max_minutes})
+    settings_path.write_text(json.dumps(asdict(settings), indent=2) + "\n")
+
+    env = make_env(settings, trace, cluster)
+    if resume:
+        agent = MaskablePPO.load(checkpoint, env=env, device="cpu")
+        env.reset(seed=settings.seed + int(agent.num_timesteps))  # fresh windows, still seeded
+    else:
+        agent = new_agent(settings, env)
+        if settings.warm_start == "shortest":
+            warm_start(agent, env, settings.seed)
+        env.reset(seed=settings.seed)
+    total = settings.epochs * settings.steps
+    remaining = total - int(agent.num_timesteps)
+    started = time.perf_counter()
+    if remaining > 0:
+        budget = settings.max_minutes * 60 if settings.max_minutes else None
+        callback = _EpochLog(out, len(log), total, started, wall_before, budget)
+        agent.learn(total_timesteps=remaining, callback=callback, reset_num_timesteps=not resume)
+    agent.save(checkpoint)
+    wall = wall_before + time.perf_counter() - started
+    path = export(agent, env, settings, out / MODEL)
+    record = training_record(settings, trace, cluster, agent, out, wall)
+    (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+    plot_curve(out)
+    env.close()
+    return path
+
+
+def shortest_request(env: BackfillEnv | JobSelectionEnv, mask: np.ndarray, observation: np.ndarray) -> int:
+    """The allowed job with the shortest requested time (DBF forwards only when none is allowed)."""
+    if isinstance(env, BackfillEnv):
+        requested = observation.reshape(-1, RLBF_FEATURES)[:, 1]
+    else:
+        requested = observation[CLUSTER_QUANTILES:].reshape(-1, DBF_FEATURES)[:, 1]
+        if not mask[:-1].any():
+            return len(mask) - 1
+    return int(np.argmin(np.where(mask[: len(requested)], requested, np.inf)))
+
+
+def warm_start(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, seed: int, decisions: int = 4096) -> float:
+    """Fit the actor to the shortest-request choice on `decisions` decisions of the heuristic's
+    own episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
+    instead of a random one: on 2 cores PPO alone did not get there in our training budget
+    (docs/learned-policies.md). Returns the fraction of decisions the actor then agrees with."""
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed + 777)
+    observations, masks, actions = [], [], []
+    while len(actions) < decisions:
+        mask = env.action_masks()
+        action = shortest_request(env, mask, obs)
+        observations.append(obs)
+        masks.append(mask)
+        actions.append(action)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            obs, _ = env.reset(seed=int(rng.integers(1 << 30)))
+    policy = agent.policy
+    x, m = torch.as_tensor(np.asarray(observations)), torch.as_tensor(np.asarray(masks))
+    y = torch.as_tensor(np.asarray(actions))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    for _ in range(400):
+        batch = torch.as_tensor(rng.integers(0, len(y), 256))
+        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(x[batch])))
+        logits = logits.masked_fill(~m[batch], -1e8)
+        loss = nn.functional.cross_entropy(logits, y[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(x)))
+        agree = float((logits.masked_fill(~m, -1e8).argmax(1) == y).float().mean())
+    return agree
+
+
+def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, path: Path) -> Path:
+    """The actor as a NumPy model, with a check batch of torch's own logits."""
+    policy = agent.policy
+    if settings.kind == "rlbf":
+        layers = [m for m in policy.mlp_extractor.kernel if isinstance(m, nn.Linear)]
+        config: dict[str, Any] = {
+            "kind": "rlbf",
+            "features": RLBF_FEATURES,
+            "window": settings.window,
+            "time_scale": env.time_scale,
+        }
+    else:
+        layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
+        layers.append(policy.action_net)
+        config = {"kind": "dbf", "head": settings.head, "tail": settings.tail, "time_scale": env.time_scale}
+    config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue)
+    network = PolicyNetwork(
+        config,
+        tuple(layer.weight.detach().cpu().numpy() for layer in layers),
+        tuple(layer.bias.detach().cpu().numpy() for layer in layers),
+    )
+    obs, masks = _sample_observations(env, settings.seed, 32)
+    with torch.no_grad():
+        tensor = torch.as_tensor(obs)
+        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(tensor))).numpy()
+    return network.save(path, check={"obs": obs, "mask": masks, "logits": logits.astype(np.float32)})
+
+
+def _sample_observations(env: BackfillEnv | JobSelectionEnv, seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Observations of real decisions (random allowed actions), for the export's check batch."""
+    rng = np.random.default_rng(seed)
+    obs, _ = env.reset(seed=seed + 12345)
+    observations, masks = [], []
+    while len(observations) < count:
+        mask = env.action_masks()
+        observations.append(obs)
+        masks.append(mask)
+        obs, _, terminated, truncated, _ = env.step(int(rng.choice(np.flatnonzero(mask))))
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return np.asarray(observations, dtype=np.float32), np.asarray(masks, dtype=bool)
+
+
+def training_record(
+    settings: TrainSettings, trace: Trace, cluster: Cluster, agent: MaskablePPO, out: Path, wall: float
+) -> dict[str, Any]:
+    """How a model was made: enough to train it again and to judge what it has seen."""
+    import sb3_contrib
+
+    log = read_log(out)
+    return {
+        "settings": asdict(settings),
+        "trace": {"name": trace.name, "jobs": len(trace), "cluster": f"{cluster.nodes} x {cluster.cores_per_node}"},
+        "epochs": len(log),
+        "decisions": int(agent.num_timesteps),
+        "episodes": sum(line.get("episodes", 0) for line in log),
+        "wall_seconds": round(wall, 1),
+        "last_epoch": log[-1] if log else None,
+        "machine": {
+            "node": platform.node(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "sb3_contrib": sb3_contrib.__version__,
+        },
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
