@@ -65,8 +65,8 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         boom = daemon.submit(
             image=image, command=["sh", "-c", "echo boom; exit 3"], cores=1, memory_mib=128, walltime=60
         )
-        with pytest.raises(ApiError, match="a Mesos agent has 1"):
-            daemon.submit(image=image, command=["true"], cores=2, walltime=60)
+        with pytest.raises(ApiError, match="3 cores asked, the cluster has 2"):
+            daemon.submit(image=image, command=["true"], cores=3, walltime=60)
         jobs = daemon.wait_final([done, boom], 90)
         assert jobs[done]["state"] == "done", jobs[done]
         assert (jobs[boom]["state"], jobs[boom]["exit_code"]) == ("failed", 3)

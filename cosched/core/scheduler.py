@@ -11,6 +11,7 @@ their whole gang fits in the held offers; at the first job that does not fit
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
@@ -26,6 +27,7 @@ from cosched.core.events import (
     JobAdopted,
     JobCancelled,
     JobEnded,
+    JobRequeued,
     JobSubmitted,
     Kill,
     Launch,
@@ -102,6 +104,7 @@ class Scheduler:
             Rescind: self._on_rescind,
             UsageReported: self._on_usage,
             JobAdopted: self._on_adopted,
+            JobRequeued: self._on_requeued,
         }
         guests: Mapping[int, list[Job]] = self.guests if keep_promises else _NO_GUESTS
         self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs)
@@ -230,6 +233,33 @@ class Scheduler:
                 self.pool.take_memory([node for node, _ in job.slots], memory)
         else:
             insort(self.running, job, key=_expected_end)
+        self._view.epoch += 1
+
+    def _on_requeued(self, event: JobRequeued, now: float, actions: list[Action]) -> None:
+        job = self.jobs.get(event.job_id)
+        if job is None or job.state is not JobState.RUNNING:
+            raise SchedulingError(f"job {event.job_id} requeued but was not running")
+        if job.id in self._killing:  # it was being cancelled: its run is over, and so is the job
+            self._on_ended(JobEnded(job.id, failed=True, at=now), now, actions)
+            return
+        if job.host >= 0:
+            self._guest_ended(job, actions)
+        else:
+            self._remove_running(job)
+        if self.guests:
+            self._adopt_guests(job, now, actions)
+        job.state = JobState.PENDING
+        job.start = job.end = -1.0
+        job.expected_end = math.inf
+        job.slots = ()
+        job.quota = 0.0
+        job.host = -1
+        job.usage = None
+        queue = self.queue
+        if self.queue_policy.static:
+            insort(queue, job, key=_priority)
+        else:
+            queue.append(job)
         self._view.epoch += 1
 
     def _guest_ended(self, guest: Job, actions: list[Action]) -> None:

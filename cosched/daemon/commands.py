@@ -69,7 +69,9 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(cp)
     cp.set_defaults(handler=_cancel)
 
-    np_ = commands.add_parser("nodes", help="nodes: CPUs, allocated cores, lent quota, CPU used, jobs")
+    np_ = commands.add_parser(
+        "nodes", help="nodes (CPUs, or Mesos agents), allocated cores, lent quota, CPU used, jobs"
+    )
     common(np_)
     np_.set_defaults(handler=_nodes)
 
@@ -250,7 +252,11 @@ def _nodes(args: argparse.Namespace) -> int:
     table = [
         {
             "NODE": f"node{r['node']}",
-            "CPUS": _ranges(r["cpus"]),
+            **(
+                {"HOSTNAME": r["hostname"], "AGENT": r["agent"], "STATE": "up" if r["up"] else "DOWN"}
+                if r.get("hostname")
+                else {"CPUS": _ranges(r["cpus"])}
+            ),
             "ALLOC": f"{r['allocated']}/{r['cores']}",
             "LENT": r["lent"],
             "USED": r["used"],

@@ -1,19 +1,26 @@
-"""The daemon's hands on a Mesos cluster: jobs as tasks of the cosched executor, one agent per node.
+"""The daemon's hands on a Mesos cluster: jobs as tasks of the cosched executor, agents as nodes.
 
-It answers the calls the daemon makes of its Docker backend (`launch`, `containers`,
-`exit_of`, `logs`, `kill`, `remove`, `set_quota`, `verify_quota`, `sample`, ...) from
-what Mesos tells a framework: a job is a task of the cosched executor on the agent
-of the node the core placed it on (`cosched/mesos/executor.py`); its "container" is
-its task id; its end comes in a terminal status update with the exit code and log
-tail; quota changes go to the executor as MESSAGEs and return as the value the
-cgroup shows; usage arrives every few seconds.
+It answers the calls the daemon makes of any backend (`cosched/daemon/backend.py`) from what
+Mesos tells a framework. A job's run is one task of the cosched executor per agent its slots
+span (`cosched/mesos/executor.py`), started whole or not at all; its handle names the run.
+Ends come in terminal status updates with the exit code and log tail; quota changes go to the
+executors as MESSAGEs and come back as the value the cgroup shows; usage arrives every few s.
 
-Why the agents are the core's nodes, in hostname order, and their offers are held:
-cosched is meant to be the framework that owns its agents' resources (as it owns
-one host's CPUs with Docker), so the core plans on them as on any cluster, and an
-offer is simply where a launch finds its agent's resources. A guest runs on its
-host's cores: its task asks Mesos for memory and a token 0.01 CPU, and the executor
-gives it the quota the core decided. A job's cores must fit one agent.
+Why the core's nodes are agents and offers only carry its launches out: the core decides which
+job starts and where (its placement policy), in replay and here alike, so the offers cannot
+decide it again. cosched owns its agents' resources as it owns one host's CPUs; an offer is
+where a launch finds its agent's resources. `OfferBook` holds an offer only while a launch
+waits for its agent, declines the rest with a refuse filter so other frameworks may use them,
+SUPPRESSes while nothing waits and REVIVEs (rate-limited) when something does.
+
+Runs lost, not ended by their job, come back as `lost` (the daemon requeues the job): an agent
+removed (FAILURE, or a task gone with it), no offer from the agent in `launch_timeout` (its node
+is taken out of the core's until it offers again), a gang part that could not start, an executor
+killed. A killed executor may leave its containers running on its agent: the run counts as lost
+only after a new executor there removed them (`jobs.sweep_task`), so a job never runs twice.
+A guest's task asks Mesos for memory and a token 0.01 CPU; its CPU is the quota the core lent.
+Terminal updates are acknowledged only once the daemon has recorded the end (`remove`), so one
+that a killed daemon never recorded is sent again to the next.
 """
 
 from __future__ import annotations
@@ -21,27 +28,46 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import math
+import re
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cosched.core.events import Slots
+from cosched.daemon.backend import NodeStatus, RunLost
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
 from cosched.mesos import calls, jobs
 from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
-from cosched.mesos.offers import Offer, parse_offer
+from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
+from cosched.mesos.offers import parse_offer
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
+
+if TYPE_CHECKING:
+    from cosched.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger("cosched.mesos")
 
 GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
-
-_RUNNING = {"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"}
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered quota message is sent again."""
+RECONCILED_GRACE = 15.0
+"""Seconds a terminal state known only from reconciliation (no exit code) waits for the agent's
+own update, which it sends again until acknowledged."""
+
+LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"})
+GONE = frozenset(
+    {"TASK_LOST", "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR", "TASK_DROPPED", "TASK_UNKNOWN"}
+)
+AGENT_GONE = frozenset({"REASON_AGENT_REMOVED", "REASON_SLAVE_REMOVED", "REASON_AGENT_REMOVED_BY_OPERATOR"})
+_TASK = re.compile(r"^cosched-job-(\d+)-([0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
+_SWEEP = "cosched-sweep-"
 
 
 @dataclass
@@ -51,20 +77,69 @@ class MesosSettings:
     user: str = "root"
     executor_command: str = jobs.EXECUTOR_COMMAND
     launch_timeout: float = 60.0
-    """Seconds a launch may wait for its agent's offer and then for TASK_RUNNING."""
+    """Seconds a launch may wait for its agents' offers, and then for TASK_RUNNING."""
     quota_timeout: float = 15.0
     failover_timeout: float = calls.WEEK_SECONDS
+    hold_timeout: float = 30.0
+    refuse_seconds: float = 120.0
+    revive_interval: float = 5.0
 
 
 @dataclass
 class _Task:
+    id: str
     job_id: int
     agent_id: str
+    cores: int
     state: str = "TASK_STAGING"
     message: str = ""
+    reason: str = ""
+    source: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    reconciled: float | None = None
+    """When a terminal state came from reconciliation only (no exit code yet)."""
     quota: float | None = None
+    """What the executor last read from the cgroup."""
     usage: dict[str, Any] | None = None
+    ran: bool = False
+    """It was TASK_RUNNING once."""
+    killed: bool = False
+    """We asked for its end."""
+    swept: bool = False
+    """A sweep of its agent ran after it ended: nothing of it runs on."""
+    ack: tuple[str, str] | None = None
+    """(agent, uuid) of its terminal update, acknowledged once the daemon recorded the end."""
+
+
+@dataclass
+class _Run:
+    """One launch of one job: a task per agent of its slots."""
+
+    handle: str
+    job_id: int
+    parts: int
+    tasks: dict[int, _Task] = field(default_factory=dict)
+    infos: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """TaskInfos by agent, until the ACCEPTs are sent."""
+    demand: Demand | None = None
+    """While it waits for offers."""
+    requested: float = 0.0
+    offered: float = 0.0
+    """When the last offer it was launched on arrived (monotonic)."""
+    failure: str = ""
+
+    def share(self, task: _Task) -> float:
+        total = sum(t.cores for t in self.tasks.values())
+        return task.cores / total if total else 1.0
+
+
+@dataclass
+class _Sweep:
+    task_id: str
+    agent_id: str
+    info: dict[str, Any]
+    demand: Demand | None
+    requested: float
 
 
 class MesosBackend(EventHandler):
@@ -77,9 +152,11 @@ class MesosBackend(EventHandler):
         *,
         framework_id: str | None = None,
         on_framework_id: Callable[[str], None] | None = None,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.nodes = nodes
+        self.metrics = metrics
         self.client = SchedulerClient(
             SchedulerConfig(
                 masters=settings.masters,
@@ -92,14 +169,36 @@ class MesosBackend(EventHandler):
             on_framework_id=on_framework_id,
         )
         self.cond = threading.Condition()
-        self.offers: dict[str, list[Offer]] = {}
+        self.book = OfferBook(
+            hold_timeout=settings.hold_timeout,
+            refuse_seconds=settings.refuse_seconds,
+            revive_interval=settings.revive_interval,
+        )
         self.hostnames: dict[str, str] = {}
+        """Agent id -> hostname, of the agents that offered."""
+        self.node_hosts: list[str] = []
+        """Hostnames by node: the first `nodes` agents that offered, in hostname order."""
         self.agents: list[str] = []
-        """Agent ids, by node: the first `nodes` agents offered, in hostname order."""
-        self.tasks: dict[str, _Task] = {}
+        """Agent ids by node (an agent that comes back under its hostname takes its node again)."""
+        self.down: set[int] = set()
+        self.changes: list[tuple[int, bool]] = []
+        self.runs: dict[str, _Run] = {}
+        self.sweeps: dict[str, _Sweep] = {}
+        """Sweeps wanted, by agent."""
+        self.latencies: deque[tuple[float, float]] = deque(maxlen=10_000)
+        """(launch, offer-to-launch) seconds of recent launches, for the benchmark."""
+        self.declined = 0
+        self._claimed: set[str] = set()
+        """Runs this process launched or the daemon adopted; after recovery any other one is a stray."""
+        self._forgotten: deque[str] = deque(maxlen=100_000)
+        self._recovered = False
+        self._queued = 0
+        self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
         self._updates = 0
         self._started = False
+        self._closing = False
+        self._offers_thread: threading.Thread | None = None
 
     # -- the connection ----------------------------------------------------------
     def connect(self, timeout: float = 30.0) -> None:
@@ -118,8 +217,13 @@ class MesosBackend(EventHandler):
                     raise EngineUnavailable(
                         f"Mesos offered {len(self.hostnames)} agent(s) in {timeout:.0f} s; the cluster has {self.nodes}"
                     )
-            self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+            if not self.agents:
+                self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+                self.node_hosts = [self.hostnames[a] for a in self.agents]
         self._settle()
+        if self._offers_thread is None:
+            self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
+            self._offers_thread.start()
 
     def _settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
         """Wait until reconciliation has told the tasks the master knows (no update for `quiet` s)."""
@@ -144,48 +248,130 @@ class MesosBackend(EventHandler):
 
     def close(self) -> None:
         """Leave without TEARDOWN: the tasks run on, for the next start to find."""
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
         self.client.stop()
+        if self._offers_thread is not None:
+            self._offers_thread.join(5.0)
 
     # -- events (the client's thread) -------------------------------------------
+    def on_subscribed(self, framework_id: str, subscribed: dict[str, Any]) -> None:
+        with self.cond:
+            self.book.resubscribed()
+            self._dirty = True
+            self.cond.notify_all()
+
     def on_offers(self, offers: list[dict[str, Any]]) -> None:
         now = time.monotonic()
         surplus = []
         with self.cond:
             for raw in offers:
                 offer = parse_offer(raw, now)
-                known = offer.agent_id in self.hostnames
-                if not known and len(self.hostnames) >= self.nodes:
+                node = self._node_of_host(offer.hostname)
+                beyond = self.node_hosts or len(self.hostnames) >= self.nodes
+                if node is None and beyond and offer.agent_id not in self.hostnames:
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
                     continue
-                self.hostnames.setdefault(offer.agent_id, offer.hostname)
-                self.offers.setdefault(offer.agent_id, []).append(offer)
+                self.hostnames[offer.agent_id] = offer.hostname
+                if node is not None:
+                    if self.agents[node] != offer.agent_id:
+                        log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
+                        self.agents[node] = offer.agent_id
+                    if node in self.down:
+                        log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
+                        self.down.discard(node)
+                        self.changes.append((node, True))
+                self.book.add([offer])
+            self._dirty = True
             self.cond.notify_all()
         if surplus:
-            self.client.decline(surplus, refuse_seconds=3600)
+            self._decline(surplus, 3600.0)
 
     def on_rescind(self, offer_id: str) -> None:
         with self.cond:
-            for held in self.offers.values():
-                held[:] = [o for o in held if o.id != offer_id]
+            self.book.rescind(offer_id)
 
-    def on_update(self, status: dict[str, Any]) -> None:
-        task_id = status["task_id"]["value"]
-        job_id = _job_of(task_id)
-        if job_id is None:
-            return
+    def on_failure(self, failure: dict[str, Any]) -> None:
+        agent = failure.get("agent_id", {}).get("value", "")
+        if not agent or failure.get("executor_id"):
+            return  # an executor's end: its tasks' updates say what happened
         with self.cond:
-            task = self.tasks.get(task_id)
-            if task is None:
-                task = self.tasks[task_id] = _Task(job_id, status.get("agent_id", {}).get("value", ""))
-            task.state = status["state"]
-            task.message = status.get("message", "")
-            if status.get("data"):
-                try:
-                    task.data.update(json.loads(base64.b64decode(status["data"])))
-                except ValueError:
-                    log.warning("task %s: undecodable status data", task_id)
+            self._agent_lost(agent, "removed by the master")
+
+    def _agent_lost(self, agent: str, why: str) -> None:
+        """Under the lock: its offers are void, its node leaves the core, its tasks are lost."""
+        self.book.agent_lost(agent)
+        self._node_down(agent, why)
+
+    def _node_down(self, agent: str, why: str) -> None:
+        """Under the lock: the agent's node leaves the core until the agent offers again."""
+        node = self._node_of_agent(agent)
+        if node is not None and node not in self.down:
+            log.warning("agent %s (node %d) %s: its jobs are queued again", self.hostnames.get(agent, agent), node, why)
+            self.down.add(node)
+            self.changes.append((node, False))
+        self.sweeps.pop(agent, None)
+        self.cond.notify_all()
+
+    def on_update(self, status: dict[str, Any]) -> bool | None:
+        task_id = status["task_id"]["value"]
+        if task_id.startswith(_SWEEP):
+            self._sweep_update(status)
+            return None
+        match = _TASK.match(task_id)
+        if match is None:
+            return None
+        job_id, parts, cores = int(match[1]), int(match[4]), int(match[5])
+        handle, part = f"cosched-job-{job_id}-{match[2]}", int(match[3])
+        state = status["state"]
+        stray = keep = False
+        with self.cond:
+            if handle in self._forgotten:
+                stray = state in LIVE
+                run = None
+            else:
+                run = self.runs.get(handle)
+                if run is None:  # learned from reconciliation or a resent update
+                    run = self.runs[handle] = _Run(handle, job_id, parts)
+                    stray = self._recovered and state in LIVE
+            if run is not None:
+                agent = status.get("agent_id", {}).get("value", "")
+                task = run.tasks.get(part)
+                if task is None:
+                    task = run.tasks[part] = _Task(task_id, job_id, agent, cores)
+                reconciled = status.get("reason") == "REASON_RECONCILIATION"
+                if reconciled and task.state not in LIVE and task.reconciled is None:
+                    pass  # we know more than the master's summary of it
+                else:
+                    self._apply(task, status, reconciled)
+                if state in GONE and status.get("reason") in AGENT_GONE:
+                    self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
+                keep = state not in LIVE and bool(status.get("uuid")) and not stray
+                if keep:
+                    task.ack = (status["agent_id"]["value"], status["uuid"])
             self._updates += 1
+            self._dirty = True
             self.cond.notify_all()
+        if stray:
+            log.warning("killing task %s: its job runs elsewhere or was requeued", task_id)
+            self._kill_task(task_id, status.get("agent_id", {}).get("value"))
+        return False if keep else None
+
+    @staticmethod
+    def _apply(task: _Task, status: dict[str, Any], reconciled: bool) -> None:
+        task.state = status["state"]
+        task.ran = task.ran or task.state == "TASK_RUNNING"
+        task.message = status.get("message", "")
+        task.reason = status.get("reason", "")
+        task.source = status.get("source", "")
+        task.agent_id = status.get("agent_id", {}).get("value", "") or task.agent_id
+        task.reconciled = time.monotonic() if reconciled and task.state not in LIVE else None
+        if status.get("data"):
+            try:
+                task.data.update(json.loads(base64.b64decode(status["data"])))
+            except ValueError:
+                log.warning("task %s: undecodable status data", task.id)
 
     def on_message(self, agent_id: str, executor_id: str, data: bytes) -> None:
         try:
@@ -197,10 +383,149 @@ class MesosBackend(EventHandler):
             if body["type"] == "quota_applied":
                 self._quota_answers[body["task"]] = (body.get("cpus"), body.get("error", ""))
             elif body["type"] == "usage":
-                for task_id, usage in body.get("tasks", {}).items():
-                    if task_id in self.tasks:
-                        self.tasks[task_id].usage = usage
+                usage = body.get("tasks", {})
+                for run in self.runs.values():
+                    for task in run.tasks.values():
+                        if task.id in usage:
+                            task.usage = usage[task.id]
             self.cond.notify_all()
+
+    # -- offers (their own thread) ----------------------------------------------------
+    def _offer_loop(self) -> None:
+        """Decide on held offers whenever something changed, and every second for the hold timeout."""
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self._dirty or self._closing, timeout=1.0)
+                if self._closing:
+                    return
+                self._dirty = False
+                try:
+                    work = self._offer_round(time.monotonic())
+                except Exception:  # a bug here must not stop every later launch
+                    log.exception("deciding on offers failed")
+                    continue
+            for call in work:
+                call()
+
+    def _offer_round(self, now: float) -> list[Callable[[], None]]:
+        """Under the lock: the book's decision on the waiting launches, as calls to make after it."""
+        for sweep in list(self.sweeps.values()):
+            if now - sweep.requested > self.settings.launch_timeout:
+                log.warning(
+                    "no sweep of agent %s in time: containers of its killed executor may run on", sweep.agent_id
+                )
+                self._swept(sweep.agent_id)
+        demands = [run.demand for run in self.runs.values() if run.demand is not None]
+        demands += [sweep.demand for sweep in self.sweeps.values() if sweep.demand is not None]
+        arrived = {offer.id: offer.received_at for offer in self.book.held}
+        actions = self.book.decide(demands, self._queued, now)
+        if self.metrics is not None:
+            self.metrics.offers_held.set(len(self.book.held))
+        work: list[Callable[[], None]] = []
+        for action in actions:
+            if isinstance(action, Accept):
+                work.append(self._accept_call(action, max(arrived.get(o, now) for o in action.offer_ids)))
+            elif isinstance(action, Decline):
+                work.append(lambda a=action: self._decline(list(a.offer_ids), a.refuse_seconds))
+            elif isinstance(action, Suppress):
+                work.append(lambda: self._flow(self.client.suppress, "SUPPRESS"))
+            elif isinstance(action, Revive):
+                work.append(lambda: self._flow(self.client.revive, "REVIVE"))
+        return work
+
+    def _accept_call(self, accept: Accept, offered: float) -> Callable[[], None]:
+        """Take the launches' TaskInfos for this agent out of their runs now (under the lock)."""
+        infos: list[dict[str, Any]] = []
+        runs: list[_Run] = []
+        for key in accept.launches:
+            run = self.runs.get(key)
+            if run is not None:
+                infos += run.infos.pop(accept.agent_id, [])
+                run.offered = max(run.offered, offered)
+                run.demand = None
+                runs.append(run)
+            elif (sweep := self.sweeps.get(accept.agent_id)) is not None and sweep.task_id == key:
+                infos.append(sweep.info)
+                sweep.demand = None
+
+        def call() -> None:
+            try:
+                self.client.accept(list(accept.offer_ids), [calls.launch(infos)], refuse_seconds=0)
+            except MesosError as exc:
+                with self.cond:
+                    for run in runs:
+                        run.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {exc}"
+                    self.cond.notify_all()
+
+        return call
+
+    def _decline(self, offer_ids: list[str], refuse_seconds: float) -> None:
+        try:
+            self.client.decline(offer_ids, refuse_seconds=refuse_seconds)
+        except MesosError as exc:
+            log.warning("declining offers: %s", exc)
+            return
+        self.declined += len(offer_ids)
+        if self.metrics is not None:
+            self.metrics.offers_declined.inc(len(offer_ids))
+
+    def _flow(self, call: Callable[[], None], name: str) -> None:
+        try:
+            call()
+        except MesosError as exc:
+            log.warning("%s: %s", name, exc)
+            with self.cond:
+                self.book.resubscribed()  # try again at the next round
+        else:
+            log.info("%s sent", name)
+
+    def queued(self, jobs: int) -> None:
+        with self.cond:
+            if not self._recovered:
+                self._recovered = True  # the daemon's first pass: recovery adopted what it wanted
+                strays = [
+                    (t.id, t.agent_id)
+                    for handle, run in self.runs.items()
+                    if handle not in self._claimed
+                    for t in run.tasks.values()
+                    if t.state in LIVE
+                ]
+            else:
+                strays = []
+            if jobs != self._queued:
+                self._queued = jobs
+                self._dirty = True
+                self.cond.notify_all()
+        for task_id, agent in strays:
+            log.warning("killing task %s: no job of the state file runs as it", task_id)
+            self._kill_task(task_id, agent)
+
+    # -- nodes ------------------------------------------------------------------------
+    def _node_of_host(self, hostname: str) -> int | None:
+        return self.node_hosts.index(hostname) if hostname in self.node_hosts else None
+
+    def _node_of_agent(self, agent: str) -> int | None:
+        return self.agents.index(agent) if agent in self.agents else None
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        with self.cond:
+            changes, self.changes = self.changes, []
+        return changes
+
+    def node_status(self) -> list[NodeStatus]:
+        with self.cond:
+            return [
+                NodeStatus(host, self.agents[node], node not in self.down) for node, host in enumerate(self.node_hosts)
+            ]
+
+    def waiting(self) -> dict[int, str]:
+        with self.cond:
+            return {
+                run.job_id: "waiting for offers of "
+                + ", ".join(sorted(self.hostnames.get(n.agent_id, n.agent_id) for n in run.demand.needs))
+                for run in self.runs.values()
+                if run.demand is not None
+            }
 
     # -- jobs ----------------------------------------------------------------------
     def launch(
@@ -211,167 +536,362 @@ class MesosBackend(EventHandler):
         quota: float,
         memory_mib: int,
         *,
-        node: int = 0,
+        slots: Slots = (),
         guest: bool = False,
     ) -> tuple[str, float]:
-        """Start the job on its node's agent; returns its task id and start time once it runs."""
-        agent = self.agents[node]
-        task_id = task_of(job_id)
-        task_cpus = GUEST_CPUS if guest else float(spec["cores"])
-        executor = jobs.executor_info(agent, self.framework_id or "", self.settings.executor_command)
-        with self.cond:  # the client's thread adds tasks as their updates arrive
-            fresh = not any(t.agent_id == agent and t.state in _RUNNING for t in self.tasks.values())
-        need_cpus = task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0)
-        need_mem = memory_mib + (jobs.EXECUTOR_MEM if fresh else 0.0)
-        offers = self._take_offers(agent, need_cpus, need_mem)
-        payload = jobs.JobPayload(job_id, spec, quota, memory_mib)
-        task = jobs.job_task(task_id, agent, executor, payload, task_cpus, name=f"cosched job {job_id}")
+        """Start the job's tasks on the agents of its slots, whole or not at all; its handle and
+        start time once every task runs."""
+        parts = [(node, cores) for node, cores in (slots or ((0, int(spec["cores"])),)) if cores > 0]
+        handle = f"cosched-job-{job_id}-{uuid.uuid4().hex[:8]}"
+        run = _Run(handle, job_id, len(parts), requested=time.monotonic())
         with self.cond:
-            self.tasks[task_id] = _Task(job_id, agent, quota=quota)
-        try:
-            self.client.accept([o.id for o in offers], [calls.launch([task])], refuse_seconds=0)
-        except MesosError as exc:
-            raise EngineUnavailable(f"launching job {job_id} on {self.hostnames[agent]}: {exc}") from None
-        return task_id, self._wait_running(task_id)
-
-    def _take_offers(self, agent: str, cpus: float, mem: float) -> list[Offer]:
-        """Every held offer of `agent`, once together they have room for the task (Mesos offers an
-        agent's resources in pieces: what an ACCEPT left, what an ended task freed); an ACCEPT may
-        name several offers of one agent. After 5 s without room, REVIVE (a filter left by an
-        earlier decline may hold resources back), then wait on."""
-        start = time.monotonic()
-        deadline = start + self.settings.launch_timeout
-        revived = False
-        with self.cond:
-            while True:
-                held = self.offers.get(agent, [])
-                if sum(o.cpus for o in held) + 1e-9 >= cpus and sum(o.mem for o in held) >= mem:
-                    self.offers[agent] = []
-                    return held
-                if not revived and time.monotonic() - start > 5.0:
-                    revived = True
-                    self.client.revive()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    pieces = ", ".join(f"{o.cpus:g} CPUs {o.mem:g} MiB" for o in held) or "none"
-                    raise EngineUnavailable(
-                        f"no room on agent {self.hostnames.get(agent, agent)} for {cpus:g} CPUs and {mem:g} MiB "
-                        f"in {self.settings.launch_timeout:.0f} s (offered: {pieces})"
+            framework_id = self.framework_id
+            if framework_id is None:
+                raise EngineUnavailable("not subscribed to a Mesos master")
+            total = sum(cores for _, cores in parts)
+            needs = []
+            for part, (node, cores) in enumerate(parts):
+                if node in self.down:
+                    raise RunLost(f"agent {self.node_hosts[node]} (node {node}) is gone")
+                agent = self.agents[node]
+                share = cores / total
+                task = _Task(f"{handle}-{part}of{len(parts)}-{cores}c", job_id, agent, cores, quota=quota * share)
+                memory = math.ceil(memory_mib * share)
+                env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
+                payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
+                executor = jobs.executor_info(agent, framework_id, self.settings.executor_command)
+                task_cpus = GUEST_CPUS if guest else float(cores)
+                name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
+                run.infos.setdefault(agent, []).append(
+                    jobs.job_task(task.id, agent, executor, payload, task_cpus, name)
+                )
+                fresh = not self._executor_on(agent)
+                needs.append(
+                    Need(
+                        agent,
+                        task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0),
+                        memory + (jobs.EXECUTOR_MEM if fresh else 0.0),
                     )
-                self.cond.wait(min(left, 1.0))
+                )
+                run.tasks[part] = task
+            run.demand = Demand(handle, tuple(needs))
+            self.runs[handle] = run
+            self._claimed.add(handle)
+            self._dirty = True
+            self.cond.notify_all()
+            try:
+                started = self._wait_launched(run)
+            except (RunLost, LaunchRefused, EngineUnavailable):
+                self._retire(run)
+                raise
+        return handle, started
 
-    def _wait_running(self, task_id: str) -> float:
-        deadline = time.monotonic() + self.settings.launch_timeout
-        with self.cond:
-            while True:
-                task = self.tasks[task_id]
-                if task.state == "TASK_RUNNING":
-                    return float(task.data.get("started", 0.0))
-                if task.state not in _RUNNING:
-                    raise LaunchRefused(f"{task.state}: {task.message or 'no message'}")
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise EngineUnavailable(f"task {task_id} not running after {self.settings.launch_timeout:.0f} s")
+    def _room(self, need: Need) -> bool:
+        """Under the lock: whether the held offers of `need`'s agent have room for it."""
+        held = [o for o in self.book.held if o.agent_id == need.agent_id]
+        return sum(o.cpus for o in held) + 1e-9 >= need.cpus and sum(o.mem for o in held) + 1e-9 >= need.mem
+
+    def _executor_on(self, agent: str) -> bool:
+        """Under the lock: whether our executor runs (or is being started) on `agent`."""
+        return any(
+            t.agent_id == agent and t.state in LIVE and (run.demand is None or agent not in run.infos)
+            for run in self.runs.values()
+            for t in run.tasks.values()
+        )
+
+    def _wait_launched(self, run: _Run) -> float:
+        """Under the lock: until every task runs; RunLost or LaunchRefused when the run cannot."""
+        timeout = self.settings.launch_timeout
+        deadline = run.requested + timeout
+        while run.demand is not None and not run.failure:
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                break
+        if run.demand is not None:
+            short = [n.agent_id for n in run.demand.needs if not self._room(n)]
+            run.demand = None
+            for agent in short:  # gone, or its resources are someone else's: out of the core until it offers
+                self._node_down(agent, f"made no offer with room in {timeout:.0f} s")
+            hosts = ", ".join(self.hostnames.get(a, a) for a in short)
+            raise RunLost(f"no offer of agent(s) {hosts} with room in {timeout:.0f} s")
+        if run.failure:
+            raise RunLost(run.failure)
+        deadline = time.monotonic() + timeout
+        while not all(t.ran for t in run.tasks.values()):
+            failed = [t for t in run.tasks.values() if t.state not in LIVE and not t.ran]
+            if failed:  # a part that never ran: the job cannot start whole
+                first = failed[0]
+                why = f"{first.state}: {first.message or first.reason or 'no message'}"
+                if all(self._outcome(t) == "ended" for t in failed):
+                    raise LaunchRefused(why)  # the job itself (its image, its task), not the machines
+                raise RunLost(f"part {first.id} {why}")
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
+        now = time.monotonic()
+        self.latencies.append((now - run.requested, now - run.offered))
+        if self.metrics is not None:
+            self.metrics.offer_launch_seconds.observe(now - run.offered)
+        return max(float(t.data.get("started", 0.0)) for t in run.tasks.values())
+
+    def _retire(self, run: _Run) -> None:
+        """Under the lock: a run given up while starting: its tasks are killed, the run forgotten."""
+        run.demand = None
+        self.runs.pop(run.handle, None)
+        self._forgotten.append(run.handle)
+        live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE and t.agent_id not in run.infos]
+        for task in run.tasks.values():
+            task.killed = True
+        acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
+        threading.Thread(target=self._end_tasks, args=(live, acks), daemon=True).start()
+
+    def _end_tasks(self, live: list[tuple[str, str]], acks: list[tuple[str, str, str]]) -> None:
+        for task_id, agent in live:
+            self._kill_task(task_id, agent)
+        for agent, status_uuid, task_id in acks:
+            self._acknowledge(agent, status_uuid, task_id)
+
+    def _kill_task(self, task_id: str, agent: str | None) -> None:
+        try:
+            self.client.kill(task_id, agent)
+        except MesosError as exc:
+            log.warning("killing task %s: %s", task_id, exc)
+
+    def _acknowledge(self, agent: str, status_uuid: str, task_id: str = "") -> None:
+        try:
+            self.client.call(calls.acknowledge(agent, task_id, status_uuid))
+        except MesosError as exc:
+            log.warning("acknowledging an update of task %s: %s", task_id, exc)
+
+    # -- what a run is now ----------------------------------------------------------
+    def _outcome(self, task: _Task) -> str:
+        """live, ended (by the job, or by our kill), lost (not by the job), or sweep (lost once a
+        sweep of its agent shows nothing of it runs on)."""
+        state = task.state
+        if state in LIVE:
+            return "live"
+        if task.reconciled is not None and state not in GONE:
+            if time.monotonic() - task.reconciled < RECONCILED_GRACE:
+                return "live"  # the agent's own update, with the exit code, is on its way
+            return "ended"
+        if state == "TASK_FINISHED" or state == "TASK_ERROR" or task.killed:
+            return "ended"
+        if task.source == "SOURCE_EXECUTOR":
+            return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
+        node = self._node_of_agent(task.agent_id)
+        if node is None or node in self.down or task.swept:
+            return "lost"
+        return "sweep"
 
     def containers(self) -> dict[int, ContainerInfo]:
+        listed: dict[int, ContainerInfo] = {}
+        broken: list[tuple[str, str]] = []
         with self.cond:
-            return {
-                t.job_id: ContainerInfo(task_id, t.job_id, "running" if t.state in _RUNNING else "exited")
-                for task_id, t in self.tasks.items()
-            }
+            for run in self.runs.values():
+                if run.demand is not None or run.infos:
+                    continue  # not launched yet
+                info, kill = self._run_state(run)
+                broken += kill
+                other = listed.get(run.job_id)
+                if other is None or (run.handle in self._claimed and other.id not in self._claimed):
+                    listed[run.job_id] = info
+        for task_id, agent in broken:
+            self._kill_task(task_id, agent)
+        return listed
 
-    def adopt(self, task_id: str) -> None:
-        """Nothing to learn: reconciliation told this task's state."""
+    def _run_state(self, run: _Run) -> tuple[ContainerInfo, list[tuple[str, str]]]:
+        """Under the lock: a run's state, and the live tasks to kill when its gang is broken."""
+        outcomes = {part: self._outcome(task) for part, task in run.tasks.items()}
+        missing = run.parts - len(run.tasks)  # parts the master never heard of
+        live = [t for p, t in run.tasks.items() if outcomes[p] == "live"]
+        broken = missing > 0 or any(o in ("lost", "sweep") for o in outcomes.values())
+        broken = broken or any(o == "ended" and run.tasks[p].state != "TASK_FINISHED" for p, o in outcomes.items())
+        if live:
+            kill = [] if not broken else [(t.id, t.agent_id) for t in live if not t.killed]
+            for task in live:
+                task.killed = task.killed or broken
+            return ContainerInfo(run.handle, run.job_id, "running"), kill
+        for part, outcome in outcomes.items():
+            if outcome == "sweep":
+                self._want_sweep(run.tasks[part].agent_id)
+        if "sweep" in outcomes.values():
+            return ContainerInfo(run.handle, run.job_id, "running", "waiting for a sweep of its agent"), []
+        lost = [t for p, t in run.tasks.items() if outcomes[p] == "lost"]
+        if lost or missing:
+            why = (
+                f"{lost[0].state} on {self.hostnames.get(lost[0].agent_id, lost[0].agent_id)}: "
+                f"{lost[0].message or lost[0].reason or 'no message'}"
+                if lost
+                else "a part was never launched"
+            )
+            return ContainerInfo(run.handle, run.job_id, "lost", why), []
+        return ContainerInfo(run.handle, run.job_id, "exited"), []
 
-    def exit_of(self, task_id: str) -> Exit:
-        with self.cond:
-            task = self.tasks[task_id]
-            code = task.data.get("exit_code")
-            if code is None:
-                code = 137 if task.state == "TASK_KILLED" else -1
-            finished = float(task.data.get("finished") or 0.0)
-            return Exit(int(code), float(task.data.get("started", 0.0)), finished, bool(task.data.get("oom")))
-
-    def logs(self, task_id: str) -> str:
-        with self.cond:
-            task = self.tasks[task_id]
-            return str(task.data.get("log_tail") or task.message)
-
-    def kill(self, task_id: str) -> None:
-        with self.cond:
-            task = self.tasks.get(task_id)
-        if task is None:
+    # -- sweeps -------------------------------------------------------------------------
+    def _want_sweep(self, agent: str) -> None:
+        """Under the lock: start our executor on `agent`, which removes what a killed one left."""
+        if agent in self.sweeps or self.framework_id is None:
             return
-        try:
-            self.client.kill(task_id, task.agent_id)
-        except MesosError as exc:
-            raise EngineUnavailable(f"killing task {task_id}: {exc}") from None
+        task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
+        info = jobs.sweep_task(
+            task_id, agent, jobs.executor_info(agent, self.framework_id, self.settings.executor_command)
+        )
+        cpus = jobs.SWEEP_CPUS + (0.0 if self._executor_on(agent) else jobs.EXECUTOR_CPUS)
+        mem = jobs.SWEEP_MEM + (0.0 if self._executor_on(agent) else jobs.EXECUTOR_MEM)
+        self.sweeps[agent] = _Sweep(task_id, agent, info, Demand(task_id, (Need(agent, cpus, mem),)), time.monotonic())
+        log.info("sweeping agent %s: its executor was killed, its containers may run on", self.hostnames.get(agent))
+        self._dirty = True
+        self.cond.notify_all()
 
-    def remove(self, task_id: str) -> None:
-        """The executor removed the container when the task ended: forget the task."""
+    def _sweep_update(self, status: dict[str, Any]) -> None:
+        agent = status.get("agent_id", {}).get("value", "")
         with self.cond:
-            self.tasks.pop(task_id, None)
+            sweep = self.sweeps.get(agent)
+            if sweep is None or sweep.task_id != status["task_id"]["value"] or status["state"] in LIVE:
+                return
+            if status["state"] != "TASK_FINISHED":
+                log.warning("sweep of agent %s ended %s: %s", agent, status["state"], status.get("message", ""))
+            self._swept(agent)
+
+    def _swept(self, agent: str) -> None:
+        """Under the lock: what ended on `agent` before now runs on no more."""
+        self.sweeps.pop(agent, None)
+        for run in self.runs.values():
+            for task in run.tasks.values():
+                if task.agent_id == agent and task.state not in LIVE:
+                    task.swept = True
+        self._dirty = True
+        self.cond.notify_all()
+
+    # -- the daemon's calls on a run ---------------------------------------------------------
+    def adopt(self, handle: str) -> None:
+        """Reconciliation told this run's state; it is the daemon's now."""
+        with self.cond:
+            self._claimed.add(handle)
+
+    def exit_of(self, handle: str) -> Exit:
+        """The exit of the part that ended on its own (the others were killed for it), else 137."""
+        with self.cond:
+            tasks = list(self.runs[handle].tasks.values())
+            own = [t for t in tasks if not t.killed] or tasks
+            failed = [t for t in own if t.state != "TASK_FINISHED"]
+            first = failed[0] if failed else own[0]
+            code = first.data.get("exit_code")
+            if code is None:
+                code = 0 if first.state == "TASK_FINISHED" else 137 if first.state == "TASK_KILLED" else -1
+            started = min((float(t.data.get("started", 0.0)) for t in tasks), default=0.0)
+            finished = max((float(t.data.get("finished") or 0.0) for t in tasks), default=0.0)
+            return Exit(int(code), started, finished, any(bool(t.data.get("oom")) for t in tasks))
+
+    def logs(self, handle: str) -> str:
+        with self.cond:
+            tasks = sorted(self.runs[handle].tasks.items())
+        if len(tasks) == 1:
+            task = tasks[0][1]
+            return str(task.data.get("log_tail") or task.message)
+        return "\n".join(f"[part {p}] {t.data.get('log_tail') or t.message}" for p, t in tasks)
+
+    def kill(self, handle: str) -> None:
+        with self.cond:
+            run = self.runs.get(handle)
+            live = [] if run is None else [t for t in run.tasks.values() if t.state in LIVE]
+            for task in live:
+                task.killed = True
+        for task in live:
+            try:
+                self.client.kill(task.id, task.agent_id)
+            except MesosError as exc:
+                raise EngineUnavailable(f"killing task {task.id}: {exc}") from None
+
+    def remove(self, handle: str) -> None:
+        """The end is recorded: acknowledge it (the master forgets the tasks) and forget the run."""
+        with self.cond:
+            run = self.runs.pop(handle, None)
+            if run is None:
+                return
+            self._forgotten.append(handle)
+            live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE]
+            acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
+        for task_id, agent in live:  # never the case after an end; a requeued run's last parts
+            self._kill_task(task_id, agent)
+        for agent, status_uuid, task_id in acks:
+            self._acknowledge(agent, status_uuid, task_id)
 
     # -- quotas and usage ------------------------------------------------------------
-    def set_quota(self, task_id: str, cpus: float) -> None:
-        """Ask the task's executor for `cpus` and wait for the value its cgroup shows.
+    def set_quota(self, handle: str, cpus: float) -> None:
+        """Ask the run's executors for `cpus` (split over its parts as their cores) and wait for
+        the values their cgroups show.
 
         Framework messages are not reliable (the master drops one for an agent it thinks
-        disconnected): it is sent again every `MESSAGE_RESEND` s until answered; applying the
-        same quota twice changes nothing.
+        disconnected): each is sent again every `MESSAGE_RESEND` s until answered; applying
+        the same quota twice changes nothing.
         """
         with self.cond:
-            task = self.tasks.get(task_id)
-            if task is None or task.state not in _RUNNING:
-                return  # ended meanwhile: the next pass collects it
-            self._quota_answers.pop(task_id, None)
+            run = self.runs.get(handle)
+            if run is None:
+                return
+            targets = [(t, cpus * run.share(t)) for t in run.tasks.values() if t.state in LIVE]
+            for task, _ in targets:
+                self._quota_answers.pop(task.id, None)
         deadline = time.monotonic() + self.settings.quota_timeout
-        while True:
-            try:
-                self.client.message(task.agent_id, jobs.executor_id(task.agent_id), jobs.quota_message(task_id, cpus))
-            except MesosError as exc:
-                raise EngineUnavailable(f"quota for task {task_id}: {exc}") from None
+        waiting = dict((task.id, (task, want)) for task, want in targets)
+        wrong = []
+        while waiting:
+            for task, want in waiting.values():
+                try:
+                    message = jobs.quota_message(task.id, want)
+                    self.client.message(task.agent_id, jobs.executor_id(task.agent_id), message)
+                except MesosError as exc:
+                    raise EngineUnavailable(f"quota for task {task.id}: {exc}") from None
             resend = min(deadline, time.monotonic() + MESSAGE_RESEND)
             with self.cond:
-                while task_id not in self._quota_answers and task.state in _RUNNING and time.monotonic() < resend:
+                while time.monotonic() < resend and any(
+                    t not in self._quota_answers and task.state in LIVE for t, (task, _) in waiting.items()
+                ):
                     self.cond.wait(max(0.0, resend - time.monotonic()))
-                if task.state not in _RUNNING:
-                    return
-                if task_id in self._quota_answers:
-                    shown, error = self._quota_answers.pop(task_id)
-                    task.quota = shown
-                    break
-            if time.monotonic() >= deadline:
-                waited = self.settings.quota_timeout
-                raise EngineUnavailable(f"no answer to a quota change of task {task_id} in {waited:.0f} s")
-        if shown is None or abs(shown - cpus) > 1e-3 or error:
-            raise QuotaMismatch(f"task {task_id}: cgroup shows {shown} CPUs, expected {cpus:g} {error}".rstrip())
+                for task_id, (task, want) in list(waiting.items()):
+                    if task.state not in LIVE:
+                        del waiting[task_id]  # ended meanwhile: the next pass collects it
+                    elif task_id in self._quota_answers:
+                        shown, error = self._quota_answers.pop(task_id)
+                        task.quota = shown
+                        del waiting[task_id]
+                        if shown is None or abs(shown - want) > 1e-3 or error:
+                            wrong.append(
+                                f"task {task_id}: cgroup shows {shown} CPUs, expected {want:g} {error}".rstrip()
+                            )
+            if waiting and time.monotonic() >= deadline:
+                raise EngineUnavailable(
+                    f"no answer to a quota change of task {next(iter(waiting))} in {self.settings.quota_timeout:.0f} s"
+                )
+        if wrong:
+            raise QuotaMismatch("; ".join(wrong))
 
-    def verify_quota(self, task_id: str, cpus: float) -> bool:
-        """Against the last value the executor read from the cgroup (no call: it answers every change)."""
+    def verify_quota(self, handle: str, cpus: float) -> bool:
+        """Against the last values the executors read from the cgroups (no call: they answer every change)."""
         with self.cond:
-            task = self.tasks.get(task_id)
-            shown = None if task is None else task.quota
-        if shown is None:
+            run = self.runs.get(handle)
+            shown = [] if run is None else [(t, t.quota, cpus * run.share(t)) for t in run.tasks.values()]
+        if not shown or any(value is None for _, value, _ in shown):
             return False
-        if abs(shown - cpus) > 1e-3:
-            raise QuotaMismatch(f"task {task_id}: cgroup shows {shown} CPUs, expected {cpus:g}")
+        for task, value, want in shown:
+            if abs(value - want) > 1e-3:
+                raise QuotaMismatch(f"task {task.id}: cgroup shows {value} CPUs, expected {want:g}")
         return True
 
-    def sample(self, task_id: str, quota: float, now: float) -> Sample | None:
+    def sample(self, handle: str, quota: float, now: float) -> Sample | None:
+        """Over the run's parts: CPU used over CPU granted, the fullest memory, tasks done of all."""
         with self.cond:
-            task = self.tasks.get(task_id)
-            usage = None if task is None else task.usage
-        if usage is None:
+            run = self.runs.get(handle)
+            parts = [] if run is None else [(run.share(t), t.usage) for t in run.tasks.values()]
+        if not parts or any(usage is None for _, usage in parts):
             return None
-        return Sample(float(usage["cpu"]), float(usage["mem"]), int(usage["done"]), int(usage["total"]))
+        return Sample(
+            sum(share * float(u["cpu"]) for share, u in parts),
+            max(float(u["mem"]) for _, u in parts),
+            sum(int(u["done"]) for _, u in parts),
+            sum(int(u["total"]) for _, u in parts),
+        )
 
 
-def task_of(job_id: int) -> str:
-    return f"cosched-job-{job_id}"
-
-
-def _job_of(task_id: str) -> int | None:
-    prefix = "cosched-job-"
-    if not task_id.startswith(prefix) or not task_id[len(prefix) :].isdigit():
-        return None
-    return int(task_id[len(prefix) :])
+def job_of_task(task_id: str) -> int | None:
+    match = _TASK.match(task_id)
+    return None if match is None else int(match[1])

@@ -47,6 +47,9 @@ from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_
 
 log = logging.getLogger("cosched.mesos.executor")
 
+LABEL_EXECUTOR = "cosched.executor"
+LABEL_TASK = "cosched.task"
+
 EXECUTOR_PATH = "/api/v1/executor"
 IDLE_STREAM = 7 * 86400.0
 """How long a read of the agent's stream may wait for an event (an agent sends none while idle)."""
@@ -122,6 +125,8 @@ class Executor:
         self.lock = threading.RLock()
         self.updates = _Updates()
         self.stopping = threading.Event()
+        self.swept: list[str] = []
+        """Containers of a killed predecessor this process removed when it started."""
         self._launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cosched-launch")
 
     # -- the stream ------------------------------------------------------------
@@ -131,6 +136,7 @@ class Executor:
         However it ends, even by a bug, the executor's containers go with it: no one
         else would ever collect them.
         """
+        self.swept = self.sweep()
         watcher = threading.Thread(target=self._watch, name="cosched-watch", daemon=True)
         watcher.start()
         try:
@@ -279,8 +285,28 @@ class Executor:
             time.sleep(0.5)
 
     # -- jobs ------------------------------------------------------------------
+    def sweep(self) -> list[str]:
+        """Remove the containers a killed predecessor left, before subscribing (so before any job
+        of ours starts): one executor per framework and agent runs at a time, so every container
+        with our executor's label belongs to one that died without collecting them (a SIGKILL).
+        They may still be running; the framework requeues their jobs once a sweep is reported."""
+        removed = []
+        try:
+            for info in self.backend.labelled(**{LABEL_EXECUTOR: self.settings.executor_id}):
+                log.warning("removing container %s of job %d left by a killed executor", info.id[:12], info.job_id)
+                self.backend.remove(info.id)
+                removed.append(info.id)
+        except EngineUnavailable as exc:
+            log.error("cannot sweep the containers a killed executor left: %s", exc)
+        return removed
+
     def _launch(self, info: dict[str, Any]) -> None:
         task_id = info["task_id"]["value"]
+        if jobs.is_sweep(info):  # this process swept before it subscribed: say so
+            self.update(
+                task_id, "TASK_FINISHED", f"{len(self.swept)} left container(s) removed", {"removed": self.swept}
+            )
+            return
         try:
             job = jobs.job_of(info)
         except jobs.BadPayload as exc:
@@ -292,7 +318,15 @@ class Executor:
                 return  # resent by the agent after a re-subscription: already ours
             self.tasks[task_id] = task
         try:
-            container, started = self.backend.launch(job.job_id, job.spec, list(job.cpus), job.quota, job.memory_mib)
+            container, started = self.backend.launch(
+                job.job_id,
+                job.spec,
+                list(job.cpus),
+                job.quota,
+                job.memory_mib,
+                name=container_name(self.backend.instance, task_id),
+                labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
+            )
         except Exception as exc:  # the engine refused it or is gone: the job fails, the framework requeues it
             task.ended = True
             self.update(task_id, "TASK_FAILED", f"could not start: {str(exc).splitlines()[0][:300]}")
@@ -372,7 +406,7 @@ class Executor:
             live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
         if not live:
             return
-        listed = {info.id: info for info in self.backend.containers().values()}
+        listed = {info.id: info for info in self.backend.labelled(**{LABEL_EXECUTOR: self.settings.executor_id})}
         for task_id, task in live:
             info = listed.get(task.container)
             if info is not None and info.state not in ("exited", "dead"):
@@ -404,6 +438,11 @@ class Executor:
                 usage[task_id] = {"cpu": sample.cpu, "mem": sample.mem, "done": sample.done, "total": sample.total}
         if usage:
             self.send(jobs.usage_message(now, usage))
+
+
+def container_name(instance: str, task_id: str) -> str:
+    """One container per task: a job spread over agents of one host has one per part."""
+    return f"cosched-{instance}-{task_id.removeprefix('cosched-')}"
 
 
 def instance_of(framework_id: str) -> str:

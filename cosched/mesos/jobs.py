@@ -83,6 +83,30 @@ def job_task(task_id: str, agent_id: str, executor: Json, job: JobPayload, cores
     }
 
 
+SWEEP_CPUS = 0.01
+SWEEP_MEM = 16.0
+
+
+def sweep_task(task_id: str, agent_id: str, executor: Json) -> Json:
+    """A TaskInfo that only makes the agent start our executor, which removes what a killed
+    predecessor left (every executor does so when it starts) and then finishes the task."""
+    return {
+        "name": "cosched sweep",
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "executor": executor,
+        "resources": [_scalar("cpus", SWEEP_CPUS), _scalar("mem", SWEEP_MEM)],
+        "data": _b64({"type": "sweep"}),
+    }
+
+
+def is_sweep(task: Json) -> bool:
+    try:
+        return _json(task.get("data"), "task data").get("type") == "sweep"
+    except BadPayload:
+        return False
+
+
 def job_of(task: Json) -> JobPayload:
     """The job a TaskInfo carries; BadPayload if it carries none."""
     body = _json(task.get("data"), "task data")
