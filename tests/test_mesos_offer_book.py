@@ -93,6 +93,8 @@ def test_an_empty_queue_suppresses_once_and_queued_jobs_revive() -> None:
     assert book.decide([], queued=0, now=1) == []
     assert book.decide([], queued=2, now=2) == [Revive()]
     assert book.decide([], queued=2, now=3) == []
+    assert book.decide([], queued=0, now=4) == [Suppress()]
+    assert book.decide([], queued=0, now=10, watching=True) == [Revive()], "an agent to see back"
 
 
 def test_rescinded_offers_and_lost_agents_are_forgotten() -> None:

@@ -88,6 +88,11 @@ class _End:
     lost: bool = False
     """The run was lost, not ended by the job: the job goes back to the queue."""
 
+    @property
+    def requeued(self) -> bool:
+        """After the core's step: the job is queued again (it may even have started again in it)."""
+        return self.lost and self.job.state is not JobState.CANCELLED
+
 
 @dataclass(slots=True)
 class _Plan:
@@ -429,7 +434,7 @@ class Daemon:
             for end in ends:
                 self.containers.pop(end.job.id, None)
                 self.kill_reason.pop(end.job.id, None)
-                if end.job.state is JobState.PENDING:
+                if end.requeued:
                     journal.requeued(end.job.id, end.reason)
                     continue
                 journal.ended(end.job, end.exit_code, end.reason)
@@ -570,7 +575,7 @@ class Daemon:
         with store.transaction() as db:
             for end in ends:
                 job = end.job
-                if job.state is JobState.PENDING:  # requeued: it starts again, from the queue
+                if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
                     store.update_job(
                         db,
                         job.id,

@@ -137,9 +137,12 @@ class _Run:
 class _Sweep:
     task_id: str
     agent_id: str
+    killed: list[str]
+    """The tasks (each its own executor) whose containers it removes."""
     info: dict[str, Any]
     demand: Demand | None
     requested: float
+    not_before: float = 0.0
 
 
 class MesosBackend(EventHandler):
@@ -210,6 +213,10 @@ class MesosBackend(EventHandler):
             raise EngineUnavailable(
                 f"cannot reach a Mesos master at {self.settings.masters}: {self.client.failure or 'no answer'}"
             )
+        try:  # refuse filters an earlier run of this framework set would keep agents away
+            self.client.revive()
+        except MesosError as exc:
+            log.warning("REVIVE: %s", exc)
         deadline = time.monotonic() + timeout
         with self.cond:
             while len(self.hostnames) < self.nodes:
@@ -416,9 +423,9 @@ class MesosBackend(EventHandler):
                 )
                 self._swept(sweep.agent_id)
         demands = [run.demand for run in self.runs.values() if run.demand is not None]
-        demands += [sweep.demand for sweep in self.sweeps.values() if sweep.demand is not None]
+        demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
         arrived = {offer.id: offer.received_at for offer in self.book.held}
-        actions = self.book.decide(demands, self._queued, now)
+        actions = self.book.decide(demands, self._queued, now, watching=bool(self.down))
         if self.metrics is not None:
             self.metrics.offers_held.set(len(self.book.held))
         work: list[Callable[[], None]] = []
@@ -559,20 +566,13 @@ class MesosBackend(EventHandler):
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
-                executor = jobs.executor_info(agent, framework_id, self.settings.executor_command)
+                executor = jobs.executor_info(task.id, framework_id, self.settings.executor_command)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
                 run.infos.setdefault(agent, []).append(
                     jobs.job_task(task.id, agent, executor, payload, task_cpus, name)
                 )
-                fresh = not self._executor_on(agent)
-                needs.append(
-                    Need(
-                        agent,
-                        task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0),
-                        memory + (jobs.EXECUTOR_MEM if fresh else 0.0),
-                    )
-                )
+                needs.append(Need(agent, task_cpus + jobs.EXECUTOR_CPUS, memory + jobs.EXECUTOR_MEM))
                 run.tasks[part] = task
             run.demand = Demand(handle, tuple(needs))
             self.runs[handle] = run
@@ -590,14 +590,6 @@ class MesosBackend(EventHandler):
         """Under the lock: whether the held offers of `need`'s agent have room for it."""
         held = [o for o in self.book.held if o.agent_id == need.agent_id]
         return sum(o.cpus for o in held) + 1e-9 >= need.cpus and sum(o.mem for o in held) + 1e-9 >= need.mem
-
-    def _executor_on(self, agent: str) -> bool:
-        """Under the lock: whether our executor runs (or is being started) on `agent`."""
-        return any(
-            t.agent_id == agent and t.state in LIVE and (run.demand is None or agent not in run.infos)
-            for run in self.runs.values()
-            for t in run.tasks.values()
-        )
 
     def _wait_launched(self, run: _Run) -> float:
         """Under the lock: until every task runs; RunLost or LaunchRefused when the run cannot."""
@@ -726,18 +718,26 @@ class MesosBackend(EventHandler):
         return ContainerInfo(run.handle, run.job_id, "exited"), []
 
     # -- sweeps -------------------------------------------------------------------------
-    def _want_sweep(self, agent: str) -> None:
-        """Under the lock: start our executor on `agent`, which removes what a killed one left."""
-        if agent in self.sweeps or self.framework_id is None:
+    def _want_sweep(self, agent: str, since: float | None = None, delay: float = 0.0) -> None:
+        """Under the lock: an executor on `agent` removes what the killed executors of the tasks
+        waiting for a sweep there left (again after `delay` s when a try failed; `since` is when
+        sweeping them began)."""
+        if (agent in self.sweeps and since is None) or self.framework_id is None:
             return
+        killed = [
+            task.id
+            for run in self.runs.values()
+            for task in run.tasks.values()
+            if task.agent_id == agent and self._outcome(task) == "sweep"
+        ]
         task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
-        info = jobs.sweep_task(
-            task_id, agent, jobs.executor_info(agent, self.framework_id, self.settings.executor_command)
-        )
-        cpus = jobs.SWEEP_CPUS + (0.0 if self._executor_on(agent) else jobs.EXECUTOR_CPUS)
-        mem = jobs.SWEEP_MEM + (0.0 if self._executor_on(agent) else jobs.EXECUTOR_MEM)
-        self.sweeps[agent] = _Sweep(task_id, agent, info, Demand(task_id, (Need(agent, cpus, mem),)), time.monotonic())
-        log.info("sweeping agent %s: its executor was killed, its containers may run on", self.hostnames.get(agent))
+        executor = jobs.executor_info(task_id, self.framework_id, self.settings.executor_command)
+        need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
+        now = time.monotonic()
+        info = jobs.sweep_task(task_id, agent, executor, killed)
+        self.sweeps[agent] = _Sweep(task_id, agent, killed, info, Demand(task_id, (need,)), since or now, now + delay)
+        if since is None:
+            log.info("sweeping agent %s: the executors of %s were killed", self.hostnames.get(agent), ", ".join(killed))
         self._dirty = True
         self.cond.notify_all()
 
@@ -747,16 +747,18 @@ class MesosBackend(EventHandler):
             sweep = self.sweeps.get(agent)
             if sweep is None or sweep.task_id != status["task_id"]["value"] or status["state"] in LIVE:
                 return
-            if status["state"] != "TASK_FINISHED":
-                log.warning("sweep of agent %s ended %s: %s", agent, status["state"], status.get("message", ""))
+            if status["state"] != "TASK_FINISHED":  # e.g. the agent still tears the killed executor down
+                log.info("sweep of agent %s ended %s (%s); again", agent, status["state"], status.get("message", ""))
+                self._want_sweep(agent, since=sweep.requested, delay=1.0)
+                return
             self._swept(agent)
 
     def _swept(self, agent: str) -> None:
-        """Under the lock: what ended on `agent` before now runs on no more."""
-        self.sweeps.pop(agent, None)
+        """Under the lock: nothing of the tasks the sweep of `agent` named runs on."""
+        sweep = self.sweeps.pop(agent)
         for run in self.runs.values():
             for task in run.tasks.values():
-                if task.agent_id == agent and task.state not in LIVE:
+                if task.id in sweep.killed:
                     task.swept = True
         self._dirty = True
         self.cond.notify_all()
@@ -838,7 +840,7 @@ class MesosBackend(EventHandler):
             for task, want in waiting.values():
                 try:
                     message = jobs.quota_message(task.id, want)
-                    self.client.message(task.agent_id, jobs.executor_id(task.agent_id), message)
+                    self.client.message(task.agent_id, task.id, message)  # each task has an executor of its own
                 except MesosError as exc:
                     raise EngineUnavailable(f"quota for task {task.id}: {exc}") from None
             resend = min(deadline, time.monotonic() + MESSAGE_RESEND)

@@ -33,14 +33,12 @@ class BadPayload(MesosError, ValueError):
     """A task's data or a message that is not what this protocol sends."""
 
 
-def executor_id(agent_id: str) -> str:
-    """One executor per agent for the framework: every job on that agent goes to it."""
-    return f"cosched-{agent_id}"
-
-
-def executor_info(agent_id: str, framework_id: str, command: str = EXECUTOR_COMMAND) -> Json:
+def executor_info(executor_id: str, framework_id: str, command: str = EXECUTOR_COMMAND) -> Json:
+    """An executor of its own per task, named as the task (another namespace in Mesos): one killed
+    takes only its task with it, the next task never waits for the agent to forget it, and it
+    leaves once its task's end is acknowledged."""
     return {
-        "executor_id": {"value": executor_id(agent_id)},
+        "executor_id": {"value": executor_id},
         "framework_id": {"value": framework_id},
         "type": "CUSTOM",
         "name": "cosched executor",
@@ -87,24 +85,28 @@ SWEEP_CPUS = 0.01
 SWEEP_MEM = 16.0
 
 
-def sweep_task(task_id: str, agent_id: str, executor: Json) -> Json:
-    """A TaskInfo that only makes the agent start our executor, which removes what a killed
-    predecessor left (every executor does so when it starts) and then finishes the task."""
+def sweep_task(task_id: str, agent_id: str, executor: Json, killed: list[str]) -> Json:
+    """A TaskInfo for an executor that removes the containers of the `killed` executors on its
+    agent (they outlive a SIGKILLed executor: Docker runs them), then finishes the task."""
     return {
         "name": "cosched sweep",
         "task_id": {"value": task_id},
         "agent_id": {"value": agent_id},
         "executor": executor,
         "resources": [_scalar("cpus", SWEEP_CPUS), _scalar("mem", SWEEP_MEM)],
-        "data": _b64({"type": "sweep"}),
+        "data": _b64({"type": "sweep", "executors": list(killed)}),
     }
 
 
-def is_sweep(task: Json) -> bool:
+def swept_executors(task: Json) -> list[str] | None:
+    """The executors a sweep task names; None for any other task."""
     try:
-        return _json(task.get("data"), "task data").get("type") == "sweep"
+        body = _json(task.get("data"), "task data")
     except BadPayload:
-        return False
+        return None
+    if body.get("type") != "sweep":
+        return None
+    return [str(e) for e in body.get("executors") or []]
 
 
 def job_of(task: Json) -> JobPayload:

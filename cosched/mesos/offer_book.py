@@ -138,11 +138,12 @@ class OfferBook:
         self._suppressed = False
         self._revive_wanted = True
 
-    def decide(self, demands: Sequence[Demand], queued: int, now: float) -> list[Action]:
+    def decide(self, demands: Sequence[Demand], queued: int, now: float, *, watching: bool = False) -> list[Action]:
         """Start what fits whole, keep what a waiting launch needs, give back the rest.
 
         `demands` in the order the core decided them; `queued` is how many jobs wait in
-        the core's queue (they will be launches when resources free up).
+        the core's queue (they will be launches when resources free up); `watching` keeps
+        offers coming with nothing queued (an agent that went away is seen back by its offer).
         """
         agents = self._agents()
         placed: dict[str, list[str]] = {}
@@ -178,7 +179,7 @@ class OfferBook:
             actions.append(Decline(tuple(expired), self.expired_refuse_seconds))
         if useless:
             actions.append(Decline(tuple(useless), self.refuse_seconds))
-        return actions + self._offer_flow(waiting, queued, now)
+        return actions + self._offer_flow(waiting, queued or watching, now)
 
     def _agents(self) -> dict[str, _Agent]:
         """Held offers grouped by agent (an ACCEPT takes every held offer of its agent)."""
@@ -190,7 +191,7 @@ class OfferBook:
             agent.mem += offer.mem
         return agents
 
-    def _offer_flow(self, waiting: Sequence[Demand], queued: int, now: float) -> list[Action]:
+    def _offer_flow(self, waiting: Sequence[Demand], queued: int | bool, now: float) -> list[Action]:
         """SUPPRESS when nothing waits; REVIVE (rate-limited) when a launch waits for an agent we
         filtered, or anything waits after a SUPPRESS."""
         if not waiting and not queued:
