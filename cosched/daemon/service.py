@@ -827,7 +827,12 @@ class Daemon:
         relaunch = []
         for record in self.store.jobs(("launching",)):
             job = self.core.jobs.get(record["id"])
-            if job is None or job.id in self.containers or job.id in self.failed_launches:
+            if (
+                job is None
+                or job.id in self.containers
+                or job.id in self.failed_launches
+                or job.id in self.lost_launches
+            ):
                 continue
             info = listed.get(job.id)
             if info is None and job.id in self.kill_reason:

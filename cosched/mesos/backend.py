@@ -126,6 +126,8 @@ class _Run:
     requested: float = 0.0
     offered: float = 0.0
     """When the last offer it was launched on arrived (monotonic)."""
+    had_room: set[str] = field(default_factory=set)
+    """Agents whose held offers had room for its task there at some time while it waited."""
     failure: str = ""
 
     def share(self, task: _Task) -> float:
@@ -227,10 +229,10 @@ class MesosBackend(EventHandler):
             if not self.agents:
                 self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
                 self.node_hosts = [self.hostnames[a] for a in self.agents]
-        self._settle()
-        if self._offers_thread is None:
+        if self._offers_thread is None:  # the agents are known: what they offered is decided on from now
             self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
             self._offers_thread.start()
+        self._settle()
 
     def _settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
         """Wait until reconciliation has told the tasks the master knows (no update for `quiet` s)."""
@@ -285,7 +287,7 @@ class MesosBackend(EventHandler):
                     if self.agents[node] != offer.agent_id:
                         log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
                         self.agents[node] = offer.agent_id
-                    if node in self.down:
+                    if node in self.down and offer.cpus + 1e-9 >= 1.0:  # a whole core: worth the core's trying
                         log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
                         self.down.discard(node)
                         self.changes.append((node, True))
@@ -423,6 +425,9 @@ class MesosBackend(EventHandler):
                 )
                 self._swept(sweep.agent_id)
         demands = [run.demand for run in self.runs.values() if run.demand is not None]
+        for run in self.runs.values():
+            if run.demand is not None:
+                run.had_room.update(need.agent_id for need in run.demand.needs if self._room(need))
         demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
         arrived = {offer.id: offer.received_at for offer in self.book.held}
         actions = self.book.decide(demands, self._queued, now, watching=bool(self.down))
@@ -599,7 +604,7 @@ class MesosBackend(EventHandler):
             if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 break
         if run.demand is not None:
-            short = [n.agent_id for n in run.demand.needs if not self._room(n)]
+            short = [n.agent_id for n in run.demand.needs if n.agent_id not in run.had_room and not self._room(n)]
             run.demand = None
             for agent in short:  # gone, or its resources are someone else's: out of the core until it offers
                 self._node_down(agent, f"made no offer with room in {timeout:.0f} s")
