@@ -25,11 +25,8 @@ that a killed daemon never recorded is sent again to the next.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import math
-import re
 import threading
 import time
 import uuid
@@ -46,6 +43,7 @@ from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
 from cosched.mesos.offers import parse_offer
+from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, new_handle, parse_task, part_id
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
 
 if TYPE_CHECKING:
@@ -57,16 +55,6 @@ GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered quota message is sent again."""
-RECONCILED_GRACE = 15.0
-"""Seconds a terminal state known only from reconciliation (no exit code) waits for the agent's
-own update, which it sends again until acknowledged."""
-
-LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"})
-GONE = frozenset(
-    {"TASK_LOST", "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR", "TASK_DROPPED", "TASK_UNKNOWN"}
-)
-AGENT_GONE = frozenset({"REASON_AGENT_REMOVED", "REASON_SLAVE_REMOVED", "REASON_AGENT_REMOVED_BY_OPERATOR"})
-_TASK = re.compile(r"^cosched-job-(\d+)-([0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
 _SWEEP = "cosched-sweep-"
 
 
@@ -86,53 +74,20 @@ class MesosSettings:
 
 
 @dataclass
-class _Task:
-    id: str
-    job_id: int
-    agent_id: str
-    cores: int
-    state: str = "TASK_STAGING"
-    message: str = ""
-    reason: str = ""
-    source: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    reconciled: float | None = None
-    """When a terminal state came from reconciliation only (no exit code yet)."""
-    quota: float | None = None
-    """What the executor last read from the cgroup."""
-    usage: dict[str, Any] | None = None
-    ran: bool = False
-    """It was TASK_RUNNING once."""
-    killed: bool = False
-    """We asked for its end."""
-    swept: bool = False
-    """A sweep of its agent ran after it ended: nothing of it runs on."""
-    ack: tuple[str, str] | None = None
-    """(agent, uuid) of its terminal update, acknowledged once the daemon recorded the end."""
+class _Launch:
+    """A run from the launch call until its ACCEPTs are sent (or it is given up)."""
 
-
-@dataclass
-class _Run:
-    """One launch of one job: a task per agent of its slots."""
-
-    handle: str
-    job_id: int
-    parts: int
-    tasks: dict[int, _Task] = field(default_factory=dict)
-    infos: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """TaskInfos by agent, until the ACCEPTs are sent."""
-    demand: Demand | None = None
+    run: Run
+    infos: dict[str, list[dict[str, Any]]]
+    """TaskInfos by agent, until their ACCEPT is sent."""
+    demand: Demand | None
     """While it waits for offers."""
-    requested: float = 0.0
+    requested: float
     offered: float = 0.0
     """When the last offer it was launched on arrived (monotonic)."""
     had_room: set[str] = field(default_factory=set)
     """Agents whose held offers had room for its task there at some time while it waited."""
     failure: str = ""
-
-    def share(self, task: _Task) -> float:
-        total = sum(t.cores for t in self.tasks.values())
-        return task.cores / total if total else 1.0
 
 
 @dataclass
@@ -187,7 +142,9 @@ class MesosBackend(EventHandler):
         """Agent ids by node (an agent that comes back under its hostname takes its node again)."""
         self.down: set[int] = set()
         self.changes: list[tuple[int, bool]] = []
-        self.runs: dict[str, _Run] = {}
+        self.runs: dict[str, Run] = {}
+        self.launches: dict[str, _Launch] = {}
+        """Runs whose ACCEPTs are not all sent yet, by handle."""
         self.sweeps: dict[str, _Sweep] = {}
         """Sweeps wanted, by agent."""
         self.latencies: deque[tuple[float, float]] = deque(maxlen=10_000)
@@ -328,32 +285,26 @@ class MesosBackend(EventHandler):
         if task_id.startswith(_SWEEP):
             self._sweep_update(status)
             return None
-        match = _TASK.match(task_id)
-        if match is None:
+        name = parse_task(task_id)
+        if name is None:
             return None
-        job_id, parts, cores = int(match[1]), int(match[4]), int(match[5])
-        handle, part = f"cosched-job-{job_id}-{match[2]}", int(match[3])
         state = status["state"]
         stray = keep = False
         with self.cond:
-            if handle in self._forgotten:
+            if name.handle in self._forgotten:
                 stray = state in LIVE
                 run = None
             else:
-                run = self.runs.get(handle)
+                run = self.runs.get(name.handle)
                 if run is None:  # learned from reconciliation or a resent update
-                    run = self.runs[handle] = _Run(handle, job_id, parts)
+                    run = self.runs[name.handle] = Run(name.handle, name.job_id, name.parts)
                     stray = self._recovered and state in LIVE
             if run is not None:
-                agent = status.get("agent_id", {}).get("value", "")
-                task = run.tasks.get(part)
+                task = run.tasks.get(name.part)
                 if task is None:
-                    task = run.tasks[part] = _Task(task_id, job_id, agent, cores)
-                reconciled = status.get("reason") == "REASON_RECONCILIATION"
-                if reconciled and task.state not in LIVE and task.reconciled is None:
-                    pass  # we know more than the master's summary of it
-                else:
-                    self._apply(task, status, reconciled)
+                    agent = status.get("agent_id", {}).get("value", "")
+                    task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores)
+                task.apply(status, time.monotonic())
                 if state in GONE and status.get("reason") in AGENT_GONE:
                     self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
                 keep = state not in LIVE and bool(status.get("uuid")) and not stray
@@ -366,21 +317,6 @@ class MesosBackend(EventHandler):
             log.warning("killing task %s: its job runs elsewhere or was requeued", task_id)
             self._kill_task(task_id, status.get("agent_id", {}).get("value"))
         return False if keep else None
-
-    @staticmethod
-    def _apply(task: _Task, status: dict[str, Any], reconciled: bool) -> None:
-        task.state = status["state"]
-        task.ran = task.ran or task.state == "TASK_RUNNING"
-        task.message = status.get("message", "")
-        task.reason = status.get("reason", "")
-        task.source = status.get("source", "")
-        task.agent_id = status.get("agent_id", {}).get("value", "") or task.agent_id
-        task.reconciled = time.monotonic() if reconciled and task.state not in LIVE else None
-        if status.get("data"):
-            try:
-                task.data.update(json.loads(base64.b64decode(status["data"])))
-            except ValueError:
-                log.warning("task %s: undecodable status data", task.id)
 
     def on_message(self, agent_id: str, executor_id: str, data: bytes) -> None:
         try:
@@ -424,10 +360,9 @@ class MesosBackend(EventHandler):
                     "no sweep of agent %s in time: containers of its killed executor may run on", sweep.agent_id
                 )
                 self._swept(sweep.agent_id)
-        demands = [run.demand for run in self.runs.values() if run.demand is not None]
-        for run in self.runs.values():
-            if run.demand is not None:
-                run.had_room.update(need.agent_id for need in run.demand.needs if self._room(need))
+        demands = [launch.demand for launch in self.launches.values() if launch.demand is not None]
+        for demand in demands:
+            self.launches[demand.key].had_room.update(need.agent_id for need in demand.needs if self._room(need))
         demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
         arrived = {offer.id: offer.received_at for offer in self.book.held}
         actions = self.book.decide(demands, self._queued, now, watching=bool(self.down))
@@ -448,14 +383,14 @@ class MesosBackend(EventHandler):
     def _accept_call(self, accept: Accept, offered: float) -> Callable[[], None]:
         """Take the launches' TaskInfos for this agent out of their runs now (under the lock)."""
         infos: list[dict[str, Any]] = []
-        runs: list[_Run] = []
+        launches: list[_Launch] = []
         for key in accept.launches:
-            run = self.runs.get(key)
-            if run is not None:
-                infos += run.infos.pop(accept.agent_id, [])
-                run.offered = max(run.offered, offered)
-                run.demand = None
-                runs.append(run)
+            launch = self.launches.get(key)
+            if launch is not None:
+                infos += launch.infos.pop(accept.agent_id, [])
+                launch.offered = max(launch.offered, offered)
+                launch.demand = None
+                launches.append(launch)
             elif (sweep := self.sweeps.get(accept.agent_id)) is not None and sweep.task_id == key:
                 infos.append(sweep.info)
                 sweep.demand = None
@@ -465,8 +400,8 @@ class MesosBackend(EventHandler):
                 self.client.accept(list(accept.offer_ids), [calls.launch(infos)], refuse_seconds=0)
             except MesosError as exc:
                 with self.cond:
-                    for run in runs:
-                        run.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {exc}"
+                    for launch in launches:
+                        launch.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {exc}"
                     self.cond.notify_all()
 
         return call
@@ -533,10 +468,10 @@ class MesosBackend(EventHandler):
     def waiting(self) -> dict[int, str]:
         with self.cond:
             return {
-                run.job_id: "waiting for offers of "
-                + ", ".join(sorted(self.hostnames.get(n.agent_id, n.agent_id) for n in run.demand.needs))
-                for run in self.runs.values()
-                if run.demand is not None
+                launch.run.job_id: "waiting for offers of "
+                + ", ".join(sorted(self.hostnames.get(n.agent_id, n.agent_id) for n in launch.demand.needs))
+                for launch in self.launches.values()
+                if launch.demand is not None
             }
 
     # -- jobs ----------------------------------------------------------------------
@@ -554,8 +489,9 @@ class MesosBackend(EventHandler):
         """Start the job's tasks on the agents of its slots, whole or not at all; its handle and
         start time once every task runs."""
         parts = [(node, cores) for node, cores in (slots or ((0, int(spec["cores"])),)) if cores > 0]
-        handle = f"cosched-job-{job_id}-{uuid.uuid4().hex[:8]}"
-        run = _Run(handle, job_id, len(parts), requested=time.monotonic())
+        handle = new_handle(job_id)
+        run = Run(handle, job_id, len(parts))
+        launch = _Launch(run, {}, None, time.monotonic())
         with self.cond:
             framework_id = self.framework_id
             if framework_id is None:
@@ -567,28 +503,31 @@ class MesosBackend(EventHandler):
                     raise RunLost(f"agent {self.node_hosts[node]} (node {node}) is gone")
                 agent = self.agents[node]
                 share = cores / total
-                task = _Task(f"{handle}-{part}of{len(parts)}-{cores}c", job_id, agent, cores, quota=quota * share)
+                task = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores, quota=quota * share)
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
                 executor = jobs.executor_info(task.id, framework_id, self.settings.executor_command)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
-                run.infos.setdefault(agent, []).append(
+                launch.infos.setdefault(agent, []).append(
                     jobs.job_task(task.id, agent, executor, payload, task_cpus, name)
                 )
                 needs.append(Need(agent, task_cpus + jobs.EXECUTOR_CPUS, memory + jobs.EXECUTOR_MEM))
                 run.tasks[part] = task
-            run.demand = Demand(handle, tuple(needs))
+            launch.demand = Demand(handle, tuple(needs))
             self.runs[handle] = run
+            self.launches[handle] = launch
             self._claimed.add(handle)
             self._dirty = True
             self.cond.notify_all()
             try:
-                started = self._wait_launched(run)
+                started = self._wait_launched(launch)
             except (RunLost, LaunchRefused, EngineUnavailable):
-                self._retire(run)
+                self._retire(launch)
                 raise
+            finally:
+                self.launches.pop(handle, None)
         return handle, started
 
     def _room(self, need: Need) -> bool:
@@ -596,22 +535,23 @@ class MesosBackend(EventHandler):
         held = [o for o in self.book.held if o.agent_id == need.agent_id]
         return sum(o.cpus for o in held) + 1e-9 >= need.cpus and sum(o.mem for o in held) + 1e-9 >= need.mem
 
-    def _wait_launched(self, run: _Run) -> float:
+    def _wait_launched(self, launch: _Launch) -> float:
         """Under the lock: until every task runs; RunLost or LaunchRefused when the run cannot."""
-        timeout = self.settings.launch_timeout
-        deadline = run.requested + timeout
-        while run.demand is not None and not run.failure:
+        timeout, run = self.settings.launch_timeout, launch.run
+        deadline = launch.requested + timeout
+        while launch.demand is not None and not launch.failure:
             if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 break
-        if run.demand is not None:
-            short = [n.agent_id for n in run.demand.needs if n.agent_id not in run.had_room and not self._room(n)]
-            run.demand = None
+        if launch.demand is not None:
+            needs = launch.demand.needs
+            short = [n.agent_id for n in needs if n.agent_id not in launch.had_room and not self._room(n)]
+            launch.demand = None
             for agent in short:  # gone, or its resources are someone else's: out of the core until it offers
                 self._node_down(agent, f"made no offer with room in {timeout:.0f} s")
             hosts = ", ".join(self.hostnames.get(a, a) for a in short)
             raise RunLost(f"no offer of agent(s) {hosts} with room in {timeout:.0f} s")
-        if run.failure:
-            raise RunLost(run.failure)
+        if launch.failure:
+            raise RunLost(launch.failure)
         deadline = time.monotonic() + timeout
         while not all(t.ran for t in run.tasks.values()):
             failed = [t for t in run.tasks.values() if t.state not in LIVE and not t.ran]
@@ -624,17 +564,19 @@ class MesosBackend(EventHandler):
             if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
         now = time.monotonic()
-        self.latencies.append((now - run.requested, now - run.offered))
+        self.latencies.append((now - launch.requested, now - launch.offered))
         if self.metrics is not None:
-            self.metrics.offer_launch_seconds.observe(now - run.offered)
+            self.metrics.offer_launch_seconds.observe(now - launch.offered)
         return max(float(t.data.get("started", 0.0)) for t in run.tasks.values())
 
-    def _retire(self, run: _Run) -> None:
+    def _retire(self, launch: _Launch) -> None:
         """Under the lock: a run given up while starting: its tasks are killed, the run forgotten."""
-        run.demand = None
+        run = launch.run
+        launch.demand = None
         self.runs.pop(run.handle, None)
         self._forgotten.append(run.handle)
-        live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE and t.agent_id not in run.infos]
+        sent = [t for t in run.tasks.values() if t.agent_id not in launch.infos]
+        live = [(t.id, t.agent_id) for t in sent if t.state in LIVE]
         for task in run.tasks.values():
             task.killed = True
         acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
@@ -659,68 +601,37 @@ class MesosBackend(EventHandler):
             log.warning("acknowledging an update of task %s: %s", task_id, exc)
 
     # -- what a run is now ----------------------------------------------------------
-    def _outcome(self, task: _Task) -> str:
-        """live, ended (by the job, or by our kill), lost (not by the job), or sweep (lost once a
-        sweep of its agent shows nothing of it runs on)."""
-        state = task.state
-        if state in LIVE:
-            return "live"
-        if task.reconciled is not None and state not in GONE:
-            if time.monotonic() - task.reconciled < RECONCILED_GRACE:
-                return "live"  # the agent's own update, with the exit code, is on its way
-            return "ended"
-        if state == "TASK_FINISHED" or state == "TASK_ERROR" or task.killed:
-            return "ended"
-        if task.source == "SOURCE_EXECUTOR":
-            return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
-        node = self._node_of_agent(task.agent_id)
-        if node is None or node in self.down or task.swept:
-            return "lost"
-        return "sweep"
+    def _gone(self, agent: str) -> bool:
+        """Under the lock: the agent is not (or no more) one of the core's live nodes."""
+        node = self._node_of_agent(agent)
+        return node is None or node in self.down
+
+    def _outcome(self, task: Task) -> str:
+        return task.outcome(self._gone(task.agent_id), time.monotonic())
 
     def containers(self) -> dict[int, ContainerInfo]:
         listed: dict[int, ContainerInfo] = {}
-        broken: list[tuple[str, str]] = []
+        broken: list[Task] = []
+        now = time.monotonic()
         with self.cond:
             for run in self.runs.values():
-                if run.demand is not None or run.infos:
+                launch = self.launches.get(run.handle)
+                if launch is not None and (launch.demand is not None or launch.infos):
                     continue  # not launched yet
-                info, kill = self._run_state(run)
-                broken += kill
+                state = run.state(self._gone, now, self.hostnames)
+                for task in state.kill:
+                    task.killed = True
+                broken += state.kill
+                if state.sweep:
+                    self._want_sweep(state.sweep[0].agent_id)
+                info = ContainerInfo(run.handle, run.job_id, state.state, state.note)
                 other = listed.get(run.job_id)
                 if other is None or (run.handle in self._claimed and other.id not in self._claimed):
                     listed[run.job_id] = info
-        for task_id, agent in broken:
-            self._kill_task(task_id, agent)
+        for task in broken:
+            log.warning("killing task %s: another part of its gang ended", task.id)
+            self._kill_task(task.id, task.agent_id)
         return listed
-
-    def _run_state(self, run: _Run) -> tuple[ContainerInfo, list[tuple[str, str]]]:
-        """Under the lock: a run's state, and the live tasks to kill when its gang is broken."""
-        outcomes = {part: self._outcome(task) for part, task in run.tasks.items()}
-        missing = run.parts - len(run.tasks)  # parts the master never heard of
-        live = [t for p, t in run.tasks.items() if outcomes[p] == "live"]
-        broken = missing > 0 or any(o in ("lost", "sweep") for o in outcomes.values())
-        broken = broken or any(o == "ended" and run.tasks[p].state != "TASK_FINISHED" for p, o in outcomes.items())
-        if live:
-            kill = [] if not broken else [(t.id, t.agent_id) for t in live if not t.killed]
-            for task in live:
-                task.killed = task.killed or broken
-            return ContainerInfo(run.handle, run.job_id, "running"), kill
-        for part, outcome in outcomes.items():
-            if outcome == "sweep":
-                self._want_sweep(run.tasks[part].agent_id)
-        if "sweep" in outcomes.values():
-            return ContainerInfo(run.handle, run.job_id, "running", "waiting for a sweep of its agent"), []
-        lost = [t for p, t in run.tasks.items() if outcomes[p] == "lost"]
-        if lost or missing:
-            why = (
-                f"{lost[0].state} on {self.hostnames.get(lost[0].agent_id, lost[0].agent_id)}: "
-                f"{lost[0].message or lost[0].reason or 'no message'}"
-                if lost
-                else "a part was never launched"
-            )
-            return ContainerInfo(run.handle, run.job_id, "lost", why), []
-        return ContainerInfo(run.handle, run.job_id, "exited"), []
 
     # -- sweeps -------------------------------------------------------------------------
     def _want_sweep(self, agent: str, since: float | None = None, delay: float = 0.0) -> None:
@@ -777,24 +688,11 @@ class MesosBackend(EventHandler):
     def exit_of(self, handle: str) -> Exit:
         """The exit of the part that ended on its own (the others were killed for it), else 137."""
         with self.cond:
-            tasks = list(self.runs[handle].tasks.values())
-            own = [t for t in tasks if not t.killed] or tasks
-            failed = [t for t in own if t.state != "TASK_FINISHED"]
-            first = failed[0] if failed else own[0]
-            code = first.data.get("exit_code")
-            if code is None:
-                code = 0 if first.state == "TASK_FINISHED" else 137 if first.state == "TASK_KILLED" else -1
-            started = min((float(t.data.get("started", 0.0)) for t in tasks), default=0.0)
-            finished = max((float(t.data.get("finished") or 0.0) for t in tasks), default=0.0)
-            return Exit(int(code), started, finished, any(bool(t.data.get("oom")) for t in tasks))
+            return Exit(*self.runs[handle].exit())
 
     def logs(self, handle: str) -> str:
         with self.cond:
-            tasks = sorted(self.runs[handle].tasks.items())
-        if len(tasks) == 1:
-            task = tasks[0][1]
-            return str(task.data.get("log_tail") or task.message)
-        return "\n".join(f"[part {p}] {t.data.get('log_tail') or t.message}" for p, t in tasks)
+            return self.runs[handle].logs()
 
     def kill(self, handle: str) -> None:
         with self.cond:
@@ -888,17 +786,5 @@ class MesosBackend(EventHandler):
         """Over the run's parts: CPU used over CPU granted, the fullest memory, tasks done of all."""
         with self.cond:
             run = self.runs.get(handle)
-            parts = [] if run is None else [(run.share(t), t.usage) for t in run.tasks.values()]
-        if not parts or any(usage is None for _, usage in parts):
-            return None
-        return Sample(
-            sum(share * float(u["cpu"]) for share, u in parts),
-            max(float(u["mem"]) for _, u in parts),
-            sum(int(u["done"]) for _, u in parts),
-            sum(int(u["total"]) for _, u in parts),
-        )
-
-
-def job_of_task(task_id: str) -> int | None:
-    match = _TASK.match(task_id)
-    return None if match is None else int(match[1])
+            usage = None if run is None else run.usage()
+        return None if usage is None else Sample(*usage)
