@@ -8,21 +8,27 @@ restarts as the same framework, adopts the job and sees it finish once.
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import DaemonProcess, require_engine
-from mesos_support import Cluster, start_cluster, stop_cluster, wait_until
+from daemon_support import require_engine
+from mesos_support import (
+    Cluster,
+    assert_ran_once,
+    containers_of,
+    framework_id_of,
+    mesos_daemon,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
 
 from cosched.daemon.client import ApiError
 from cosched.mesos.executor import instance_of
 from workloads.images import busybox_image
 
-EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
 NAME = "cosched-daemon-test"
 
 
@@ -35,22 +41,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         stop_cluster(started)
 
 
-def _daemon_on(cluster: Cluster, tmp_path: Path, name: str, cosched: str) -> DaemonProcess:
-    """A started daemon whose 2 nodes of 1 core are the cluster's two agents."""
-    daemon = DaemonProcess(
-        tmp_path,
-        cores=2,
-        cluster="nodes = 2\nmemory_mib = 1536",
-        data_roots=False,
-        extra=(
-            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
-            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "{cosched}"\n'
-        ),
-    )
-    daemon.start(timeout=60)
-    return daemon
-
-
 def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
     framework = cluster.framework(framework_id) or {"tasks": [], "completed_tasks": []}
     return list(framework["tasks"]) + list(framework["completed_tasks"])
@@ -59,7 +49,7 @@ def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
 def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cluster, tmp_path: Path) -> None:
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = _daemon_on(cluster, tmp_path, NAME, cosched="none")
+    daemon = mesos_daemon(cluster, tmp_path, NAME)
     try:
         done = daemon.submit(image=image, command=["sleep", "2"], cores=1, memory_mib=128, walltime=60)
         boom = daemon.submit(
@@ -71,8 +61,7 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         assert jobs[done]["state"] == "done", jobs[done]
         assert (jobs[boom]["state"], jobs[boom]["exit_code"]) == ("failed", 3)
         assert "boom" in jobs[boom]["log_tail"]
-        with daemon.db() as db:
-            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+        framework_id = framework_id_of(daemon)
         tasks = _framework_tasks(cluster, framework_id)
         assert {t["name"] for t in tasks} == {f"cosched job {done}", f"cosched job {boom}"}
         assert len({t["slave_id"] for t in tasks}) == 2  # first fit: one job per agent
@@ -101,7 +90,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
 
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = _daemon_on(cluster, tmp_path, f"{NAME}-lending", cosched="static")
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-lending", cosched="static")
     framework_id = ""
     try:
         hosts = [
@@ -114,8 +103,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         host = status["host"]
         assert host in hosts and status["quota"] == pytest.approx(0.5)
         assert daemon.job(host)["quota"] == pytest.approx(0.5)
-        with daemon.db() as db:
-            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+        framework_id = framework_id_of(daemon)
 
         def cgroup(job_id: int) -> tuple[int, int]:
             labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
@@ -129,6 +117,45 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         for job_id in (*hosts, guest):
             daemon.client.call("DELETE", f"/v1/jobs/{job_id}")
         daemon.wait_final([*hosts, guest], 60)
+    finally:
+        daemon.stop()
+        cluster.teardown_everything()
+    if framework_id:
+        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
+        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+
+
+def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: Cluster, tmp_path: Path) -> None:
+    """2 cores on agents of 1 core each: one task per agent, each told its part; a gang whose part
+    fails has its other part killed at once (never left half-running) and ends as that part."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    since = time.time()
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-gang")
+    framework_id = ""
+    try:
+        framework_id = framework_id_of(daemon)
+        whole = daemon.submit(
+            image=image,
+            command=["sh", "-c", 'echo "part $COSCHED_PART of $COSCHED_PARTS"'],
+            cores=2,
+            walltime=60,
+            memory_mib=128,
+        )
+        assert daemon.wait_final([whole], 60)[whole]["state"] == "done"
+        log_tail = daemon.job(whole)["log_tail"]
+        assert "[part 0] part 0 of 2" in log_tail and "[part 1] part 1 of 2" in log_tail
+        tasks = [t for t in _framework_tasks(cluster, framework_id) if t["name"].startswith(f"cosched job {whole} ")]
+        assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
+
+        script = 'if [ "$COSCHED_PART" = 1 ]; then sleep 1; echo broken; exit 3; fi; sleep 60'
+        broken = daemon.submit(image=image, command=["sh", "-c", script], cores=2, memory_mib=128, walltime=120)
+        status = daemon.wait_final([broken], 60)[broken]
+        assert (status["state"], status["exit_code"]) == ("failed", 3) and "broken" in status["log_tail"]
+        ran = containers_of(engine, framework_id, since)
+        [part0] = [c for c in ran[broken] if c.task.endswith("-0of2-1c")]
+        assert part0.exit_code == 137 and part0.ended is not None and part0.ended - part0.started < 30
+        assert_ran_once(ran[whole])
     finally:
         daemon.stop()
         cluster.teardown_everything()
