@@ -166,3 +166,12 @@ def test_a_requeued_job_being_cancelled_is_cancelled() -> None:
     assert a.state is JobState.CANCELLED and core.queue == [] and 1 not in core.jobs
     with pytest.raises(SchedulingError, match="not running"):
         core.step(3.0, [JobRequeued(1)])
+
+
+def test_a_job_that_may_not_span_nodes_and_fits_none_is_rejected() -> None:
+    from cosched.core.events import JobSubmitted, Offer, Reject
+
+    core = _core(Cluster(nodes=2, cores_per_node=2))
+    wide = job(1, 0, 3, 10, span=False)
+    [reject] = core.step(0.0, [Offer(((0, 2), (1, 2))), JobSubmitted(wide)]).actions
+    assert isinstance(reject, Reject) and reject.reason == "job 1 needs 3 cores on one node, nodes have 2"

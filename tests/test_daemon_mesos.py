@@ -57,6 +57,8 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         )
         with pytest.raises(ApiError, match="3 cores asked, the cluster has 2"):
             daemon.submit(image=image, command=["true"], cores=3, walltime=60)
+        with pytest.raises(ApiError, match=r"2 cores asked, a Mesos agent has 1 \(span = true spreads it\)"):
+            daemon.submit(image=image, command=["true"], cores=2, walltime=60)
         jobs = daemon.wait_final([done, boom], 90)
         assert jobs[done]["state"] == "done", jobs[done]
         assert (jobs[boom]["state"], jobs[boom]["exit_code"]) == ("failed", 3)
@@ -139,6 +141,7 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
             image=image,
             command=["sh", "-c", 'echo "part $COSCHED_PART of $COSCHED_PARTS"'],
             cores=2,
+            span=True,
             walltime=60,
             memory_mib=128,
         )
@@ -149,7 +152,9 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
         assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
 
         script = 'if [ "$COSCHED_PART" = 1 ]; then sleep 1; echo broken; exit 3; fi; sleep 60'
-        broken = daemon.submit(image=image, command=["sh", "-c", script], cores=2, memory_mib=128, walltime=120)
+        broken = daemon.submit(
+            image=image, command=["sh", "-c", script], cores=2, span=True, memory_mib=128, walltime=120
+        )
         status = daemon.wait_final([broken], 60)[broken]
         assert (status["state"], status["exit_code"]) == ("failed", 3) and "broken" in status["log_tail"]
         ran = containers_of(engine, framework_id, since)

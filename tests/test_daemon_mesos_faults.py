@@ -197,7 +197,7 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
         assert counts["accepted"] == counts["rescinded"] == 0
         wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 1, 10, "a SUPPRESS")
 
-        gang = daemon.submit(image=image, command=["sleep", "2"], cores=2, memory_mib=128, walltime=60)
+        gang = daemon.submit(image=image, command=["sleep", "2"], cores=2, span=True, memory_mib=128, walltime=60)
         row = wait_until(lambda: _row(daemon, gang, "launching"), 20, "the gang waiting for offers")
         assert row["reason"] == "waiting for offers of agent1, agent2"
         # Held past the hold timeout, agent1's offer goes back (a short filter); nothing starts.
@@ -233,7 +233,7 @@ def test_offers_the_master_rescinds_are_dropped(cluster: Cluster, image: str, tm
     daemon = mesos_daemon(cluster, tmp_path, name, mesos="hold_timeout = 60.0\nlaunch_timeout = 30.0")
     try:
         fid = framework_id_of(daemon)
-        gang = daemon.submit(image=image, command=["sleep", "1"], cores=2, memory_mib=128, walltime=60)
+        gang = daemon.submit(image=image, command=["sleep", "1"], cores=2, span=True, memory_mib=128, walltime=60)
         wait_until(lambda: _offer_counts(cluster, name, fid)["rescinded"] >= 1, 20, "a held offer rescinded")
         hog.kill("hog", agent2)
         assert daemon.wait_final([gang], 60)[gang]["state"] == "done"
@@ -270,7 +270,9 @@ def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job
                 seconds = rng.choice(["0.5", "1", "2"])
                 cores = rng.choice([1, 1, 2])
                 accepted.append(
-                    daemon.submit(image=image, command=["sleep", seconds], cores=cores, memory_mib=64, walltime=60)
+                    daemon.submit(
+                        image=image, command=["sleep", seconds], cores=cores, span=True, memory_mib=64, walltime=60
+                    )
                 )
             time.sleep(rng.uniform(0.05, 3.0))
             daemon.signal(signal.SIGKILL)

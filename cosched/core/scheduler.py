@@ -154,7 +154,11 @@ class Scheduler:
         if job.id in self.jobs:
             raise SchedulingError(f"job {job.id} submitted twice")
         job.need = need = self.cluster.units_for(job)
-        if not (0 < need <= self._capacity and job.walltime > 0) or (job.memory and self._memory_tracked):
+        if (
+            not (0 < need <= self._capacity and job.walltime > 0)
+            or (job.memory and self._memory_tracked)
+            or not job.span
+        ):
             reason = self._never_fits(job)
             if reason:
                 job.state = JobState.FAILED
@@ -435,6 +439,8 @@ class Scheduler:
             return f"job {job.id} asks for walltime {job.walltime}"
         if job.need > cluster.capacity_units:
             return f"job {job.id} needs {job.need} {cluster.allocation.value}s, cluster has {cluster.capacity_units}"
+        if not job.span and job.cores > cluster.cores_per_node:
+            return f"job {job.id} needs {job.cores} cores on one node, nodes have {cluster.cores_per_node}"
         if job.memory and cluster.memory_per_node:
             per_node = min(job.cores, cluster.cores_per_node) * job.memory
             if per_node > cluster.memory_per_node:

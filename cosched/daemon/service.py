@@ -240,6 +240,10 @@ class Daemon:
         cores = self.cluster.cores
         if spec.cores > cores:
             raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
+        per_node = self.cluster.cores_per_node
+        if spec.cores > per_node and not self._spans(spec.model_dump()):
+            where = "a Mesos agent" if self.config.backend.kind == "mesos" else "a node"
+            raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
         memory = self._memory_mib(spec)
         if memory > self.cluster.memory_per_node * self.cluster.nodes:
             raise Rejected(
@@ -324,7 +328,14 @@ class Daemon:
             stage=spec.get("app_class") or "unknown",
             tasks=int(spec.get("tasks") or 1),
             parallel=bool(spec.get("parallel", True)),
+            span=self._spans(spec),
         )
+
+    def _spans(self, spec: dict[str, Any]) -> bool:
+        """Whether a job's cores may come from several nodes: its spec's word, else yes on one host
+        (the nodes are parts of it) and no on Mesos (each node is an agent: a job there is a gang)."""
+        span = spec.get("span")
+        return bool(span) if span is not None else self.config.backend.kind != "mesos"
 
     def _memory_mib(self, spec: JobSpec) -> int:
         """A job's memory in all: as asked, or `default_memory_per_core` per core (Slurm's DefMemPerCPU)."""
