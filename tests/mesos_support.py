@@ -283,16 +283,18 @@ EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
 """How the test agents start the executor: this interpreter, which has cosched installed."""
 
 
-def mesos_daemon(cluster: Cluster, root: Path, name: str, *, cosched: str = "none", mesos: str = "") -> Any:
+def mesos_daemon(
+    cluster: Cluster, root: Path, name: str, *, cosched: str = "none", mesos: str = "", data_roots: bool = False
+) -> Any:
     """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`
-    adds keys to its [mesos] table."""
+    adds keys to its [mesos] table; `data_roots` makes `root` the jobs' data root."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
         root,
         cores=2,
         cluster="nodes = 2\nmemory_mib = 1536",
-        data_roots=False,
+        data_roots=data_roots,
         extra=(
             f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
             f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n'

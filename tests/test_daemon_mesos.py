@@ -167,3 +167,37 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
     if framework_id:
         ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
         wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+
+
+def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path) -> None:
+    """The real Montage workflow (its test size) in the workflow image: stages are jobs placed on
+    both agents, their data directory shared (the agents see the daemon's paths, as a cluster's
+    shared storage), and the mosaic comes out right."""
+    from daemon_support import workflow_image
+
+    from workloads.real import make_data_dir, real_workflow, verify
+
+    image = workflow_image()
+    engine = require_engine()
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-montage", data_roots=True)
+    framework_id = ""
+    try:
+        framework_id = framework_id_of(daemon)
+        data = make_data_dir(tmp_path / "montage")
+        spec = real_workflow("montage", cores=1, data_dir=data, image=image, memory_mib=256)
+        workflow_id = int(daemon.client.call("POST", "/v1/workflows", spec)["id"])
+        status = wait_until(
+            lambda: (s := daemon.client.call("GET", f"/v1/workflows/{workflow_id}"))["state"] != "running" and s,
+            300,
+            "the workflow's end",
+        )
+        assert status["state"] == "done", status
+        assert verify("montage", data) == []
+        tasks = _framework_tasks(cluster, framework_id)
+        assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
+    finally:
+        daemon.stop()
+        cluster.teardown_everything()
+    if framework_id:
+        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
+        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")

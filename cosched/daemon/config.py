@@ -289,8 +289,6 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
-    if config.backend.kind == "mesos" and config.docker.data_roots:
-        raise ConfigError("config key docker.data_roots: data directories are not supported on the Mesos backend yet")
     for f in fields(intervals):
         if getattr(intervals, f.name) <= 0:
             raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")

@@ -71,6 +71,8 @@ class MesosSettings:
     hold_timeout: float = 30.0
     refuse_seconds: float = 120.0
     revive_interval: float = 5.0
+    data_roots: tuple[str, ...] = ()
+    """Where jobs' data directories may be: storage every agent mounts at the same path."""
 
 
 @dataclass
@@ -507,7 +509,8 @@ class MesosBackend(EventHandler):
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
-                executor = jobs.executor_info(task.id, framework_id, self.settings.executor_command)
+                command = self.settings.executor_command
+                executor = jobs.executor_info(task.id, framework_id, command, self.settings.data_roots)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
                 launch.infos.setdefault(agent, []).append(

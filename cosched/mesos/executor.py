@@ -35,10 +35,12 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
+from cosched.daemon.sandbox import StagingMounts
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -494,8 +496,12 @@ def main() -> int:
     except ConfigError as exc:
         print(f"cosched executor: {exc}", file=sys.stderr)
         return 2
-    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""))
-    backend = DockerBackend(instance_of(settings.framework_id), engine)
+    roots = tuple(root for root in os.environ.get(jobs.DATA_ROOTS, "").split(os.pathsep) if root)
+    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""), data_roots=roots)
+    sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or "."
+    # Data directories are pinned by private nosuid,nodev mounts as the local daemon does; that needs root.
+    staging = StagingMounts(Path(sandbox) / "mounts") if roots and os.geteuid() == 0 else None
+    backend = DockerBackend(instance_of(settings.framework_id), engine, staging)
     try:
         backend.connect()
     except EngineUnavailable as exc:
