@@ -284,10 +284,17 @@ EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
 
 
 def mesos_daemon(
-    cluster: Cluster, root: Path, name: str, *, cosched: str = "none", mesos: str = "", data_roots: bool = False
+    cluster: Cluster,
+    root: Path,
+    name: str,
+    *,
+    cosched: str = "none",
+    mesos: str = "",
+    policies: str = "",
+    data_roots: bool = False,
 ) -> Any:
     """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`
-    adds keys to its [mesos] table; `data_roots` makes `root` the jobs' data root."""
+    and `policies` add keys to those tables; `data_roots` makes `root` the jobs' data root."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
@@ -297,7 +304,7 @@ def mesos_daemon(
         data_roots=data_roots,
         extra=(
             f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
-            f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n'
+            f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'
         ),
     )
     daemon.start(timeout=60)

@@ -8,6 +8,7 @@ restarts as the same framework, adopts the job and sees it finish once.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from mesos_support import (
     wait_until,
 )
 
+from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.client import ApiError
 from cosched.mesos.executor import instance_of
 from workloads.images import busybox_image
@@ -195,6 +197,89 @@ def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path)
         assert verify("montage", data) == []
         tasks = _framework_tasks(cluster, framework_id)
         assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
+    finally:
+        daemon.stop()
+        cluster.teardown_everything()
+    if framework_id:
+        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
+        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+
+
+def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) -> None:
+    """ASAx on Mesos, as on Docker (tests/test_daemon_e2e.py): an idle job of a kind first runs
+    alone (the live loss's baseline); then two idle 1-core lenders fill both agents and CPU-hungry
+    1-core jobs queue. ASAx lends: each guest's cgroup, read on its agent, shows the quota decided,
+    and host and guest add up to the host's one core; the lenders' losses are scored (near 0: they
+    slept) against the baseline, and the learning is in the state file."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    idle = ["sh", "-c", "for i in $(seq 1 8); do echo $i/8 > $COSCHED_PROGRESS; sleep 1; done"]
+    hungry = ["sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"]
+    # With 1-core nodes a guest keeps its host's only core past the host's end, where EASY's promise
+    # to the queue's head counts on it: without keep_promises ASAx may lend there (as in its paper).
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-asax", cosched="asax", policies="keep_promises = false")
+    framework_id = ""
+    try:
+        framework_id = framework_id_of(daemon)
+        alone = daemon.submit(image=image, command=idle, cores=1, memory_mib=64, walltime=60, app_class="idle", tasks=8)
+        assert daemon.wait_final([alone], 60)[alone]["state"] == "done"
+        hosts = [
+            daemon.submit(image=image, command=idle, cores=1, memory_mib=64, walltime=60, app_class="idle", tasks=8)
+            for _ in range(2)
+        ]
+        guests = [
+            daemon.submit(image=image, command=hungry, cores=1, memory_mib=64, walltime=60, app_class="cpu")
+            for _ in range(3)
+        ]
+
+        def quota(job_id: int) -> float | None:
+            labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
+            found = engine.containers.list(filters=labels)
+            files = CgroupFiles.of_pid(int(found[0].attrs["State"]["Pid"])) if found else None
+            if files is None:
+                return None
+            used, period = files.quota()
+            return used / period
+
+        checked = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and checked < 2:
+            for row in daemon.client.call("GET", "/v1/queue"):
+                if row["state"] != "running" or "(guest of" not in row["reason"]:
+                    continue
+                guest, host = daemon.job(row["id"]), daemon.job(row["reason"].rsplit(" ", 1)[1].rstrip(")"))
+                try:
+                    shown = (quota(guest["id"]), quota(host["id"]))
+                except Exception:
+                    continue  # it ended between the reads
+                if (
+                    None in shown
+                    or guest["state"] != "running"
+                    or (guest["quota"], host["quota"])
+                    != (
+                        daemon.job(guest["id"])["quota"],
+                        daemon.job(host["id"])["quota"],
+                    )
+                ):
+                    continue
+                assert shown == (pytest.approx(guest["quota"], abs=1e-3), pytest.approx(host["quota"], abs=1e-3))
+                assert sum(shown) == pytest.approx(1.0, abs=1e-3)  # lent, never created
+                checked += 1
+            time.sleep(0.1)
+        jobs = daemon.wait_final([*hosts, *guests], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        lent = [
+            d
+            for host in hosts
+            for d in daemon.client.call("GET", f"/v1/jobs/{host}/explain")
+            if d["executed"] and d["fraction"] > 0
+        ]
+        assert lent and checked >= 1, (lent, checked)
+        assert all(d["loss"] is not None and d["loss"] < 0.2 for d in lent), lent
+        with daemon.db() as db:
+            baselines = json.loads(db.execute("SELECT value FROM meta WHERE key = 'baselines'").fetchone()[0])
+            weights = db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()
+        assert ["idle", 1] in [row[:2] for row in baselines["runtimes"]] and weights is not None
     finally:
         daemon.stop()
         cluster.teardown_everything()
