@@ -9,7 +9,10 @@ restarts as the same framework, adopts the job and sees it finish once.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +72,20 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         tasks = _framework_tasks(cluster, framework_id)
         assert {t["name"] for t in tasks} == {f"cosched job {done}", f"cosched job {boom}"}
         assert len({t["slave_id"] for t in tasks}) == 2  # first fit: one job per agent
+
+        # The operator's view: the nodes are the agents; /metrics counts launches and offers.
+        nodes = subprocess.run(
+            [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for agent in cluster.state()["slaves"]:
+            assert f"{agent['hostname']} " in nodes and agent["id"] in nodes
+        metrics = urllib.request.urlopen(f"{daemon.client.url}/metrics", timeout=10).read().decode()
+        declined = cluster.metric(NAME, framework_id, "offers/declined")
+        assert f"cosched_offers_declined_total {declined}" in metrics
+        assert "cosched_launch_seconds_count 2.0" in metrics and "cosched_offer_to_launch_seconds_count 2.0" in metrics
 
         # SIGKILL mid-job: the restarted daemon subscribes as the same framework and adopts the task.
         long = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=128, walltime=60)
