@@ -178,11 +178,16 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 def start_cluster(
-    run_dir: Path, zookeeper: bool = False, cpus: int = 1, mem: int = 1024, master: dict[str, str] | None = None
+    run_dir: Path,
+    zookeeper: bool = False,
+    cpus: float = 1,
+    mem: int = 1024,
+    master: dict[str, str] | None = None,
+    agents: int = AGENTS,
 ) -> Cluster:
-    """A master and AGENTS agents (`cpus` and `mem` MiB each) on free ports; with `zookeeper`, a ZooKeeper
-    and a replicated-log registry too. `master` sets master flags (through the environment, which
-    agents read only for flags of their own), e.g. {"agent_ping_timeout": "1secs"}."""
+    """A master and `agents` agents (`cpus` and `mem` MiB each) on free ports; with `zookeeper`, a
+    ZooKeeper and a replicated-log registry too. `master` sets master flags (through the environment,
+    which agents read only for flags of their own), e.g. {"agent_ping_timeout": "1secs"}."""
     if not SCRIPT.exists():
         unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
     env = dict(os.environ, MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
@@ -198,8 +203,8 @@ def start_cluster(
         if done.returncode:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
-    env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
-    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), str(cpus), str(mem)], env=env, check=True, timeout=90)
+    env["MESOS_PORT"] = str(free_port_run(agents + 1))
+    subprocess.run(["bash", str(SCRIPT), "start", str(agents), str(cpus), str(mem)], env=env, check=True, timeout=120)
     return Cluster(int(env["MESOS_PORT"]), run_dir, env)
 
 

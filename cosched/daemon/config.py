@@ -46,7 +46,7 @@ default. Example (every key, with its default)::
     launch_timeout = 60.0         # seconds a launch waits for its agents' offers, then for its tasks to run
     hold_timeout = 30.0           # seconds an offer a waiting launch cannot use yet is held, then declined
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
-    revive_interval = 5.0         # seconds between two REVIVEs, at least
+    revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -141,7 +141,7 @@ class MesosSection:
     launch_timeout: float = 60.0
     hold_timeout: float = 30.0
     refuse_seconds: float = 120.0
-    revive_interval: float = 5.0
+    revive_interval: float = 1.0
 
 
 @dataclass(frozen=True)

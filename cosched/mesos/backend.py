@@ -70,7 +70,7 @@ class MesosSettings:
     failover_timeout: float = calls.WEEK_SECONDS
     hold_timeout: float = 30.0
     refuse_seconds: float = 120.0
-    revive_interval: float = 5.0
+    revive_interval: float = 1.0
     data_roots: tuple[str, ...] = ()
     """Where jobs' data directories may be: storage every agent mounts at the same path."""
 

@@ -100,7 +100,7 @@ class OfferBook:
         hold_timeout: float = 30.0,
         refuse_seconds: float = 120.0,
         expired_refuse_seconds: float = 5.0,
-        revive_interval: float = 5.0,
+        revive_interval: float = 1.0,
     ) -> None:
         self.hold_timeout = hold_timeout
         self.refuse_seconds = refuse_seconds
