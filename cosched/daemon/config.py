@@ -43,8 +43,8 @@ default. Example (every key, with its default)::
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
-    launch_timeout = 60.0         # seconds a launch waits for its agents' offers, then for its tasks to run
-    hold_timeout = 30.0           # seconds an offer a waiting launch cannot use yet is held, then declined
+    launch_timeout = 30.0         # seconds a launch waits for its agents' offers, then for its tasks to run (the pass waits too)
+    hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
     revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
 
@@ -138,8 +138,8 @@ class MesosSection:
     name: str = "cosched"
     user: str = "root"
     executor_command: str = "python3 -m cosched.mesos.executor"
-    launch_timeout: float = 60.0
-    hold_timeout: float = 30.0
+    launch_timeout: float = 30.0
+    hold_timeout: float = 10.0
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
 

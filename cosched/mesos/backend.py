@@ -64,11 +64,11 @@ class MesosSettings:
     name: str = "cosched"
     user: str = "root"
     executor_command: str = jobs.EXECUTOR_COMMAND
-    launch_timeout: float = 60.0
+    launch_timeout: float = 30.0
     """Seconds a launch may wait for its agents' offers, and then for TASK_RUNNING."""
     quota_timeout: float = 15.0
     failover_timeout: float = calls.WEEK_SECONDS
-    hold_timeout: float = 30.0
+    hold_timeout: float = 10.0
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
     data_roots: tuple[str, ...] = ()

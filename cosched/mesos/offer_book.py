@@ -97,7 +97,7 @@ class OfferBook:
     def __init__(
         self,
         *,
-        hold_timeout: float = 30.0,
+        hold_timeout: float = 10.0,
         refuse_seconds: float = 120.0,
         expired_refuse_seconds: float = 5.0,
         revive_interval: float = 1.0,
