@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -314,6 +315,27 @@ def mesos_daemon(
     )
     daemon.start(timeout=60)
     return daemon
+
+
+def finish(cluster: Cluster, daemon: Any) -> None:
+    """After a test: stop the daemon, tear its framework down (no task outlives the test), check
+    none of its containers is left, and wait for both agents (a test may have restarted one)."""
+    from daemon_support import require_engine
+
+    from cosched.mesos.executor import instance_of
+
+    daemon.stop()
+    cluster.teardown_everything()
+    try:
+        label = {"label": f"cosched.instance={instance_of(framework_id_of(daemon))}"}
+    except (OSError, TypeError, sqlite3.Error):
+        label = None  # it never subscribed
+    if label is not None:
+        engine = require_engine()
+        wait_until(
+            lambda: not engine.containers.list(all=True, filters=label), 30, "no container of the framework left"
+        )
+    wait_until(lambda: cluster.active_agents() == AGENTS, 60, "both agents registered")
 
 
 def framework_id_of(daemon: Any) -> str:

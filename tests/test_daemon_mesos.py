@@ -22,6 +22,7 @@ from mesos_support import (
     Cluster,
     assert_ran_once,
     containers_of,
+    finish,
     framework_id_of,
     mesos_daemon,
     start_cluster,
@@ -98,10 +99,7 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         assert [t["state"] for t in runs] == ["TASK_FINISHED"]  # ran once
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == NAME] == [framework_id]
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
+        finish(cluster, daemon)
 
 
 def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Path) -> None:
@@ -112,7 +110,6 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
     engine = require_engine()
     image = busybox_image(engine)
     daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-lending", cosched="static")
-    framework_id = ""
     try:
         hosts = [
             daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60) for _ in range(2)
@@ -139,11 +136,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
             daemon.client.call("DELETE", f"/v1/jobs/{job_id}")
         daemon.wait_final([*hosts, guest], 60)
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    if framework_id:
-        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+        finish(cluster, daemon)
 
 
 def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: Cluster, tmp_path: Path) -> None:
@@ -153,7 +146,6 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
     image = busybox_image(engine)
     since = time.time()
     daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-gang")
-    framework_id = ""
     try:
         framework_id = framework_id_of(daemon)
         whole = daemon.submit(
@@ -181,11 +173,7 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
         assert part0.exit_code == 137 and part0.ended is not None and part0.ended - part0.started < 30
         assert_ran_once(ran[whole])
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    if framework_id:
-        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+        finish(cluster, daemon)
 
 
 def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path) -> None:
@@ -197,9 +185,7 @@ def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path)
     from workloads.real import make_data_dir, real_workflow, verify
 
     image = workflow_image()
-    engine = require_engine()
     daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-montage", data_roots=True)
-    framework_id = ""
     try:
         framework_id = framework_id_of(daemon)
         data = make_data_dir(tmp_path / "montage")
@@ -215,11 +201,7 @@ def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path)
         tasks = _framework_tasks(cluster, framework_id)
         assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    if framework_id:
-        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+        finish(cluster, daemon)
 
 
 def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) -> None:
@@ -235,7 +217,6 @@ def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) 
     # With 1-core nodes a guest keeps its host's only core past the host's end, where EASY's promise
     # to the queue's head counts on it: without keep_promises ASAx may lend there (as in its paper).
     daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-asax", cosched="asax", policies="keep_promises = false")
-    framework_id = ""
     try:
         framework_id = framework_id_of(daemon)
         alone = daemon.submit(image=image, command=idle, cores=1, memory_mib=64, walltime=60, app_class="idle", tasks=8)
@@ -298,8 +279,4 @@ def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) 
             weights = db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()
         assert ["idle", 1] in [row[:2] for row in baselines["runtimes"]] and weights is not None
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    if framework_id:
-        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+        finish(cluster, daemon)

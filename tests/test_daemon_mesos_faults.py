@@ -27,6 +27,7 @@ from mesos_support import (
     command_task,
     containers_of,
     executor_pids,
+    finish,
     framework_id_of,
     mesos_daemon,
     start_cluster,
@@ -75,12 +76,6 @@ def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str) -> 
     return argv
 
 
-def _finish(cluster: Cluster, daemon: Any) -> None:
-    daemon.stop()
-    cluster.teardown_everything()
-    wait_until(lambda: cluster.active_agents() == 2, 60, "both agents registered")
-
-
 def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
     cluster: Cluster, image: str, tmp_path: Path
 ) -> None:
@@ -120,7 +115,7 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
     finally:
         if argv:
             cluster.start_agent(2, argv)
-        _finish(cluster, daemon)
+        finish(cluster, daemon)
 
 
 def _on_node(daemon: Any, job_id: int) -> int:
@@ -153,7 +148,7 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, imag
         assert_ran_once(ran)
         assert [c.exit_code for c in ran] == [137, 0]  # the left container removed, then the run that finished
     finally:
-        _finish(cluster, daemon)
+        finish(cluster, daemon)
 
 
 def _hog(cluster: Cluster, name: str) -> tuple[Any, str]:
@@ -222,7 +217,7 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
         wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 2, 10, "a SUPPRESS once the queue is empty")
     finally:
         hog.teardown()
-        _finish(cluster, daemon)
+        finish(cluster, daemon)
 
 
 def test_offers_the_master_rescinds_are_dropped(cluster: Cluster, image: str, tmp_path: Path) -> None:
@@ -240,7 +235,7 @@ def test_offers_the_master_rescinds_are_dropped(cluster: Cluster, image: str, tm
         assert daemon.job(gang)["reason"] == ""  # it never had to be requeued
     finally:
         hog.teardown()
-        _finish(cluster, daemon)
+        finish(cluster, daemon)
 
 
 def _row(daemon: Any, job_id: int, state: str) -> dict[str, Any] | None:
@@ -287,7 +282,7 @@ def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job
             assert_ran_once(ran[job_id])
             assert len({c.run for c in ran[job_id]}) == 1, ran[job_id]  # never requeued: nothing was lost
     finally:
-        _finish(cluster, daemon)
+        finish(cluster, daemon)
 
 
 def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_path: Path) -> None:
@@ -313,4 +308,4 @@ def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_
             assert len(ran[job_id]) == 1
         assert "re-subscribing" in daemon.log.read_text()
     finally:
-        _finish(zk_cluster, daemon)
+        finish(zk_cluster, daemon)

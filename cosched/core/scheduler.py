@@ -183,12 +183,7 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
-        if job.host >= 0:
-            self._guest_ended(job, actions)
-        else:
-            self._remove_running(job)
-        if self.guests:
-            self._adopt_guests(job, now, actions)
+        self._leave_running(job, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
             job.state = JobState.CANCELLED
@@ -246,12 +241,7 @@ class Scheduler:
         if job.id in self._killing:  # it was being cancelled: its run is over, and so is the job
             self._on_ended(JobEnded(job.id, failed=True, at=now), now, actions)
             return
-        if job.host >= 0:
-            self._guest_ended(job, actions)
-        else:
-            self._remove_running(job)
-        if self.guests:
-            self._adopt_guests(job, now, actions)
+        self._leave_running(job, now, actions)
         job.state = JobState.PENDING
         job.start = job.end = -1.0
         job.expected_end = math.inf
@@ -265,6 +255,16 @@ class Scheduler:
         else:
             queue.append(job)
         self._view.epoch += 1
+
+    def _leave_running(self, job: Job, now: float, actions: list[Action]) -> None:
+        """A run is over: a guest leaves its host's allocation, a host the running set, and a
+        host's guests keep their slots as ordinary jobs."""
+        if job.host >= 0:
+            self._guest_ended(job, actions)
+        else:
+            self._remove_running(job)
+        if self.guests:
+            self._adopt_guests(job, now, actions)
 
     def _guest_ended(self, guest: Job, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""
