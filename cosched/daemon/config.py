@@ -43,7 +43,7 @@ default. Example (every key, with its default)::
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
-    launch_timeout = 30.0         # seconds a launch waits for its agents' offers, then for its tasks to run (the pass waits too)
+    launch_timeout = 30.0         # seconds a launch (and the pass) waits for its agents' offers, then for its tasks
     hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
     revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)

@@ -56,6 +56,8 @@ GUEST_CPUS = 0.01
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered quota message is sent again."""
 _SWEEP = "cosched-sweep-"
+FORGOTTEN = 100_000
+"""Ended runs remembered, so that a late update of one is known for a stray (a few MB)."""
 
 
 @dataclass
@@ -154,7 +156,8 @@ class MesosBackend(EventHandler):
         self.declined = 0
         self._claimed: set[str] = set()
         """Runs this process launched or the daemon adopted; after recovery any other one is a stray."""
-        self._forgotten: deque[str] = deque(maxlen=100_000)
+        self._forgotten: dict[str, None] = {}
+        """Runs whose end was recorded or that were given up, oldest first (a late update of one is a stray)."""
         self._recovered = False
         self._queued = 0
         self._dirty = False
@@ -577,13 +580,20 @@ class MesosBackend(EventHandler):
         run = launch.run
         launch.demand = None
         self.runs.pop(run.handle, None)
-        self._forgotten.append(run.handle)
+        self._forget(run.handle)
         sent = [t for t in run.tasks.values() if t.agent_id not in launch.infos]
         live = [(t.id, t.agent_id) for t in sent if t.state in LIVE]
         for task in run.tasks.values():
             task.killed = True
         acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
         threading.Thread(target=self._end_tasks, args=(live, acks), daemon=True).start()
+
+    def _forget(self, handle: str) -> None:
+        """Under the lock: the run is no one's any more; the last FORGOTTEN handles are remembered."""
+        self._claimed.discard(handle)
+        self._forgotten[handle] = None
+        if len(self._forgotten) > FORGOTTEN:
+            del self._forgotten[next(iter(self._forgotten))]
 
     def _end_tasks(self, live: list[tuple[str, str]], acks: list[tuple[str, str, str]]) -> None:
         for task_id, agent in live:
@@ -715,7 +725,7 @@ class MesosBackend(EventHandler):
             run = self.runs.pop(handle, None)
             if run is None:
                 return
-            self._forgotten.append(handle)
+            self._forget(handle)
             live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE]
             acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
         for task_id, agent in live:  # never the case after an end; a requeued run's last parts
