@@ -63,6 +63,8 @@ class Job:
     stage: str | None = None
     tasks: int = 0
     parallel: bool = True
+    span: bool = True
+    """Its cores may come from several nodes (core allocation); else one node holds them all."""
     depends: int = -1
     think_time: float = -1.0
     # Filled in by the scheduling core.

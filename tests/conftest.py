@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 from hypothesis import settings
@@ -43,3 +44,16 @@ def require_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError:
         missing(f"{name} is not installed")
+
+
+@pytest.fixture(scope="session")
+def zk_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Mesos master and two agents with ZooKeeper and the replicated-log registry, so the master
+    can be restarted under a framework (tests/mesos_support.py); shared by the tests that do."""
+    from mesos_support import start_cluster, stop_cluster
+
+    started = start_cluster(Path(tmp_path_factory.mktemp("mesos-zk")), zookeeper=True, cpus=2, mem=2048)
+    try:
+        yield started
+    finally:
+        stop_cluster(started)

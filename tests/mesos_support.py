@@ -7,11 +7,16 @@ installed to /opt/mesos (as root) when absent, as on a fresh CI machine.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
+import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -106,14 +111,28 @@ class Cluster:
     def crash_and_restart_agent(self, index: int) -> None:
         """SIGKILL agent `index` (its executors and tasks live on: posix launcher) and start it again
         with the same flags; it recovers its checkpointed executors, which must re-subscribe."""
+        self.start_agent(index, self.kill_agent(index))
+
+    def kill_agent(self, index: int) -> list[bytes]:
+        """SIGKILL agent `index` (what it started lives on: posix launcher); its command line, to start it again."""
         pid_file = self.run_dir / f"agent{index}.pid"
         pid = int(pid_file.read_text())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         os.kill(pid, signal.SIGKILL)
         wait_until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid), 10, f"agent{index} to die")
+        return argv
+
+    def start_agent(self, index: int, argv: list[bytes]) -> None:
         with open(self.run_dir / f"agent{index}.out", "ab") as out:
             process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        pid_file.write_text(str(process.pid))
+        (self.run_dir / f"agent{index}.pid").write_text(str(process.pid))
+
+    def agent_id(self, hostname: str) -> str:
+        [agent] = [a["id"] for a in self.state()["slaves"] if a["hostname"] == hostname]
+        return str(agent)
+
+    def active_agents(self) -> int:
+        return sum(1 for a in self.state()["slaves"] if a.get("active"))
 
     def client(
         self,
@@ -125,6 +144,22 @@ class Cluster:
     ) -> SchedulerClient:
         settings = SchedulerConfig(masters=[self.master], name=name, user="root", failover_timeout=3600, **config)
         return SchedulerClient(settings, handler, framework_id=framework_id, on_framework_id=on_framework_id)
+
+
+def executor_pids(framework_id: str, agent_id: str) -> dict[int, str]:
+    """The processes of the framework's executors on one agent (shells and Pythons) and their
+    executor ids, found by the environment the agent gave them: the test's own cluster started them."""
+    found = {}
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            env = dict(line.split(b"=", 1) for line in environ.read_bytes().split(b"\0") if b"=" in line)
+        except OSError:
+            continue
+        if env.get(b"MESOS_FRAMEWORK_ID") == framework_id.encode() and f"/slaves/{agent_id}/".encode() in env.get(
+            b"MESOS_DIRECTORY", b""
+        ):
+            found[int(environ.parent.name)] = env[b"MESOS_EXECUTOR_ID"].decode()
+    return found
 
 
 def _zombie(pid: int) -> bool:
@@ -143,13 +178,22 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     return result
 
 
-def start_cluster(run_dir: Path, zookeeper: bool = False, cpus: int = 1, mem: int = 1024) -> Cluster:
-    """A master and AGENTS agents (`cpus` and `mem` MiB each) on free ports; with `zookeeper`, a ZooKeeper
-    and a replicated-log registry too."""
+def start_cluster(
+    run_dir: Path,
+    zookeeper: bool = False,
+    cpus: float = 1,
+    mem: int = 1024,
+    master: dict[str, str] | None = None,
+    agents: int = AGENTS,
+) -> Cluster:
+    """A master and `agents` agents (`cpus` and `mem` MiB each) on free ports; with `zookeeper`, a
+    ZooKeeper and a replicated-log registry too. `master` sets master flags (through the environment,
+    which agents read only for flags of their own), e.g. {"agent_ping_timeout": "1secs"}."""
     if not SCRIPT.exists():
         unavailable(f"{SCRIPT} is absent (the shared Mesos build)")
     env = dict(os.environ, MESOS_RUN=str(run_dir), MESOS_HOME=str(MESOS_HOME))
     env.pop("MESOS_ZK", None)
+    env.update({f"MESOS_{flag.upper()}": value for flag, value in (master or {}).items()})
     if zookeeper:
         env.update(MESOS_ZK="1", ZK_PORT=str(free_port_run(1)))
     missing = not (MESOS_HOME / "sbin" / "mesos-master").exists() or (zookeeper and not ZOOKEEPER.exists())
@@ -160,8 +204,8 @@ def start_cluster(run_dir: Path, zookeeper: bool = False, cpus: int = 1, mem: in
         if done.returncode:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
-    env["MESOS_PORT"] = str(free_port_run(AGENTS + 1))
-    subprocess.run(["bash", str(SCRIPT), "start", str(AGENTS), str(cpus), str(mem)], env=env, check=True, timeout=90)
+    env["MESOS_PORT"] = str(free_port_run(agents + 1))
+    subprocess.run(["bash", str(SCRIPT), "start", str(agents), str(cpus), str(mem)], env=env, check=True, timeout=120)
     return Cluster(int(env["MESOS_PORT"]), run_dir, env)
 
 
@@ -239,3 +283,112 @@ class Recorder(EventHandler):
     def offers_from(self, hostname: str) -> list[dict[str, Any]]:
         with self.cond:
             return [o for o in self.offers if o["hostname"] == hostname]
+
+
+EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
+"""How the test agents start the executor: this interpreter, which has cosched installed."""
+
+
+def mesos_daemon(
+    cluster: Cluster,
+    root: Path,
+    name: str,
+    *,
+    cosched: str = "none",
+    mesos: str = "",
+    policies: str = "",
+    data_roots: bool = False,
+) -> Any:
+    """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`
+    and `policies` add keys to those tables; `data_roots` makes `root` the jobs' data root."""
+    from daemon_support import DaemonProcess
+
+    daemon = DaemonProcess(
+        root,
+        cores=2,
+        cluster="nodes = 2\nmemory_mib = 1536",
+        data_roots=data_roots,
+        extra=(
+            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
+            f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'
+        ),
+    )
+    daemon.start(timeout=60)
+    return daemon
+
+
+def finish(cluster: Cluster, daemon: Any) -> None:
+    """After a test: stop the daemon, tear its framework down (no task outlives the test), check
+    none of its containers is left, and wait for both agents (a test may have restarted one)."""
+    from daemon_support import require_engine
+
+    from cosched.mesos.executor import instance_of
+
+    daemon.stop()
+    cluster.teardown_everything()
+    try:
+        label = {"label": f"cosched.instance={instance_of(framework_id_of(daemon))}"}
+    except (OSError, TypeError, sqlite3.Error):
+        label = None  # it never subscribed
+    if label is not None:
+        engine = require_engine()
+        wait_until(
+            lambda: not engine.containers.list(all=True, filters=label), 30, "no container of the framework left"
+        )
+    wait_until(lambda: cluster.active_agents() == AGENTS, 60, "both agents registered")
+
+
+def framework_id_of(daemon: Any) -> str:
+    with daemon.db() as db:
+        return str(json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0]))
+
+
+@dataclass
+class Container:
+    """One container a job's task ran in, from the engine's own event log."""
+
+    task: str
+    started: float
+    ended: float | None
+    exit_code: int | None
+
+    @property
+    def run(self) -> str:
+        """The run it belonged to (one launch of a job; the task id less its part)."""
+        return self.task.rsplit("-", 2)[0]
+
+
+def containers_of(engine: Any, framework_id: str, since: float) -> dict[int, list[Container]]:
+    """Every container of the framework's jobs that started since `since`, by job, from Docker's
+    events: what really ran, whatever the daemon or Mesos believe."""
+    from cosched.mesos.executor import instance_of
+
+    label = f"cosched.instance={instance_of(framework_id)}"
+    events = engine.events(
+        since=int(since), until=int(time.time()) + 1, filters={"type": "container", "label": label}, decode=True
+    )
+    seen: dict[str, Container] = {}
+    jobs: dict[int, list[Container]] = {}
+    for event in events:
+        attributes = event["Actor"]["Attributes"]
+        when = event["timeNano"] / 1e9
+        cid = event["Actor"]["ID"]
+        if event["Action"] == "start":
+            seen[cid] = Container(attributes.get("cosched.task", ""), when, None, None)
+            jobs.setdefault(int(attributes["cosched.job"]), []).append(seen[cid])
+        elif event["Action"] == "die" and cid in seen:
+            seen[cid].ended = when
+            seen[cid].exit_code = int(attributes.get("exitCode", -1))
+    return jobs
+
+
+def assert_ran_once(containers: list[Container]) -> None:
+    """One run of the job ended with every part exiting 0, and no two runs ever overlapped."""
+    runs: dict[str, list[Container]] = {}
+    for container in containers:
+        runs.setdefault(container.run, []).append(container)
+    done = [run for run, parts in runs.items() if all(c.exit_code == 0 for c in parts)]
+    assert len(done) == 1, {run: [(c.task, c.exit_code) for c in parts] for run, parts in runs.items()}
+    spans = sorted((min(c.started for c in parts), max(c.ended or math.inf for c in parts)) for parts in runs.values())
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start, f"two runs of one job overlapped: {spans}"

@@ -110,3 +110,68 @@ def test_every_queued_job_in_the_window_is_offered() -> None:
     guests_at_2 = [jid for t, jid in result.validator.launch_log if t == 2]
     assert guests_at_2 == [4, 5]
     assert {jobs[4].slots, jobs[5].slots} == {((0, 1),), ((1, 1),)}  # one in each host
+
+
+def _core(cluster: Cluster, cosched: object = None):
+    from cosched.core.scheduler import Scheduler
+    from cosched.policies.backfill import EASY
+    from cosched.policies.estimate import Requested
+    from cosched.policies.placement import FirstFit
+    from cosched.policies.queue import FCFS
+
+    return Scheduler(cluster, FCFS(), EASY(), Requested(), FirstFit(), cosched)
+
+
+def test_a_requeued_job_goes_back_to_its_place_in_the_queue_and_gives_nothing_back() -> None:
+    # Two 2-core nodes. A (2 cores) and B (2 cores) run, C (2 cores, submitted after both) waits.
+    # A's machine goes away: A is queued again AHEAD of C (its submission is older), its slots
+    # are not offered back (they may be gone), and when they are, A starts there first.
+    from cosched.core.events import JobRequeued, JobSubmitted, Launch, Offer
+
+    core = _core(Cluster(nodes=2, cores_per_node=2))
+    a, b, c = job(1, 0, 2, 100), job(2, 1, 2, 100), job(3, 2, 2, 100)
+    actions = core.step(3.0, [Offer(((0, 2), (1, 2))), JobSubmitted(a), JobSubmitted(b), JobSubmitted(c)]).actions
+    assert [x.job.id for x in actions if isinstance(x, Launch)] == [1, 2]
+    assert core.step(10.0, [JobRequeued(1)]).actions == []
+    assert a.state is JobState.PENDING and (a.slots, a.host, a.start) == ((), -1, -1.0)
+    assert [j.id for j in core.queue] == [1, 3] and core.pool.free_units == 0
+    assert [j.id for j in core.running] == [2]
+    [launch] = core.step(20.0, [Offer(((0, 2),))]).actions
+    assert launch == Launch(a, ((0, 2),)) and a.start == 20.0
+
+
+def test_a_requeued_host_leaves_its_guest_running_on_its_share() -> None:
+    from cosched.core.events import JobRequeued, JobSubmitted, Offer, SetQuota
+
+    core = _core(ONE_NODE, Static(0.5))
+    host, guest = job(1, 0, 4, 100), job(2, 0, 2, 50)
+    core.step(0.0, [Offer(((0, 4),)), JobSubmitted(host), JobSubmitted(guest)])
+    assert guest.host == 1
+    actions = core.step(5.0, [JobRequeued(1)]).actions
+    assert SetQuota(2, 2.0) in actions  # the guest keeps its cores as an ordinary job
+    assert guest.host == -1 and core.guests == {} and [j.id for j in core.queue] == [1]
+    core.step(6.0, [JobRequeued(2)])
+    assert [j.id for j in core.queue] == [1, 2] and core.running == []
+
+
+def test_a_requeued_job_being_cancelled_is_cancelled() -> None:
+    from cosched.core.events import JobCancelled, JobRequeued, JobSubmitted, Kill, Offer
+    from cosched.errors import SchedulingError
+
+    core = _core(ONE_NODE)
+    a = job(1, 0, 4, 100)
+    core.step(0.0, [Offer(((0, 4),)), JobSubmitted(a)])
+    assert core.step(1.0, [JobCancelled(1)]).actions == [Kill(1)]
+    core.step(2.0, [JobRequeued(1)])
+    assert a.state is JobState.CANCELLED and core.queue == [] and 1 not in core.jobs
+    with pytest.raises(SchedulingError, match="not running"):
+        core.step(3.0, [JobRequeued(1)])
+
+
+def test_a_job_that_may_not_span_nodes_and_fits_none_is_rejected() -> None:
+    from cosched.core.events import JobSubmitted, Offer, Reject
+
+    core = _core(Cluster(nodes=2, cores_per_node=2))
+    wide = job(1, 0, 3, 10, span=False)
+    [reject] = core.step(0.0, [Offer(((0, 2), (1, 2))), JobSubmitted(wide)]).actions
+    assert isinstance(reject, Reject) and reject.reason == "job 1 needs 3 cores on one node, nodes have 2"

@@ -73,6 +73,12 @@ class _SlowEngine:
     def sample(self, container: str, quota: float, now: float) -> None:
         return None
 
+    def queued(self, jobs: int) -> None:
+        pass
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        return []
+
 
 def _daemon(tmp_path: Path, engine: _SlowEngine, workers: int) -> Daemon:
     config = from_dict(

@@ -9,20 +9,32 @@ restarts as the same framework, adopts the job and sees it finish once.
 from __future__ import annotations
 
 import json
-import shlex
+import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_support import DaemonProcess, require_engine
-from mesos_support import Cluster, start_cluster, stop_cluster, wait_until
+from daemon_support import require_engine
+from mesos_support import (
+    Cluster,
+    assert_ran_once,
+    containers_of,
+    finish,
+    framework_id_of,
+    mesos_daemon,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
 
+from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.client import ApiError
 from cosched.mesos.executor import instance_of
 from workloads.images import busybox_image
 
-EXECUTOR = f"{shlex.quote(sys.executable)} -m cosched.mesos.executor"
 NAME = "cosched-daemon-test"
 
 
@@ -35,22 +47,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         stop_cluster(started)
 
 
-def _daemon_on(cluster: Cluster, tmp_path: Path, name: str, cosched: str) -> DaemonProcess:
-    """A started daemon whose 2 nodes of 1 core are the cluster's two agents."""
-    daemon = DaemonProcess(
-        tmp_path,
-        cores=2,
-        cluster="nodes = 2\nmemory_mib = 1536",
-        data_roots=False,
-        extra=(
-            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
-            f'executor_command = "{EXECUTOR}"\n[policies]\ncosched = "{cosched}"\n'
-        ),
-    )
-    daemon.start(timeout=60)
-    return daemon
-
-
 def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
     framework = cluster.framework(framework_id) or {"tasks": [], "completed_tasks": []}
     return list(framework["tasks"]) + list(framework["completed_tasks"])
@@ -59,23 +55,38 @@ def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict]:
 def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cluster, tmp_path: Path) -> None:
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = _daemon_on(cluster, tmp_path, NAME, cosched="none")
+    daemon = mesos_daemon(cluster, tmp_path, NAME)
     try:
         done = daemon.submit(image=image, command=["sleep", "2"], cores=1, memory_mib=128, walltime=60)
         boom = daemon.submit(
             image=image, command=["sh", "-c", "echo boom; exit 3"], cores=1, memory_mib=128, walltime=60
         )
-        with pytest.raises(ApiError, match="a Mesos agent has 1"):
+        with pytest.raises(ApiError, match="3 cores asked, the cluster has 2"):
+            daemon.submit(image=image, command=["true"], cores=3, walltime=60)
+        with pytest.raises(ApiError, match=r"2 cores asked, a Mesos agent has 1 \(span = true spreads it\)"):
             daemon.submit(image=image, command=["true"], cores=2, walltime=60)
         jobs = daemon.wait_final([done, boom], 90)
         assert jobs[done]["state"] == "done", jobs[done]
         assert (jobs[boom]["state"], jobs[boom]["exit_code"]) == ("failed", 3)
         assert "boom" in jobs[boom]["log_tail"]
-        with daemon.db() as db:
-            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+        framework_id = framework_id_of(daemon)
         tasks = _framework_tasks(cluster, framework_id)
         assert {t["name"] for t in tasks} == {f"cosched job {done}", f"cosched job {boom}"}
         assert len({t["slave_id"] for t in tasks}) == 2  # first fit: one job per agent
+
+        # The operator's view: the nodes are the agents; /metrics counts launches and offers.
+        nodes = subprocess.run(
+            [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for agent in cluster.state()["slaves"]:
+            assert f"{agent['hostname']} " in nodes and agent["id"] in nodes
+        metrics = urllib.request.urlopen(f"{daemon.client.url}/metrics", timeout=10).read().decode()
+        declined = cluster.metric(NAME, framework_id, "offers/declined")
+        assert f"cosched_offers_declined_total {declined}" in metrics
+        assert "cosched_launch_seconds_count 2.0" in metrics and "cosched_offer_to_launch_seconds_count 2.0" in metrics
 
         # SIGKILL mid-job: the restarted daemon subscribes as the same framework and adopts the task.
         long = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=128, walltime=60)
@@ -88,10 +99,7 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         assert [t["state"] for t in runs] == ["TASK_FINISHED"]  # ran once
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == NAME] == [framework_id]
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
+        finish(cluster, daemon)
 
 
 def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Path) -> None:
@@ -101,8 +109,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
 
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = _daemon_on(cluster, tmp_path, f"{NAME}-lending", cosched="static")
-    framework_id = ""
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-lending", cosched="static")
     try:
         hosts = [
             daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60) for _ in range(2)
@@ -114,8 +121,7 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         host = status["host"]
         assert host in hosts and status["quota"] == pytest.approx(0.5)
         assert daemon.job(host)["quota"] == pytest.approx(0.5)
-        with daemon.db() as db:
-            framework_id = json.loads(db.execute("SELECT value FROM meta WHERE key = 'framework_id'").fetchone()[0])
+        framework_id = framework_id_of(daemon)
 
         def cgroup(job_id: int) -> tuple[int, int]:
             labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
@@ -130,8 +136,147 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
             daemon.client.call("DELETE", f"/v1/jobs/{job_id}")
         daemon.wait_final([*hosts, guest], 60)
     finally:
-        daemon.stop()
-        cluster.teardown_everything()
-    if framework_id:
-        ours = {"label": f"cosched.instance={instance_of(framework_id)}"}
-        wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+        finish(cluster, daemon)
+
+
+def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: Cluster, tmp_path: Path) -> None:
+    """2 cores on agents of 1 core each: one task per agent, each told its part; a gang whose part
+    fails has its other part killed at once (never left half-running) and ends as that part."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    since = time.time()
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-gang")
+    try:
+        framework_id = framework_id_of(daemon)
+        whole = daemon.submit(
+            image=image,
+            command=["sh", "-c", 'echo "part $COSCHED_PART of $COSCHED_PARTS"'],
+            cores=2,
+            span=True,
+            walltime=60,
+            memory_mib=128,
+        )
+        assert daemon.wait_final([whole], 60)[whole]["state"] == "done"
+        log_tail = daemon.job(whole)["log_tail"]
+        assert "[part 0] part 0 of 2" in log_tail and "[part 1] part 1 of 2" in log_tail
+        tasks = [t for t in _framework_tasks(cluster, framework_id) if t["name"].startswith(f"cosched job {whole} ")]
+        assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
+
+        script = 'if [ "$COSCHED_PART" = 1 ]; then sleep 1; echo broken; exit 3; fi; sleep 60'
+        broken = daemon.submit(
+            image=image, command=["sh", "-c", script], cores=2, span=True, memory_mib=128, walltime=120
+        )
+        status = daemon.wait_final([broken], 60)[broken]
+        assert (status["state"], status["exit_code"]) == ("failed", 3) and "broken" in status["log_tail"]
+        ran = containers_of(engine, framework_id, since)
+        [part0] = [c for c in ran[broken] if c.task.endswith("-0of2-1c")]
+        assert part0.exit_code == 137 and part0.ended is not None and part0.ended - part0.started < 30
+        assert_ran_once(ran[whole])
+    finally:
+        finish(cluster, daemon)
+
+
+def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path) -> None:
+    """The real Montage workflow (its test size) in the workflow image: stages are jobs placed on
+    both agents, their data directory shared (the agents see the daemon's paths, as a cluster's
+    shared storage), and the mosaic comes out right."""
+    from daemon_support import workflow_image
+
+    from workloads.real import make_data_dir, real_workflow, verify
+
+    image = workflow_image()
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-montage", data_roots=True)
+    try:
+        framework_id = framework_id_of(daemon)
+        data = make_data_dir(tmp_path / "montage")
+        spec = real_workflow("montage", cores=1, data_dir=data, image=image, memory_mib=256)
+        workflow_id = int(daemon.client.call("POST", "/v1/workflows", spec)["id"])
+        status = wait_until(
+            lambda: (s := daemon.client.call("GET", f"/v1/workflows/{workflow_id}"))["state"] != "running" and s,
+            300,
+            "the workflow's end",
+        )
+        assert status["state"] == "done", status
+        assert verify("montage", data) == []
+        tasks = _framework_tasks(cluster, framework_id)
+        assert len({t["slave_id"] for t in tasks}) == 2 and {t["state"] for t in tasks} == {"TASK_FINISHED"}
+    finally:
+        finish(cluster, daemon)
+
+
+def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) -> None:
+    """ASAx on Mesos, as on Docker (tests/test_daemon_e2e.py): an idle job of a kind first runs
+    alone (the live loss's baseline); then two idle 1-core lenders fill both agents and CPU-hungry
+    1-core jobs queue. ASAx lends: each guest's cgroup, read on its agent, shows the quota decided,
+    and host and guest add up to the host's one core; the lenders' losses are scored (near 0: they
+    slept) against the baseline, and the learning is in the state file."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    idle = ["sh", "-c", "for i in $(seq 1 8); do echo $i/8 > $COSCHED_PROGRESS; sleep 1; done"]
+    hungry = ["sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"]
+    # With 1-core nodes a guest keeps its host's only core past the host's end, where EASY's promise
+    # to the queue's head counts on it: without keep_promises ASAx may lend there (as in its paper).
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-asax", cosched="asax", policies="keep_promises = false")
+    try:
+        framework_id = framework_id_of(daemon)
+        alone = daemon.submit(image=image, command=idle, cores=1, memory_mib=64, walltime=60, app_class="idle", tasks=8)
+        assert daemon.wait_final([alone], 60)[alone]["state"] == "done"
+        hosts = [
+            daemon.submit(image=image, command=idle, cores=1, memory_mib=64, walltime=60, app_class="idle", tasks=8)
+            for _ in range(2)
+        ]
+        guests = [
+            daemon.submit(image=image, command=hungry, cores=1, memory_mib=64, walltime=60, app_class="cpu")
+            for _ in range(3)
+        ]
+
+        def quota(job_id: int) -> float | None:
+            labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
+            found = engine.containers.list(filters=labels)
+            files = CgroupFiles.of_pid(int(found[0].attrs["State"]["Pid"])) if found else None
+            if files is None:
+                return None
+            used, period = files.quota()
+            return used / period
+
+        checked = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and checked < 2:
+            for row in daemon.client.call("GET", "/v1/queue"):
+                if row["state"] != "running" or "(guest of" not in row["reason"]:
+                    continue
+                guest, host = daemon.job(row["id"]), daemon.job(row["reason"].rsplit(" ", 1)[1].rstrip(")"))
+                try:
+                    shown = (quota(guest["id"]), quota(host["id"]))
+                except Exception:
+                    continue  # it ended between the reads
+                if (
+                    None in shown
+                    or guest["state"] != "running"
+                    or (guest["quota"], host["quota"])
+                    != (
+                        daemon.job(guest["id"])["quota"],
+                        daemon.job(host["id"])["quota"],
+                    )
+                ):
+                    continue
+                assert shown == (pytest.approx(guest["quota"], abs=1e-3), pytest.approx(host["quota"], abs=1e-3))
+                assert sum(shown) == pytest.approx(1.0, abs=1e-3)  # lent, never created
+                checked += 1
+            time.sleep(0.1)
+        jobs = daemon.wait_final([*hosts, *guests], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        lent = [
+            d
+            for host in hosts
+            for d in daemon.client.call("GET", f"/v1/jobs/{host}/explain")
+            if d["executed"] and d["fraction"] > 0
+        ]
+        assert lent and checked >= 1, (lent, checked)
+        assert all(d["loss"] is not None and d["loss"] < 0.2 for d in lent), lent
+        with daemon.db() as db:
+            baselines = json.loads(db.execute("SELECT value FROM meta WHERE key = 'baselines'").fetchone()[0])
+            weights = db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()
+        assert ["idle", 1] in [row[:2] for row in baselines["runtimes"]] and weights is not None
+    finally:
+        finish(cluster, daemon)

@@ -583,8 +583,15 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
         Job(id=4, submit=12.0, cores=1, walltime=5000.0),
     ]
     decision = core.step(50.0, [JobSubmitted(j) for j in waiting])
+    for_offers: dict[int, str] = {}
     daemon = SimpleNamespace(
-        clock=lambda: 50.0, core=core, cluster=cluster, reservations=decision.reservations, inbox=[], specs={}
+        clock=lambda: 50.0,
+        core=core,
+        cluster=cluster,
+        reservations=decision.reservations,
+        inbox=[],
+        specs={},
+        backend=SimpleNamespace(waiting=lambda: for_offers),
     )
     rows = views.queue(daemon)  # type: ignore[arg-type]
     pending = [(r["id"], r["reason"], r["start"]) for r in rows if r["state"] == "pending"]
@@ -596,6 +603,10 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     assert dict(decision.reservations) == {3: 100.0}
     assert {job_id: start for job_id, _, start in pending} == {3: 100.0, 2: None, 4: None}
     assert [r["id"] for r in rows if r["state"] == "running"] == [1]
+    # On Mesos the core's launch may wait for the agent's offer: the row says so.
+    for_offers[1] = "waiting for offers of agent1"
+    [row] = [r for r in views.queue(daemon) if r["id"] == 1]  # type: ignore[arg-type]
+    assert (row["state"], row["reason"]) == ("launching", "waiting for offers of agent1")
 
 
 def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from daemon_support import require_engine
 from mesos_support import Cluster, start_cluster, stop_cluster, wait_until
 
 from cosched.daemon.cgroups import CgroupFiles
-from cosched.mesos.backend import MesosBackend, MesosSettings, task_of
+from cosched.daemon.docker_backend import ContainerInfo
+from cosched.mesos.backend import MesosBackend, MesosSettings
 from cosched.mesos.executor import instance_of
 from workloads.images import busybox_image
 
@@ -64,11 +65,11 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
         assert ids == [fid]
         assert [backend.hostnames[a] for a in backend.agents] == ["agent1", "agent2"]
         spec = {"image": image, "cores": 1, "command": ["sh", "-c", 'echo 1/4 > "$COSCHED_PROGRESS"; sleep 120']}
-        host, started = backend.launch(1, spec, [], 1.0, 128, node=0)
-        assert host == task_of(1) and started > 0
-        guest, _ = backend.launch(2, {**spec, "command": ["sleep", "120"]}, [], 0.4, 128, node=0, guest=True)
+        host, started = backend.launch(1, spec, [], 1.0, 128, slots=((0, 1),))
+        assert host.startswith("cosched-job-1-") and started > 0
+        guest, _ = backend.launch(2, {**spec, "command": ["sleep", "120"]}, [], 0.4, 128, slots=((0, 1),), guest=True)
         failing = {"image": image, "cores": 1, "command": ["sh", "-c", "echo boom; exit 3"]}
-        failed, _ = backend.launch(3, failing, [], 1.0, 128, node=1)
+        failed, _ = backend.launch(3, failing, [], 1.0, 128, slots=((1, 1),))
 
         # The host lends 0.4 CPUs: both cgroups, read here, show the quotas the backend reports.
         backend.set_quota(host, 0.6)
@@ -95,9 +96,9 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
     again = _backend(cluster, framework_id=fid)
     try:
         assert again.framework_id == fid
-        assert again.containers()[1].state == "running"
+        assert again.containers()[1] == ContainerInfo(host, 1, "running")
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == "cosched-backend-test"] == [fid]
-        again.kill(task_of(1))
+        again.kill(host)
         wait_until(lambda: again.containers()[1].state == "exited", 30, "the host killed")
     finally:
         if again.client.subscribed:

@@ -75,7 +75,7 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         offer = recorder.offers_from("agent1")[0]
         agent = offer["agent_id"]["value"]
         client.decline([recorder.offers_from("agent2")[0]["id"]["value"]], refuse_seconds=60)
-        executor = jobs.executor_info(agent, fid, EXECUTOR)
+        executor = jobs.executor_info("two-jobs", fid, EXECUTOR)  # one for both (the daemon gives each its own)
         sleeper = _job(1, image, 'echo 1/4 > "$COSCHED_PROGRESS"; sleep 120', 0.4)
         failer = _job(2, image, "echo boom; exit 3", 0.4)
         tasks = [
@@ -96,13 +96,13 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         assert files.quota() == (40_000, 100_000)
 
         # ASAx's lending: the framework asks for 0.3 CPUs, the executor answers with what the cgroup shows.
-        client.message(agent, jobs.executor_id(agent), jobs.quota_message("sleeper", 0.3))
+        client.message(agent, "two-jobs", jobs.quota_message("sleeper", 0.3))
         applied = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "sleeper"), 30, "quota_applied"
         )
         assert applied == {"type": "quota_applied", "task": "sleeper", "cpus": 0.3, "error": ""}
         assert files.quota() == (30_000, 100_000)
-        client.message(agent, jobs.executor_id(agent), jobs.quota_message("nobody", 0.3))
+        client.message(agent, "two-jobs", jobs.quota_message("nobody", 0.3))
         refused = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "nobody"), 30, "a refusal"
         )
@@ -145,7 +145,7 @@ def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Clus
         fid = client.framework_id or ""
         offer = recorder.wait(lambda: recorder.offers_from("agent1"), 15, "an offer from agent1")[0]
         agent = offer["agent_id"]["value"]
-        executor = jobs.executor_info(agent, fid, EXECUTOR)
+        executor = jobs.executor_info("survivor", fid, EXECUTOR)
         task = jobs.job_task("survivor", agent, executor, _job(7, image, "sleep 120", 0.5), 0.5)
         client.accept([offer["id"]["value"]], [calls.launch([task])], refuse_seconds=60)
         running = recorder.wait(lambda: recorder.status("survivor", "TASK_RUNNING"), 60, "the job running")
@@ -159,7 +159,7 @@ def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Clus
             60,
             "agent1 registered again",
         )
-        client.message(agent, jobs.executor_id(agent), jobs.quota_message("survivor", 0.2))
+        client.message(agent, "survivor", jobs.quota_message("survivor", 0.2))
         applied = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "survivor"), 60, "quota_applied"
         )

@@ -194,15 +194,6 @@ def test_error_event_from_the_master_stops_the_client_with_one_line(cluster: Clu
         client.stop()
 
 
-@pytest.fixture(scope="session")
-def zk_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = start_cluster(Path(tmp_path_factory.mktemp("mesos-zk")), zookeeper=True)
-    try:
-        yield started
-    finally:
-        stop_cluster(started)
-
-
 def test_a_restarted_master_gets_the_framework_back_with_its_task(zk_cluster: Cluster) -> None:
     """With ZooKeeper and the replicated-log registry, the master restarts; the client re-subscribes by itself."""
     recorder = Recorder()

@@ -151,10 +151,12 @@ def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
 # -- the executor's payloads and settings ---------------------------------------------
 def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
     job = jobs.JobPayload(12, {"image": "i", "command": ["true"], "cores": 2}, 1.5, 256, (0, 1))
-    task = jobs.job_task("t12", "S0", jobs.executor_info("S0", "F"), job, 2.0)
-    assert jobs.job_of(task) == job
-    assert task["executor"]["executor_id"] == {"value": "cosched-S0"}
+    task = jobs.job_task("t12", "S0", jobs.executor_info("t12", "F"), job, 2.0)
+    assert jobs.job_of(task) == job and jobs.swept_executors(task) is None
+    assert task["executor"]["executor_id"] == {"value": "t12"}
     assert {r["name"]: r["scalar"]["value"] for r in task["resources"]} == {"cpus": 2.0, "mem": 256.0}
+    sweep = jobs.sweep_task("s1", "S0", jobs.executor_info("s1", "F"), ["t12", "t13"])
+    assert jobs.swept_executors(sweep) == ["t12", "t13"]
 
 
 @pytest.mark.parametrize(

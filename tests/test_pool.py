@@ -145,3 +145,16 @@ def test_a_finished_job_holds_no_memory_per_node_it_used(procs: int) -> None:
     assert max(len(b) for b in run.core.pool.avail._buckets) <= sorted_nodes._SPLIT  # type: ignore[union-attr]
     kept = replay(trace.jobs(), trace.cluster(procs=procs))
     assert sum(len(j.slots) for j in kept.jobs) == sum(j.cores for j in kept.jobs)  # one-core nodes
+
+
+def test_a_job_that_may_not_span_nodes_takes_one_node_or_waits() -> None:
+    pool = full_pool(Cluster(nodes=3, cores_per_node=4, memory_per_node=1000))
+    pool.remove(((0, 3), (1, 1)), (0, 0))
+    whole = job(3, memory=300)
+    whole.span = False
+    assert pool.first_fit(whole) == ((1, 3),)  # not (0, 1) + (1, 2), which first fit takes when it may span
+    whole.span = True
+    assert pool.first_fit(whole) == ((0, 1), (1, 2))
+    whole.span = False
+    pool.remove(((1, 3), (2, 2)), (0, 800))
+    assert pool.first_fit(whole) is None  # node 2 has 2 cores free; 3 free cores in all are not enough

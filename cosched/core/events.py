@@ -86,6 +86,18 @@ class JobAdopted:
 
 
 @dataclass(slots=True)
+class JobRequeued:
+    """A running job's run was lost, not ended by the job: its machine went away (a Mesos
+    agent removed, its executor killed) or its gang could not start whole. The job goes
+    back to the queue with its place (its submission time); the interrupted run teaches
+    the co-scheduling policy nothing. What it held comes back separately, as an `Offer`,
+    only where the machine is still there.
+    """
+
+    job_id: int
+
+
+@dataclass(slots=True)
 class Launch:
     """Start `job` on `slots`: the job's whole gang, taken from held offers."""
 
@@ -127,7 +139,7 @@ class Reject:
     reason: str
 
 
-Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported | JobAdopted
+Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported | JobAdopted | JobRequeued
 Action = Launch | Colocate | SetQuota | Kill | Reject
 
 

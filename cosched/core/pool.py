@@ -181,6 +181,8 @@ class ResourcePool:
         need = job.need
         if need > self.free_units:
             return None
+        if not job.span and not self.node_mode:
+            return self._first_node(job)
         if job.memory and self.cluster.memory_per_node:
             return self._first_fit_with_memory(job)
         if self.node_mode:
@@ -195,6 +197,15 @@ class ResourcePool:
             slots.append((node, f))
             need -= f
         return None  # unreachable while free_units is consistent
+
+    def _first_node(self, job: Job) -> Slots | None:
+        """The lowest-numbered node that holds the whole job (a job that may not span nodes)."""
+        need, free, free_mem = job.need, self.free, self.free_mem
+        memory = need * job.memory if job.memory and self.cluster.memory_per_node else 0
+        for node in self.avail:
+            if free[node] >= need and free_mem[node] >= memory:
+                return ((node, need),)
+        return None
 
     def _first_fit_with_memory(self, job: Job) -> Slots | None:
         per_core = job.memory

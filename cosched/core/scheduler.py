@@ -11,6 +11,7 @@ their whole gang fits in the held offers; at the first job that does not fit
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
@@ -26,6 +27,7 @@ from cosched.core.events import (
     JobAdopted,
     JobCancelled,
     JobEnded,
+    JobRequeued,
     JobSubmitted,
     Kill,
     Launch,
@@ -107,6 +109,7 @@ class Scheduler:
             Rescind: self._on_rescind,
             UsageReported: self._on_usage,
             JobAdopted: self._on_adopted,
+            JobRequeued: self._on_requeued,
         }
         guests: Mapping[int, list[Job]] = self.guests if keep_promises else _NO_GUESTS
         self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs)
@@ -156,7 +159,11 @@ class Scheduler:
         if job.id in self.jobs:
             raise SchedulingError(f"job {job.id} submitted twice")
         job.need = need = self.cluster.units_for(job)
-        if not (0 < need <= self._capacity and job.walltime > 0) or (job.memory and self._memory_tracked):
+        if (
+            not (0 < need <= self._capacity and job.walltime > 0)
+            or (job.memory and self._memory_tracked)
+            or not job.span
+        ):
             reason = self._never_fits(job)
             if reason:
                 job.state = JobState.FAILED
@@ -181,12 +188,7 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
-        if job.host >= 0:
-            self._guest_ended(job, actions)
-        else:
-            self._remove_running(job)
-        if self.guests:
-            self._adopt_guests(job, now, actions)
+        self._leave_running(job, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
             job.state = JobState.CANCELLED
@@ -236,6 +238,38 @@ class Scheduler:
         else:
             insort(self.running, job, key=_expected_end)
         self._view.epoch += 1
+
+    def _on_requeued(self, event: JobRequeued, now: float, actions: list[Action]) -> None:
+        job = self.jobs.get(event.job_id)
+        if job is None or job.state is not JobState.RUNNING:
+            raise SchedulingError(f"job {event.job_id} requeued but was not running")
+        if job.id in self._killing:  # it was being cancelled: its run is over, and so is the job
+            self._on_ended(JobEnded(job.id, failed=True, at=now), now, actions)
+            return
+        self._leave_running(job, now, actions)
+        job.state = JobState.PENDING
+        job.start = job.end = -1.0
+        job.expected_end = math.inf
+        job.slots = ()
+        job.quota = 0.0
+        job.host = -1
+        job.usage = None
+        queue = self.queue
+        if self.queue_policy.static:
+            insort(queue, job, key=_priority)
+        else:
+            queue.append(job)
+        self._view.epoch += 1
+
+    def _leave_running(self, job: Job, now: float, actions: list[Action]) -> None:
+        """A run is over: a guest leaves its host's allocation, a host the running set, and a
+        host's guests keep their slots as ordinary jobs."""
+        if job.host >= 0:
+            self._guest_ended(job, actions)
+        else:
+            self._remove_running(job)
+        if self.guests:
+            self._adopt_guests(job, now, actions)
 
     def _guest_ended(self, guest: Job, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""
@@ -440,6 +474,8 @@ class Scheduler:
             return f"job {job.id} asks for walltime {job.walltime}"
         if job.need > cluster.capacity_units:
             return f"job {job.id} needs {job.need} {cluster.allocation.value}s, cluster has {cluster.capacity_units}"
+        if not job.span and job.cores > cluster.cores_per_node:
+            return f"job {job.id} needs {job.cores} cores on one node, nodes have {cluster.cores_per_node}"
         if job.memory and cluster.memory_per_node:
             per_node = min(job.cores, cluster.cores_per_node) * job.memory
             if per_node > cluster.memory_per_node:

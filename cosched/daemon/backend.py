@@ -4,14 +4,33 @@
 MesosBackend` as tasks of the cosched executor on Mesos agents. The daemon's pass,
 review, reconciliation and recovery call only these methods, so a backend is chosen
 in the config (`[backend] kind`) and nothing else changes. A job's handle (`str`) is
-a container id on Docker, a task id on Mesos.
+a container id on Docker, a run of tasks on Mesos.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cosched.core.events import Slots
 from cosched.daemon.docker_backend import ContainerInfo, Exit, Sample
+from cosched.errors import CoschedError
+
+
+class RunLost(CoschedError):
+    """A job's run was lost, not ended by the job: its machine went away, or it could not get
+    the resources the core gave it in time (no Mesos offer), or a gang could not start whole.
+    The daemon queues the job again; one host's Docker engine never raises it."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What stands behind one of the core's nodes (a Mesos agent), for `cosched nodes`."""
+
+    name: str
+    """The agent's hostname ('' on one host)."""
+    id: str
+    up: bool
 
 
 class Backend(Protocol):
@@ -30,14 +49,16 @@ class Backend(Protocol):
         quota: float,
         memory_mib: int,
         *,
-        node: int = 0,
+        slots: Slots = (),
         guest: bool = False,
     ) -> tuple[str, float]:
-        """Start a job on `node` (as a guest on another job's cores if `guest`): its handle and start time."""
+        """Start a job on the core's `slots` (as a guest on another job's cores if `guest`): its
+        handle and start time. LaunchRefused if the job itself cannot start (its image, its
+        command), RunLost if its machines could not run it (see RunLost)."""
         ...
 
     def containers(self) -> dict[int, ContainerInfo]:
-        """This daemon's jobs the machines know, by job id."""
+        """This daemon's jobs the machines know, by job id (`lost` runs too, see ContainerInfo)."""
         ...
 
     def adopt(self, handle: str) -> None: ...
@@ -56,6 +77,21 @@ class Backend(Protocol):
     def verify_quota(self, handle: str, cpus: float) -> bool: ...
 
     def sample(self, handle: str, quota: float, now: float) -> Sample | None: ...
+
+    def queued(self, jobs: int) -> None:
+        """How many jobs wait in the core's queue after a pass (a Mesos framework stops offers while none)."""
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        """Nodes that went away (False) or came back (True) since the last call, in order."""
+        ...
+
+    def node_status(self) -> list[NodeStatus]:
+        """Per node, what stands behind it ([] when nodes are parts of one host)."""
+        ...
+
+    def waiting(self) -> dict[int, str]:
+        """Jobs whose launch waits for resources the machines have not given yet, and for what."""
+        ...
 
     def close(self) -> None:
         """Let go of the machines; running jobs keep running for the next start."""

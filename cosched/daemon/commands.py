@@ -47,6 +47,12 @@ def add_commands(commands: Any, parser_class: type) -> None:
     sp.add_argument("--app-class", default="unknown", help="application class ASAx learns about")
     sp.add_argument("--tasks", type=int, default=1, help="tasks the job reports progress in")
     sp.add_argument("--serial", action="store_true", help="the job uses one core at a time")
+    sp.add_argument(
+        "--span",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="its cores may come from several nodes (on Mesos: one task per agent); default: on one host only",
+    )
     sp.add_argument("--name", default="job")
     sp.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     sp.add_argument("--data-dir", action="append", default=[], help="host directory to mount (under a data root)")
@@ -69,7 +75,9 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(cp)
     cp.set_defaults(handler=_cancel)
 
-    np_ = commands.add_parser("nodes", help="nodes: CPUs, allocated cores, lent quota, CPU used, jobs")
+    np_ = commands.add_parser(
+        "nodes", help="nodes (CPUs, or Mesos agents), allocated cores, lent quota, CPU used, jobs"
+    )
     common(np_)
     np_.set_defaults(handler=_nodes)
 
@@ -125,6 +133,7 @@ def _submit(args: argparse.Namespace) -> int:
         "tasks": args.tasks,
         "parallel": not args.serial,
         "env": env,
+        **({"span": args.span} if args.span is not None else {}),
         "data_dirs": args.data_dir,
     }
     if args.memory is not None:
@@ -250,7 +259,11 @@ def _nodes(args: argparse.Namespace) -> int:
     table = [
         {
             "NODE": f"node{r['node']}",
-            "CPUS": _ranges(r["cpus"]),
+            **(
+                {"HOSTNAME": r["hostname"], "AGENT": r["agent"], "STATE": "up" if r["up"] else "DOWN"}
+                if r.get("hostname")
+                else {"CPUS": _ranges(r["cpus"])}
+            ),
             "ALLOC": f"{r['allocated']}/{r['cores']}",
             "LENT": r["lent"],
             "USED": r["used"],

@@ -43,6 +43,10 @@ default. Example (every key, with its default)::
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
+    launch_timeout = 30.0         # seconds a launch (and the pass) waits for its agents' offers, then for its tasks
+    hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
+    refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
+    revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -137,6 +141,10 @@ class MesosSection:
     name: str = "cosched"
     user: str = "root"
     executor_command: str = "python3 -m cosched.mesos.executor"
+    launch_timeout: float = 30.0
+    hold_timeout: float = 10.0
+    refuse_seconds: float = 120.0
+    revive_interval: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -283,8 +291,10 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"config key backend.kind: expected 'docker' or 'mesos', got {config.backend.kind!r}")
     if config.backend.kind == "mesos" and not config.mesos.masters.strip():
         raise ConfigError("config key mesos.masters: backend.kind = 'mesos' needs the masters' host:port")
-    if config.backend.kind == "mesos" and config.docker.data_roots:
-        raise ConfigError("config key docker.data_roots: data directories are not supported on the Mesos backend yet")
+    for key in ("launch_timeout", "hold_timeout", "refuse_seconds", "revive_interval"):
+        value = getattr(config.mesos, key)
+        if not 0 < value <= 86400:
+            raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
     for f in fields(intervals):
         if getattr(intervals, f.name) <= 0:
             raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")

@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
@@ -30,6 +31,9 @@ from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
 from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, read_progress
 from cosched.errors import CoschedError
+
+if TYPE_CHECKING:
+    from cosched.daemon.backend import NodeStatus
 
 log = logging.getLogger("cosched.docker")
 
@@ -63,7 +67,10 @@ class ContainerInfo:
     id: str
     job_id: int
     state: str
-    """created, running, paused, restarting, exited, dead, removing."""
+    """created, running, paused, restarting, exited, dead, removing; or `lost` (a Mesos job's
+    run ended by its machine going away, not by the job: the daemon queues the job again)."""
+    note: str = ""
+    """Why it is `lost`, in a few words."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,11 +186,14 @@ class DockerBackend:
         quota: float,
         memory_mib: int,
         *,
-        node: int = 0,
+        slots: tuple[tuple[int, int], ...] = (),
         guest: bool = False,
+        name: str = "",
+        labels: Mapping[str, str] | None = None,
     ) -> tuple[str, float]:
         """Create and start a job's container; returns its id and when it started (epoch s).
-        (One host: `node` and `guest` are already in `cpus` and `quota`.)
+        (One host: `slots` and `guest` are already in `cpus` and `quota`.) `name` and `labels`
+        replace and add to the job's own (the Mesos executor names a container by its task).
 
         A container with the job's name may already exist if the daemon died
         between creating it and recording that: then it is that container.
@@ -201,7 +211,9 @@ class DockerBackend:
                 fds.append(open_data_dir(path, self.settings.data_roots))
             staged = self.staging.pin(job_id, fds) if self.staging and fds else data_dirs
             volumes = {source: {"bind": path, "mode": "rw"} for source, path in zip(staged, data_dirs, strict=True)}
-            container = self._create_and_start(job_id, spec, env, volumes, cpus, quota, memory_mib)
+            own = {LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id), **(labels or {})}
+            named = name or self.name_of(job_id)
+            container = self._create_and_start(job_id, spec, env, volumes, cpus, quota, memory_mib, named, own)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -219,6 +231,8 @@ class DockerBackend:
         cpus: list[int],
         quota: float,
         memory_mib: int,
+        name: str,
+        labels: dict[str, str],
     ) -> Any:
         limits = self.settings
         try:
@@ -226,8 +240,8 @@ class DockerBackend:
                 container = self.client.containers.create(
                     spec["image"],
                     spec["command"],
-                    name=self.name_of(job_id),
-                    labels={LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id)},
+                    name=name,
+                    labels=labels,
                     environment=env,
                     cpu_period=self.cpu_period,
                     cpu_quota=self._quota_us(quota),
@@ -258,7 +272,7 @@ class DockerBackend:
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
                     raise
-                container = self.client.containers.get(self.name_of(job_id))
+                container = self.client.containers.get(name)
             if container.status == "created":
                 container.start()
             container.reload()
@@ -268,17 +282,22 @@ class DockerBackend:
 
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""
+        return {info.job_id: info for info in self.labelled()}
+
+    def labelled(self, **labels: str) -> list[ContainerInfo]:
+        """Every container of this instance that also carries `labels`."""
+        wanted = [f"{LABEL_INSTANCE}={self.instance}", *(f"{key}={value}" for key, value in labels.items())]
         try:
-            listed = self.client.api.containers(all=True, filters={"label": f"{LABEL_INSTANCE}={self.instance}"})
+            listed = self.client.api.containers(all=True, filters={"label": wanted})
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"listing containers: {_reason(exc)}") from None
-        found: dict[int, ContainerInfo] = {}
+        found = []
         for item in listed:
             try:
                 job_id = int(item["Labels"][LABEL_JOB])
             except (KeyError, ValueError):
                 continue
-            found[job_id] = ContainerInfo(item["Id"], job_id, item.get("State", ""))
+            found.append(ContainerInfo(item["Id"], job_id, item.get("State", "")))
         return found
 
     def adopt(self, container_id: str) -> None:
@@ -362,6 +381,19 @@ class DockerBackend:
 
     def _quota_us(self, cpus: float) -> int:
         return max(1000, round(cpus * self.cpu_period))
+
+    # -- what a cluster has and one host has not -------------------------------
+    def queued(self, jobs: int) -> None:
+        """One engine: no offers to stop or to ask for again."""
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        return []  # the nodes are parts of this host: they come and go with the daemon
+
+    def node_status(self) -> list[NodeStatus]:
+        return []
+
+    def waiting(self) -> dict[int, str]:
+        return {}  # a launch waits for nothing but the engine
 
     # -- monitoring ---------------------------------------------------------
     def sample(self, container_id: str, quota: float, now: float) -> Sample | None:

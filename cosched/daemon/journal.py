@@ -58,6 +58,11 @@ def ended(job: Job, exit_code: int | None, reason: str) -> None:
     log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))
 
 
+def requeued(job_id: int, reason: str) -> None:
+    """Its run was lost to its machine, not ended by the job: it waits in the queue again."""
+    log.info(_line(job_id, "requeued", reason=reason or None))
+
+
 def decided(
     actions: Iterable[Any],
     cpus_of: Mapping[int, Sequence[int]],

@@ -49,6 +49,20 @@ class DaemonMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=r,
         )
+        self.launch_seconds = Histogram(
+            "cosched_launch_seconds",
+            "From a launch decided to the job running (on Mesos: offers, ACCEPT, the executor's container)",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
+        self.offer_launch_seconds = Histogram(
+            "cosched_offer_to_launch_seconds",
+            "Mesos: from the offer a launch used arriving to its tasks running",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
+        self.offers_held = Gauge("cosched_offers_held", "Mesos offers held for launches waiting", registry=r)
+        self.offers_declined = Counter("cosched_offers_declined", "Mesos offers declined", registry=r)
         self.quota_mismatches = Counter(
             "cosched_quota_mismatches", "Cgroup quotas found different from decided", registry=r
         )

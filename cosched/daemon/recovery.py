@@ -122,15 +122,18 @@ def recover(daemon: Daemon) -> None:
 
 
 def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
-    """Every node's cores and memory less what adopted hosts hold (guests share their host's)."""
+    """Every node's cores and memory less what adopted hosts hold (guests share their host's);
+    nothing of a node whose machine is gone (it is offered when it comes back)."""
     cluster = daemon.cluster
-    cores = [cluster.cores_per_node] * cluster.nodes
-    memory = [cluster.memory_per_node] * cluster.nodes
+    cores = [0 if node in daemon.down else cluster.cores_per_node for node in range(cluster.nodes)]
+    memory = [0 if node in daemon.down else cluster.memory_per_node for node in range(cluster.nodes)]
     for job in jobs.values():
         if job.host >= 0:
             continue
         held = slot_memory(cluster, job, job.slots) or (0,) * len(job.slots)
         for (node, count), mib in zip(job.slots, held, strict=True):
+            if node in daemon.down:
+                continue
             cores[node] -= count
             memory[node] -= mib
     return Offer(tuple(enumerate(cores)), tuple(memory))

@@ -31,11 +31,13 @@ from cosched.core.events import (
     Event,
     JobCancelled,
     JobEnded,
+    JobRequeued,
     JobSubmitted,
     Kill,
     Launch,
     Offer,
     Reject,
+    Rescind,
     SetQuota,
     UsageReported,
 )
@@ -43,7 +45,7 @@ from cosched.core.frees import freed_slots
 from cosched.core.pool import slot_memory
 from cosched.core.scheduler import Scheduler
 from cosched.daemon import journal, workflow_stages
-from cosched.daemon.backend import Backend
+from cosched.daemon.backend import Backend, RunLost
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, data_dirs_allowed
@@ -60,6 +62,9 @@ from experts.baselines import RuntimeBaselines
 from experts.weights import Schedule, WeightBook
 
 log = logging.getLogger("cosched.daemon")
+
+MAX_LOST_RUNS = 3
+"""Runs of one job lost to its machines (an agent gone, an executor killed) before the job fails."""
 
 
 class Rejected(CoschedError):
@@ -80,6 +85,13 @@ class _End:
     reason: str
     log_tail: str
     container: str | None
+    lost: bool = False
+    """The run was lost, not ended by the job: the job goes back to the queue."""
+
+    @property
+    def requeued(self) -> bool:
+        """After the core's step: the job is queued again (it may even have started again in it)."""
+        return self.lost and self.job.state is not JobState.CANCELLED
 
 
 @dataclass(slots=True)
@@ -102,6 +114,7 @@ class Daemon:
         self.clock = clock
         self.store = Store(config.state_dir / "state.sqlite")
         self.instance = config.daemon.instance or self._instance_id()
+        self.metrics = DaemonMetrics()
         self.backend: Backend = backend or self._backend(config)
         nodes = config.cluster.nodes
         self.cpu_map = CpuMap(config.cpus(), nodes)
@@ -123,10 +136,14 @@ class Daemon:
         self.reservations: Mapping[int, float] = {}
         self.kill_reason: dict[int, str] = {}
         self.failed_launches: dict[int, str] = {}
+        self.lost_launches: dict[int, str] = {}
+        self.lost_runs: dict[int, int] = {}
+        """Runs lost to their machines, per job, since this start (MAX_LOST_RUNS)."""
+        self.down: set[int] = set()
+        """Nodes whose machine is gone (a Mesos agent): out of the core's pool until it is back."""
         self.engine_up = True
         self.state_problem = ""
         """Why the state file cannot be used ('' when it can): submissions are refused meanwhile."""
-        self.metrics = DaemonMetrics()
         self.saved_decisions = 0
         """How many of ASAx's decisions are in the store (the next pass saves the ones after)."""
 
@@ -188,11 +205,23 @@ class Daemon:
         from cosched.mesos.backend import MesosBackend, MesosSettings
 
         m = config.mesos
+        settings = MesosSettings(
+            masters=m.masters,
+            name=m.name,
+            user=m.user,
+            executor_command=m.executor_command,
+            launch_timeout=m.launch_timeout,
+            hold_timeout=m.hold_timeout,
+            refuse_seconds=m.refuse_seconds,
+            revive_interval=m.revive_interval,
+            data_roots=config.docker.data_roots,
+        )
         return MesosBackend(
-            MesosSettings(masters=m.masters, name=m.name, user=m.user, executor_command=m.executor_command),
+            settings,
             config.cluster.nodes,
             framework_id=self.store.get_meta("framework_id"),
             on_framework_id=self._keep_framework_id,
+            metrics=self.metrics,
         )
 
     def _keep_framework_id(self, framework_id: str) -> None:
@@ -220,11 +249,10 @@ class Daemon:
         cores = self.cluster.cores
         if spec.cores > cores:
             raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
-        per_agent = self.cluster.cores_per_node
-        if self.config.backend.kind == "mesos" and spec.cores > per_agent:
-            raise Rejected(
-                "cores", f"{spec.cores} cores asked, a Mesos agent has {per_agent} (no job spans agents yet)"
-            )
+        per_node = self.cluster.cores_per_node
+        if spec.cores > per_node and not self._spans(spec.model_dump()):
+            where = "a Mesos agent" if self.config.backend.kind == "mesos" else "a node"
+            raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
         memory = self._memory_mib(spec)
         if memory > self.cluster.memory_per_node * self.cluster.nodes:
             raise Rejected(
@@ -309,7 +337,14 @@ class Daemon:
             stage=spec.get("app_class") or "unknown",
             tasks=int(spec.get("tasks") or 1),
             parallel=bool(spec.get("parallel", True)),
+            span=self._spans(spec),
         )
+
+    def _spans(self, spec: dict[str, Any]) -> bool:
+        """Whether a job's cores may come from several nodes: its spec's word, else yes on one host
+        (the nodes are parts of it) and no on Mesos (each node is an agent: a job there is a gang)."""
+        span = spec.get("span")
+        return bool(span) if span is not None else self.config.backend.kind != "mesos"
 
     def _memory_mib(self, spec: JobSpec) -> int:
         """A job's memory in all: as asked, or `default_memory_per_core` per core (Slurm's DefMemPerCPU)."""
@@ -374,7 +409,8 @@ class Daemon:
         self.asax = self._policy()
         self.core = self._new_core()
         self.cpu_map = CpuMap(self.config.cpus(), self.config.cluster.nodes)
-        for held in (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches):
+        held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
+        for held in (*held_maps, self.lost_launches):
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0
@@ -395,18 +431,19 @@ class Daemon:
         started = time.perf_counter()
         now = self.clock()
         try:
+            changes = self.backend.nodes_changed()
             ends = self._collect_ends(now)
         except EngineUnavailable as exc:
             self._engine_lost(exc)
             return False
         with self.lock:
-            events: list[Event] = []
+            events: list[Event] = self._node_events(changes)
             ended_now: set[int] = set()
             for end in ends:
-                events.append(JobEnded(end.job.id, end.failed, end.at))
+                events.append(self._end_event(end))
                 offer = self._freed(end.job, ended_now)
                 ended_now.add(end.job.id)
-                if offer is not None:
+                if offer is not None and (offer := self._on_live_nodes(offer)) is not None:
                     events.append(offer)
             while self.inbox:
                 events.append(self.inbox.popleft())
@@ -415,10 +452,13 @@ class Daemon:
             self.reservations = decision.reservations
             plan = self._record(now, ends, cancels, decision.actions)
             for end in ends:
-                journal.ended(end.job, end.exit_code, end.reason)
                 self.containers.pop(end.job.id, None)
-                self.specs.pop(end.job.id, None)
                 self.kill_reason.pop(end.job.id, None)
+                if end.requeued:
+                    journal.requeued(end.job.id, end.reason)
+                    continue
+                journal.ended(end.job, end.exit_code, end.reason)
+                self.specs.pop(end.job.id, None)
             journal.decided(decision.actions, self.cpus_of, self.kill_reason, cancels)
         self._carry_out(ends, plan)
         with self.lock:
@@ -430,7 +470,57 @@ class Daemon:
             self.metrics.observe_pass(self, time.perf_counter() - started)
             if self.asax is not None:  # saved and counted: memory holds only recent decisions
                 self.asax.forget(DECISIONS_KEPT)
+            queued = len(self.core.queue)
+        self.backend.queued(queued)
         return bool(plan.submitted)
+
+    def _end_event(self, end: _End) -> Event:
+        """A job's end, or its requeue when its machine lost the run (until that happened too often)."""
+        if not end.lost:
+            return JobEnded(end.job.id, end.failed, end.at)
+        lost = self.lost_runs[end.job.id] = self.lost_runs.get(end.job.id, 0) + 1
+        if lost < MAX_LOST_RUNS:
+            return JobRequeued(end.job.id)
+        end.lost, end.failed = False, True
+        end.reason = f"{end.reason} ({lost} runs lost to their machines)"
+        return JobEnded(end.job.id, True, end.at)
+
+    def _node_events(self, changes: list[tuple[int, bool]]) -> list[Event]:
+        """A node gone leaves the core's pool (what it had free is rescinded; what its jobs held
+        never comes back); a node back is offered whole, less what the core still counts on it."""
+        pool, cluster, events = self.core.pool, self.cluster, []
+        final = dict(changes)  # gone and back within one pass: its jobs' ends say what was lost
+        for node, up in final.items():
+            if not up and node not in self.down:
+                self.down.add(node)
+                cores, memory = pool.free_cores(node), pool.free_mem[node]
+                if cores or memory:
+                    events.append(Rescind(((node, cores),), (memory,)))
+            elif up and node in self.down:
+                self.down.discard(node)
+                cores, memory = cluster.cores_per_node - pool.free_cores(node), cluster.memory_per_node
+                memory -= pool.free_mem[node]
+                for job in self.core.jobs.values():
+                    if job.state is not JobState.RUNNING:
+                        continue
+                    held = slot_memory(cluster, job, job.slots) or (0,) * len(job.slots)
+                    for (n, count), mib in zip(job.slots, held, strict=True):
+                        if n == node:
+                            cores -= count if job.host < 0 else 0
+                            memory -= mib
+                if cores > 0 or memory > 0:
+                    events.append(Offer(((node, max(cores, 0)),), (max(memory, 0),)))
+        return events
+
+    def _on_live_nodes(self, offer: Offer) -> Offer | None:
+        """What an end gives back, less what was on nodes that are gone."""
+        if not self.down:
+            return offer
+        memory = offer.memory or (0,) * len(offer.slots)
+        kept = [(slot, mib) for slot, mib in zip(offer.slots, memory, strict=True) if slot[0] not in self.down]
+        if not kept:
+            return None
+        return Offer(tuple(slot for slot, _ in kept), tuple(mib for _, mib in kept) if offer.memory else None)
 
     def _collect_ends(self, now: float) -> list[_End]:
         """Jobs whose containers stopped (or never could start) since the last pass."""
@@ -440,6 +530,11 @@ class Daemon:
             if job is not None:
                 ends.append(_End(job, True, now, None, reason, "", self.containers.get(job_id)))
             del self.failed_launches[job_id]
+        for job_id, reason in list(self.lost_launches.items()):
+            job = self.core.jobs.get(job_id)
+            if job is not None:
+                ends.append(_End(job, False, now, None, f"could not start: {reason}", "", None, lost=True))
+            del self.lost_launches[job_id]
         if not self.containers:
             return ends
         listed = self.backend.containers()
@@ -451,6 +546,8 @@ class Daemon:
             info = listed.get(job_id)
             if info is None:
                 ends.append(_End(job, True, now, None, "container disappeared", "", None))
+            elif info.state == "lost":
+                ends.append(_End(job, False, now, None, info.note, "", container, lost=True))
             elif info.state in ("exited", "dead"):
                 stopped.append((job, container))
         outcomes = self.engine.each(self._exit_and_logs, [(container,) for _, container in stopped])
@@ -498,6 +595,20 @@ class Daemon:
         with store.transaction() as db:
             for end in ends:
                 job = end.job
+                if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
+                    store.update_job(
+                        db,
+                        job.id,
+                        state="pending",
+                        start=None,
+                        slots=None,
+                        cpus=None,
+                        quota=None,
+                        host=-1,
+                        container=None,
+                        reason=f"requeued: {end.reason}",
+                    )
+                    continue
                 state = job.state.value if job.state is not JobState.RUNNING else "failed"
                 store.update_job(
                     db,
@@ -579,6 +690,10 @@ class Daemon:
         for (job, _, _, quota_seq), outcome in zip(launches, outcomes, strict=True):
             if isinstance(outcome, EngineUnavailable):
                 continue
+            if isinstance(outcome, RunLost):
+                log.warning("job %d could not start on its machines: %s", job.id, outcome)
+                self.lost_launches[job.id] = str(outcome).splitlines()[0][:300]
+                continue
             if isinstance(outcome, Exception):
                 log.warning("job %d could not start: %s", job.id, outcome)
                 self.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:300]}"
@@ -601,8 +716,12 @@ class Daemon:
 
     def _start(self, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:
         spec, memory = self.specs[job.id], job.memory * job.cores
-        node, guest = job.slots[0][0], job.host >= 0
-        return self.backend.launch(job.id, spec, self.cpu_map.cpuset(cpus), quota, memory, node=node, guest=guest)
+        asked = time.perf_counter()
+        started = self.backend.launch(
+            job.id, spec, self.cpu_map.cpuset(cpus), quota, memory, slots=job.slots, guest=job.host >= 0
+        )
+        self.metrics.launch_seconds.observe(time.perf_counter() - asked)
+        return started
 
     def apply_quotas(self, quotas: Sequence[tuple[int, float, int | None]]) -> None:
         """Change the quotas side by side; a cgroup showing another quota is logged and counted."""
@@ -728,7 +847,12 @@ class Daemon:
         relaunch = []
         for record in self.store.jobs(("launching",)):
             job = self.core.jobs.get(record["id"])
-            if job is None or job.id in self.containers or job.id in self.failed_launches:
+            if (
+                job is None
+                or job.id in self.containers
+                or job.id in self.failed_launches
+                or job.id in self.lost_launches
+            ):
                 continue
             info = listed.get(job.id)
             if info is None and job.id in self.kill_reason:

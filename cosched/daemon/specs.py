@@ -68,6 +68,10 @@ class JobSpec(Container):
     app_class: AppClass = "unknown"
     tasks: int = Field(1, ge=1, le=1 << 30)
     parallel: bool = True
+    span: bool | None = None
+    """May its cores come from several nodes: on one host (virtual nodes) yes unless false; on
+    Mesos only if true, and it then runs as one task per agent, each given its part (COSCHED_PART
+    of COSCHED_PARTS): a job made to be spread, such as an MPI rank per agent."""
 
 
 class StageSpec(Container):

@@ -34,6 +34,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
     reservations = dict(daemon.reservations)
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
+    waiting = daemon.backend.waiting()
     rows = []
     for position, job in enumerate(order):
         rows.append(
@@ -41,6 +42,9 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         )
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
     for job in sorted(running, key=lambda j: j.start):
+        if job.id in waiting:  # the core started it; its machines have not given what it needs yet
+            rows.append(_row(daemon, job, "launching", waiting[job.id], None))
+            continue
         rows.append(
             _row(
                 daemon,
@@ -151,10 +155,12 @@ def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
 
 
 def nodes(daemon: Daemon) -> list[dict[str, Any]]:
-    """Per virtual node: CPUs, allocated cores, quota lent to guests, CPU used, jobs."""
+    """Per node: CPUs (one host) or the Mesos agent behind it, allocated cores, quota lent to
+    guests, CPU used, jobs."""
     running = [job for job in _snapshot(daemon)[1] if job.state is JobState.RUNNING]
     used = dict(daemon.metrics.cpu_used)
     cpus_of = dict(daemon.cpus_of)
+    agents = daemon.backend.node_status()
     rows = []
     for node, cpus in enumerate(daemon.cpu_map.node_cpus):
         here = [job for job in running if any(n == node and c for n, c in job.slots)]
@@ -169,6 +175,9 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                 "lent": round(lent, 3),
                 "used": round(sum(used.get(job.id, 0.0) for job in here), 3),
                 "memory_mib": daemon.cluster.memory_per_node,
+                "hostname": agents[node].name if agents else None,
+                "agent": agents[node].id if agents else None,
+                "up": agents[node].up if agents else True,
                 "jobs": [
                     {
                         "id": job.id,

@@ -1,47 +1,63 @@
-"""The daemon's hands on a Mesos cluster: jobs as tasks of the cosched executor, one agent per node.
+"""The daemon's hands on a Mesos cluster: jobs as tasks of the cosched executor, agents as nodes.
 
-It answers the calls the daemon makes of its Docker backend (`launch`, `containers`,
-`exit_of`, `logs`, `kill`, `remove`, `set_quota`, `verify_quota`, `sample`, ...) from
-what Mesos tells a framework: a job is a task of the cosched executor on the agent
-of the node the core placed it on (`cosched/mesos/executor.py`); its "container" is
-its task id; its end comes in a terminal status update with the exit code and log
-tail; quota changes go to the executor as MESSAGEs and return as the value the
-cgroup shows; usage arrives every few seconds.
+It answers the calls the daemon makes of any backend (`cosched/daemon/backend.py`) from what
+Mesos tells a framework. A job's run is one task of the cosched executor per agent its slots
+span (`cosched/mesos/executor.py`), started whole or not at all; its handle names the run.
+Ends come in terminal status updates with the exit code and log tail; quota changes go to the
+executors as MESSAGEs and come back as the value the cgroup shows; usage arrives every few s.
 
-Why the agents are the core's nodes, in hostname order, and their offers are held:
-cosched is meant to be the framework that owns its agents' resources (as it owns
-one host's CPUs with Docker), so the core plans on them as on any cluster, and an
-offer is simply where a launch finds its agent's resources. A guest runs on its
-host's cores: its task asks Mesos for memory and a token 0.01 CPU, and the executor
-gives it the quota the core decided. A job's cores must fit one agent.
+Why the core's nodes are agents and offers only carry its launches out: the core decides which
+job starts and where (its placement policy), in replay and here alike, so the offers cannot
+decide it again. cosched owns its agents' resources as it owns one host's CPUs; an offer is
+where a launch finds its agent's resources. `OfferBook` holds an offer only while a launch
+waits for its agent, declines the rest with a refuse filter so other frameworks may use them,
+SUPPRESSes while nothing waits and REVIVEs (rate-limited) when something does.
+
+Runs lost, not ended by their job, come back as `lost` (the daemon requeues the job): an agent
+removed (FAILURE, or a task gone with it), no offer from the agent in `launch_timeout` (its node
+is taken out of the core's until it offers again), a gang part that could not start, an executor
+killed. A killed executor may leave its containers running on its agent: the run counts as lost
+only after a new executor there removed them (`jobs.sweep_task`), so a job never runs twice.
+A guest's task asks Mesos for memory and a token 0.01 CPU; its CPU is the quota the core lent.
+Terminal updates are acknowledged only once the daemon has recorded the end (`remove`), so one
+that a killed daemon never recorded is sent again to the next.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
+import math
 import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from cosched.core.events import Slots
+from cosched.daemon.backend import NodeStatus, RunLost
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
 from cosched.mesos import calls, jobs
 from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
-from cosched.mesos.offers import Offer, parse_offer
+from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
+from cosched.mesos.offers import parse_offer
+from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, new_handle, parse_task, part_id
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
+
+if TYPE_CHECKING:
+    from cosched.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger("cosched.mesos")
 
 GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
-
-_RUNNING = {"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING"}
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered quota message is sent again."""
+_SWEEP = "cosched-sweep-"
+FORGOTTEN = 100_000
+"""Ended runs remembered, so that a late update of one is known for a stray (a few MB)."""
 
 
 @dataclass
@@ -50,21 +66,44 @@ class MesosSettings:
     name: str = "cosched"
     user: str = "root"
     executor_command: str = jobs.EXECUTOR_COMMAND
-    launch_timeout: float = 60.0
-    """Seconds a launch may wait for its agent's offer and then for TASK_RUNNING."""
+    launch_timeout: float = 30.0
+    """Seconds a launch may wait for its agents' offers, and then for TASK_RUNNING."""
     quota_timeout: float = 15.0
     failover_timeout: float = calls.WEEK_SECONDS
+    hold_timeout: float = 10.0
+    refuse_seconds: float = 120.0
+    revive_interval: float = 1.0
+    data_roots: tuple[str, ...] = ()
+    """Where jobs' data directories may be: storage every agent mounts at the same path."""
 
 
 @dataclass
-class _Task:
-    job_id: int
+class _Launch:
+    """A run from the launch call until its ACCEPTs are sent (or it is given up)."""
+
+    run: Run
+    infos: dict[str, list[dict[str, Any]]]
+    """TaskInfos by agent, until their ACCEPT is sent."""
+    demand: Demand | None
+    """While it waits for offers."""
+    requested: float
+    offered: float = 0.0
+    """When the last offer it was launched on arrived (monotonic)."""
+    had_room: set[str] = field(default_factory=set)
+    """Agents whose held offers had room for its task there at some time while it waited."""
+    failure: str = ""
+
+
+@dataclass
+class _Sweep:
+    task_id: str
     agent_id: str
-    state: str = "TASK_STAGING"
-    message: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-    quota: float | None = None
-    usage: dict[str, Any] | None = None
+    killed: list[str]
+    """The tasks (each its own executor) whose containers it removes."""
+    info: dict[str, Any]
+    demand: Demand | None
+    requested: float
+    not_before: float = 0.0
 
 
 class MesosBackend(EventHandler):
@@ -77,9 +116,11 @@ class MesosBackend(EventHandler):
         *,
         framework_id: str | None = None,
         on_framework_id: Callable[[str], None] | None = None,
+        metrics: DaemonMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.nodes = nodes
+        self.metrics = metrics
         self.client = SchedulerClient(
             SchedulerConfig(
                 masters=settings.masters,
@@ -92,14 +133,39 @@ class MesosBackend(EventHandler):
             on_framework_id=on_framework_id,
         )
         self.cond = threading.Condition()
-        self.offers: dict[str, list[Offer]] = {}
+        self.book = OfferBook(
+            hold_timeout=settings.hold_timeout,
+            refuse_seconds=settings.refuse_seconds,
+            revive_interval=settings.revive_interval,
+        )
         self.hostnames: dict[str, str] = {}
+        """Agent id -> hostname, of the agents that offered."""
+        self.node_hosts: list[str] = []
+        """Hostnames by node: the first `nodes` agents that offered, in hostname order."""
         self.agents: list[str] = []
-        """Agent ids, by node: the first `nodes` agents offered, in hostname order."""
-        self.tasks: dict[str, _Task] = {}
+        """Agent ids by node (an agent that comes back under its hostname takes its node again)."""
+        self.down: set[int] = set()
+        self.changes: list[tuple[int, bool]] = []
+        self.runs: dict[str, Run] = {}
+        self.launches: dict[str, _Launch] = {}
+        """Runs whose ACCEPTs are not all sent yet, by handle."""
+        self.sweeps: dict[str, _Sweep] = {}
+        """Sweeps wanted, by agent."""
+        self.latencies: deque[tuple[float, float]] = deque(maxlen=10_000)
+        """(launch, offer-to-launch) seconds of recent launches, for the benchmark."""
+        self.declined = 0
+        self._claimed: set[str] = set()
+        """Runs this process launched or the daemon adopted; after recovery any other one is a stray."""
+        self._forgotten: dict[str, None] = {}
+        """Runs whose end was recorded or that were given up, oldest first (a late update of one is a stray)."""
+        self._recovered = False
+        self._queued = 0
+        self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
         self._updates = 0
         self._started = False
+        self._closing = False
+        self._offers_thread: threading.Thread | None = None
 
     # -- the connection ----------------------------------------------------------
     def connect(self, timeout: float = 30.0) -> None:
@@ -111,6 +177,10 @@ class MesosBackend(EventHandler):
             raise EngineUnavailable(
                 f"cannot reach a Mesos master at {self.settings.masters}: {self.client.failure or 'no answer'}"
             )
+        try:  # refuse filters an earlier run of this framework set would keep agents away
+            self.client.revive()
+        except MesosError as exc:
+            log.warning("REVIVE: %s", exc)
         deadline = time.monotonic() + timeout
         with self.cond:
             while len(self.hostnames) < self.nodes:
@@ -118,7 +188,12 @@ class MesosBackend(EventHandler):
                     raise EngineUnavailable(
                         f"Mesos offered {len(self.hostnames)} agent(s) in {timeout:.0f} s; the cluster has {self.nodes}"
                     )
-            self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+            if not self.agents:
+                self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+                self.node_hosts = [self.hostnames[a] for a in self.agents]
+        if self._offers_thread is None:  # the agents are known: what they offered is decided on from now
+            self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
+            self._offers_thread.start()
         self._settle()
 
     def _settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
@@ -144,48 +219,109 @@ class MesosBackend(EventHandler):
 
     def close(self) -> None:
         """Leave without TEARDOWN: the tasks run on, for the next start to find."""
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
         self.client.stop()
+        if self._offers_thread is not None:
+            self._offers_thread.join(5.0)
 
     # -- events (the client's thread) -------------------------------------------
+    def on_subscribed(self, framework_id: str, subscribed: dict[str, Any]) -> None:
+        with self.cond:
+            self.book.resubscribed()
+            self._dirty = True
+            self.cond.notify_all()
+
     def on_offers(self, offers: list[dict[str, Any]]) -> None:
         now = time.monotonic()
         surplus = []
         with self.cond:
             for raw in offers:
                 offer = parse_offer(raw, now)
-                known = offer.agent_id in self.hostnames
-                if not known and len(self.hostnames) >= self.nodes:
+                node = self._node_of_host(offer.hostname)
+                beyond = self.node_hosts or len(self.hostnames) >= self.nodes
+                if node is None and beyond and offer.agent_id not in self.hostnames:
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
                     continue
-                self.hostnames.setdefault(offer.agent_id, offer.hostname)
-                self.offers.setdefault(offer.agent_id, []).append(offer)
+                self.hostnames[offer.agent_id] = offer.hostname
+                if node is not None:
+                    if self.agents[node] != offer.agent_id:
+                        log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
+                        self.agents[node] = offer.agent_id
+                    if node in self.down and offer.cpus + 1e-9 >= 1.0:  # a whole core: worth the core's trying
+                        log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
+                        self.down.discard(node)
+                        self.changes.append((node, True))
+                self.book.add([offer])
+            self._dirty = True
             self.cond.notify_all()
         if surplus:
-            self.client.decline(surplus, refuse_seconds=3600)
+            self._decline(surplus, 3600.0)
 
     def on_rescind(self, offer_id: str) -> None:
         with self.cond:
-            for held in self.offers.values():
-                held[:] = [o for o in held if o.id != offer_id]
+            self.book.rescind(offer_id)
 
-    def on_update(self, status: dict[str, Any]) -> None:
-        task_id = status["task_id"]["value"]
-        job_id = _job_of(task_id)
-        if job_id is None:
-            return
+    def on_failure(self, failure: dict[str, Any]) -> None:
+        agent = failure.get("agent_id", {}).get("value", "")
+        if not agent or failure.get("executor_id"):
+            return  # an executor's end: its tasks' updates say what happened
         with self.cond:
-            task = self.tasks.get(task_id)
-            if task is None:
-                task = self.tasks[task_id] = _Task(job_id, status.get("agent_id", {}).get("value", ""))
-            task.state = status["state"]
-            task.message = status.get("message", "")
-            if status.get("data"):
-                try:
-                    task.data.update(json.loads(base64.b64decode(status["data"])))
-                except ValueError:
-                    log.warning("task %s: undecodable status data", task_id)
+            self._agent_lost(agent, "removed by the master")
+
+    def _agent_lost(self, agent: str, why: str) -> None:
+        """Under the lock: its offers are void, its node leaves the core, its tasks are lost."""
+        self.book.agent_lost(agent)
+        self._node_down(agent, why)
+
+    def _node_down(self, agent: str, why: str) -> None:
+        """Under the lock: the agent's node leaves the core until the agent offers again."""
+        node = self._node_of_agent(agent)
+        if node is not None and node not in self.down:
+            log.warning("agent %s (node %d) %s: its jobs are queued again", self.hostnames.get(agent, agent), node, why)
+            self.down.add(node)
+            self.changes.append((node, False))
+        self.sweeps.pop(agent, None)
+        self.cond.notify_all()
+
+    def on_update(self, status: dict[str, Any]) -> bool | None:
+        task_id = status["task_id"]["value"]
+        if task_id.startswith(_SWEEP):
+            self._sweep_update(status)
+            return None
+        name = parse_task(task_id)
+        if name is None:
+            return None
+        state = status["state"]
+        stray = keep = False
+        with self.cond:
+            if name.handle in self._forgotten:
+                stray = state in LIVE
+                run = None
+            else:
+                run = self.runs.get(name.handle)
+                if run is None:  # learned from reconciliation or a resent update
+                    run = self.runs[name.handle] = Run(name.handle, name.job_id, name.parts)
+                    stray = self._recovered and state in LIVE
+            if run is not None:
+                task = run.tasks.get(name.part)
+                if task is None:
+                    agent = status.get("agent_id", {}).get("value", "")
+                    task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores)
+                task.apply(status, time.monotonic())
+                if state in GONE and status.get("reason") in AGENT_GONE:
+                    self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
+                keep = state not in LIVE and bool(status.get("uuid")) and not stray
+                if keep:
+                    task.ack = (status["agent_id"]["value"], status["uuid"])
             self._updates += 1
+            self._dirty = True
             self.cond.notify_all()
+        if stray:
+            log.warning("killing task %s: its job runs elsewhere or was requeued", task_id)
+            self._kill_task(task_id, status.get("agent_id", {}).get("value"))
+        return False if keep else None
 
     def on_message(self, agent_id: str, executor_id: str, data: bytes) -> None:
         try:
@@ -197,10 +333,151 @@ class MesosBackend(EventHandler):
             if body["type"] == "quota_applied":
                 self._quota_answers[body["task"]] = (body.get("cpus"), body.get("error", ""))
             elif body["type"] == "usage":
-                for task_id, usage in body.get("tasks", {}).items():
-                    if task_id in self.tasks:
-                        self.tasks[task_id].usage = usage
+                usage = body.get("tasks", {})
+                for run in self.runs.values():
+                    for task in run.tasks.values():
+                        if task.id in usage:
+                            task.usage = usage[task.id]
             self.cond.notify_all()
+
+    # -- offers (their own thread) ----------------------------------------------------
+    def _offer_loop(self) -> None:
+        """Decide on held offers whenever something changed, and every second for the hold timeout."""
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self._dirty or self._closing, timeout=1.0)
+                if self._closing:
+                    return
+                self._dirty = False
+                try:
+                    work = self._offer_round(time.monotonic())
+                except Exception:  # a bug here must not stop every later launch
+                    log.exception("deciding on offers failed")
+                    continue
+            for call in work:
+                call()
+
+    def _offer_round(self, now: float) -> list[Callable[[], None]]:
+        """Under the lock: the book's decision on the waiting launches, as calls to make after it."""
+        for sweep in list(self.sweeps.values()):
+            if now - sweep.requested > self.settings.launch_timeout:
+                log.warning(
+                    "no sweep of agent %s in time: containers of its killed executor may run on", sweep.agent_id
+                )
+                self._swept(sweep.agent_id)
+        demands = [launch.demand for launch in self.launches.values() if launch.demand is not None]
+        for demand in demands:
+            self.launches[demand.key].had_room.update(need.agent_id for need in demand.needs if self._room(need))
+        demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
+        arrived = {offer.id: offer.received_at for offer in self.book.held}
+        actions = self.book.decide(demands, self._queued, now, watching=bool(self.down))
+        if self.metrics is not None:
+            self.metrics.offers_held.set(len(self.book.held))
+        work: list[Callable[[], None]] = []
+        for action in actions:
+            if isinstance(action, Accept):
+                work.append(self._accept_call(action, max(arrived.get(o, now) for o in action.offer_ids)))
+            elif isinstance(action, Decline):
+                work.append(lambda a=action: self._decline(list(a.offer_ids), a.refuse_seconds))
+            elif isinstance(action, Suppress):
+                work.append(lambda: self._flow(self.client.suppress, "SUPPRESS"))
+            elif isinstance(action, Revive):
+                work.append(lambda: self._flow(self.client.revive, "REVIVE"))
+        return work
+
+    def _accept_call(self, accept: Accept, offered: float) -> Callable[[], None]:
+        """Take the launches' TaskInfos for this agent out of their runs now (under the lock)."""
+        infos: list[dict[str, Any]] = []
+        launches: list[_Launch] = []
+        for key in accept.launches:
+            launch = self.launches.get(key)
+            if launch is not None:
+                infos += launch.infos.pop(accept.agent_id, [])
+                launch.offered = max(launch.offered, offered)
+                launch.demand = None
+                launches.append(launch)
+            elif (sweep := self.sweeps.get(accept.agent_id)) is not None and sweep.task_id == key:
+                infos.append(sweep.info)
+                sweep.demand = None
+
+        def call() -> None:
+            try:
+                self.client.accept(list(accept.offer_ids), [calls.launch(infos)], refuse_seconds=0)
+            except MesosError as exc:
+                with self.cond:
+                    for launch in launches:
+                        launch.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {exc}"
+                    self.cond.notify_all()
+
+        return call
+
+    def _decline(self, offer_ids: list[str], refuse_seconds: float) -> None:
+        try:
+            self.client.decline(offer_ids, refuse_seconds=refuse_seconds)
+        except MesosError as exc:
+            log.warning("declining offers: %s", exc)
+            return
+        self.declined += len(offer_ids)
+        if self.metrics is not None:
+            self.metrics.offers_declined.inc(len(offer_ids))
+
+    def _flow(self, call: Callable[[], None], name: str) -> None:
+        try:
+            call()
+        except MesosError as exc:
+            log.warning("%s: %s", name, exc)
+            with self.cond:
+                self.book.resubscribed()  # try again at the next round
+        else:
+            log.info("%s sent", name)
+
+    def queued(self, jobs: int) -> None:
+        with self.cond:
+            if not self._recovered:
+                self._recovered = True  # the daemon's first pass: recovery adopted what it wanted
+                strays = [
+                    (t.id, t.agent_id)
+                    for handle, run in self.runs.items()
+                    if handle not in self._claimed
+                    for t in run.tasks.values()
+                    if t.state in LIVE
+                ]
+            else:
+                strays = []
+            if jobs != self._queued:
+                self._queued = jobs
+                self._dirty = True
+                self.cond.notify_all()
+        for task_id, agent in strays:
+            log.warning("killing task %s: no job of the state file runs as it", task_id)
+            self._kill_task(task_id, agent)
+
+    # -- nodes ------------------------------------------------------------------------
+    def _node_of_host(self, hostname: str) -> int | None:
+        return self.node_hosts.index(hostname) if hostname in self.node_hosts else None
+
+    def _node_of_agent(self, agent: str) -> int | None:
+        return self.agents.index(agent) if agent in self.agents else None
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        with self.cond:
+            changes, self.changes = self.changes, []
+        return changes
+
+    def node_status(self) -> list[NodeStatus]:
+        with self.cond:
+            return [
+                NodeStatus(host, self.agents[node], node not in self.down) for node, host in enumerate(self.node_hosts)
+            ]
+
+    def waiting(self) -> dict[int, str]:
+        with self.cond:
+            return {
+                launch.run.job_id: "waiting for offers of "
+                + ", ".join(sorted(self.hostnames.get(n.agent_id, n.agent_id) for n in launch.demand.needs))
+                for launch in self.launches.values()
+                if launch.demand is not None
+            }
 
     # -- jobs ----------------------------------------------------------------------
     def launch(
@@ -211,167 +488,316 @@ class MesosBackend(EventHandler):
         quota: float,
         memory_mib: int,
         *,
-        node: int = 0,
+        slots: Slots = (),
         guest: bool = False,
     ) -> tuple[str, float]:
-        """Start the job on its node's agent; returns its task id and start time once it runs."""
-        agent = self.agents[node]
-        task_id = task_of(job_id)
-        task_cpus = GUEST_CPUS if guest else float(spec["cores"])
-        executor = jobs.executor_info(agent, self.framework_id or "", self.settings.executor_command)
-        with self.cond:  # the client's thread adds tasks as their updates arrive
-            fresh = not any(t.agent_id == agent and t.state in _RUNNING for t in self.tasks.values())
-        need_cpus = task_cpus + (jobs.EXECUTOR_CPUS if fresh else 0.0)
-        need_mem = memory_mib + (jobs.EXECUTOR_MEM if fresh else 0.0)
-        offers = self._take_offers(agent, need_cpus, need_mem)
-        payload = jobs.JobPayload(job_id, spec, quota, memory_mib)
-        task = jobs.job_task(task_id, agent, executor, payload, task_cpus, name=f"cosched job {job_id}")
+        """Start the job's tasks on the agents of its slots, whole or not at all; its handle and
+        start time once every task runs."""
+        parts = [(node, cores) for node, cores in (slots or ((0, int(spec["cores"])),)) if cores > 0]
+        handle = new_handle(job_id)
+        run = Run(handle, job_id, len(parts))
+        launch = _Launch(run, {}, None, time.monotonic())
         with self.cond:
-            self.tasks[task_id] = _Task(job_id, agent, quota=quota)
+            framework_id = self.framework_id
+            if framework_id is None:
+                raise EngineUnavailable("not subscribed to a Mesos master")
+            total = sum(cores for _, cores in parts)
+            needs = []
+            for part, (node, cores) in enumerate(parts):
+                if node in self.down:
+                    raise RunLost(f"agent {self.node_hosts[node]} (node {node}) is gone")
+                agent = self.agents[node]
+                share = cores / total
+                task = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores, quota=quota * share)
+                memory = math.ceil(memory_mib * share)
+                env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
+                payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
+                command = self.settings.executor_command
+                executor = jobs.executor_info(task.id, framework_id, command, self.settings.data_roots)
+                task_cpus = GUEST_CPUS if guest else float(cores)
+                name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
+                launch.infos.setdefault(agent, []).append(
+                    jobs.job_task(task.id, agent, executor, payload, task_cpus, name)
+                )
+                needs.append(Need(agent, task_cpus + jobs.EXECUTOR_CPUS, memory + jobs.EXECUTOR_MEM))
+                run.tasks[part] = task
+            launch.demand = Demand(handle, tuple(needs))
+            self.runs[handle] = run
+            self.launches[handle] = launch
+            self._claimed.add(handle)
+            self._dirty = True
+            self.cond.notify_all()
+            try:
+                started = self._wait_launched(launch)
+            except (RunLost, LaunchRefused, EngineUnavailable):
+                self._retire(launch)
+                raise
+            finally:
+                self.launches.pop(handle, None)
+        return handle, started
+
+    def _room(self, need: Need) -> bool:
+        """Under the lock: whether the held offers of `need`'s agent have room for it."""
+        held = [o for o in self.book.held if o.agent_id == need.agent_id]
+        return sum(o.cpus for o in held) + 1e-9 >= need.cpus and sum(o.mem for o in held) + 1e-9 >= need.mem
+
+    def _wait_launched(self, launch: _Launch) -> float:
+        """Under the lock: until every task runs; RunLost or LaunchRefused when the run cannot."""
+        timeout, run = self.settings.launch_timeout, launch.run
+        deadline = launch.requested + timeout
+        while launch.demand is not None and not launch.failure:
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                break
+        if launch.demand is not None:
+            needs = launch.demand.needs
+            short = [n.agent_id for n in needs if n.agent_id not in launch.had_room and not self._room(n)]
+            launch.demand = None
+            for agent in short:  # gone, or its resources are someone else's: out of the core until it offers
+                self._node_down(agent, f"made no offer with room in {timeout:.0f} s")
+            hosts = ", ".join(self.hostnames.get(a, a) for a in short)
+            raise RunLost(f"no offer of agent(s) {hosts} with room in {timeout:.0f} s")
+        if launch.failure:
+            raise RunLost(launch.failure)
+        deadline = time.monotonic() + timeout
+        while not all(t.ran for t in run.tasks.values()):
+            failed = [t for t in run.tasks.values() if t.state not in LIVE and not t.ran]
+            if failed:  # a part that never ran: the job cannot start whole
+                first = failed[0]
+                why = f"{first.state}: {first.message or first.reason or 'no message'}"
+                if all(self._outcome(t) == "ended" for t in failed):
+                    raise LaunchRefused(why)  # the job itself (its image, its task), not the machines
+                raise RunLost(f"part {first.id} {why}")
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
+        now = time.monotonic()
+        self.latencies.append((now - launch.requested, now - launch.offered))
+        if self.metrics is not None:
+            self.metrics.offer_launch_seconds.observe(now - launch.offered)
+        return max(float(t.data.get("started", 0.0)) for t in run.tasks.values())
+
+    def _retire(self, launch: _Launch) -> None:
+        """Under the lock: a run given up while starting: its tasks are killed, the run forgotten."""
+        run = launch.run
+        launch.demand = None
+        self.runs.pop(run.handle, None)
+        self._forget(run.handle)
+        sent = [t for t in run.tasks.values() if t.agent_id not in launch.infos]
+        live = [(t.id, t.agent_id) for t in sent if t.state in LIVE]
+        for task in run.tasks.values():
+            task.killed = True
+        acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
+        threading.Thread(target=self._end_tasks, args=(live, acks), daemon=True).start()
+
+    def _forget(self, handle: str) -> None:
+        """Under the lock: the run is no one's any more; the last FORGOTTEN handles are remembered."""
+        self._claimed.discard(handle)
+        self._forgotten[handle] = None
+        if len(self._forgotten) > FORGOTTEN:
+            del self._forgotten[next(iter(self._forgotten))]
+
+    def _end_tasks(self, live: list[tuple[str, str]], acks: list[tuple[str, str, str]]) -> None:
+        for task_id, agent in live:
+            self._kill_task(task_id, agent)
+        for agent, status_uuid, task_id in acks:
+            self._acknowledge(agent, status_uuid, task_id)
+
+    def _kill_task(self, task_id: str, agent: str | None) -> None:
         try:
-            self.client.accept([o.id for o in offers], [calls.launch([task])], refuse_seconds=0)
+            self.client.kill(task_id, agent)
         except MesosError as exc:
-            raise EngineUnavailable(f"launching job {job_id} on {self.hostnames[agent]}: {exc}") from None
-        return task_id, self._wait_running(task_id)
+            log.warning("killing task %s: %s", task_id, exc)
 
-    def _take_offers(self, agent: str, cpus: float, mem: float) -> list[Offer]:
-        """Every held offer of `agent`, once together they have room for the task (Mesos offers an
-        agent's resources in pieces: what an ACCEPT left, what an ended task freed); an ACCEPT may
-        name several offers of one agent. After 5 s without room, REVIVE (a filter left by an
-        earlier decline may hold resources back), then wait on."""
-        start = time.monotonic()
-        deadline = start + self.settings.launch_timeout
-        revived = False
-        with self.cond:
-            while True:
-                held = self.offers.get(agent, [])
-                if sum(o.cpus for o in held) + 1e-9 >= cpus and sum(o.mem for o in held) >= mem:
-                    self.offers[agent] = []
-                    return held
-                if not revived and time.monotonic() - start > 5.0:
-                    revived = True
-                    self.client.revive()
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    pieces = ", ".join(f"{o.cpus:g} CPUs {o.mem:g} MiB" for o in held) or "none"
-                    raise EngineUnavailable(
-                        f"no room on agent {self.hostnames.get(agent, agent)} for {cpus:g} CPUs and {mem:g} MiB "
-                        f"in {self.settings.launch_timeout:.0f} s (offered: {pieces})"
-                    )
-                self.cond.wait(min(left, 1.0))
+    def _acknowledge(self, agent: str, status_uuid: str, task_id: str = "") -> None:
+        try:
+            self.client.call(calls.acknowledge(agent, task_id, status_uuid))
+        except MesosError as exc:
+            log.warning("acknowledging an update of task %s: %s", task_id, exc)
 
-    def _wait_running(self, task_id: str) -> float:
-        deadline = time.monotonic() + self.settings.launch_timeout
-        with self.cond:
-            while True:
-                task = self.tasks[task_id]
-                if task.state == "TASK_RUNNING":
-                    return float(task.data.get("started", 0.0))
-                if task.state not in _RUNNING:
-                    raise LaunchRefused(f"{task.state}: {task.message or 'no message'}")
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise EngineUnavailable(f"task {task_id} not running after {self.settings.launch_timeout:.0f} s")
+    # -- what a run is now ----------------------------------------------------------
+    def _gone(self, agent: str) -> bool:
+        """Under the lock: the agent is not (or no more) one of the core's live nodes."""
+        node = self._node_of_agent(agent)
+        return node is None or node in self.down
+
+    def _outcome(self, task: Task) -> str:
+        return task.outcome(self._gone(task.agent_id), time.monotonic())
 
     def containers(self) -> dict[int, ContainerInfo]:
+        listed: dict[int, ContainerInfo] = {}
+        broken: list[Task] = []
+        now = time.monotonic()
         with self.cond:
-            return {
-                t.job_id: ContainerInfo(task_id, t.job_id, "running" if t.state in _RUNNING else "exited")
-                for task_id, t in self.tasks.items()
-            }
+            for run in self.runs.values():
+                launch = self.launches.get(run.handle)
+                if launch is not None and (launch.demand is not None or launch.infos):
+                    continue  # not launched yet
+                state = run.state(self._gone, now, self.hostnames)
+                for task in state.kill:
+                    task.killed = True
+                broken += state.kill
+                if state.sweep:
+                    self._want_sweep(state.sweep[0].agent_id)
+                info = ContainerInfo(run.handle, run.job_id, state.state, state.note)
+                other = listed.get(run.job_id)
+                if other is None or (run.handle in self._claimed and other.id not in self._claimed):
+                    listed[run.job_id] = info
+        for task in broken:
+            log.warning("killing task %s: another part of its gang ended", task.id)
+            self._kill_task(task.id, task.agent_id)
+        return listed
 
-    def adopt(self, task_id: str) -> None:
-        """Nothing to learn: reconciliation told this task's state."""
-
-    def exit_of(self, task_id: str) -> Exit:
-        with self.cond:
-            task = self.tasks[task_id]
-            code = task.data.get("exit_code")
-            if code is None:
-                code = 137 if task.state == "TASK_KILLED" else -1
-            finished = float(task.data.get("finished") or 0.0)
-            return Exit(int(code), float(task.data.get("started", 0.0)), finished, bool(task.data.get("oom")))
-
-    def logs(self, task_id: str) -> str:
-        with self.cond:
-            task = self.tasks[task_id]
-            return str(task.data.get("log_tail") or task.message)
-
-    def kill(self, task_id: str) -> None:
-        with self.cond:
-            task = self.tasks.get(task_id)
-        if task is None:
+    # -- sweeps -------------------------------------------------------------------------
+    def _want_sweep(self, agent: str, since: float | None = None, delay: float = 0.0) -> None:
+        """Under the lock: an executor on `agent` removes what the killed executors of the tasks
+        waiting for a sweep there left (again after `delay` s when a try failed; `since` is when
+        sweeping them began)."""
+        if (agent in self.sweeps and since is None) or self.framework_id is None:
             return
-        try:
-            self.client.kill(task_id, task.agent_id)
-        except MesosError as exc:
-            raise EngineUnavailable(f"killing task {task_id}: {exc}") from None
+        killed = [
+            task.id
+            for run in self.runs.values()
+            for task in run.tasks.values()
+            if task.agent_id == agent and self._outcome(task) == "sweep"
+        ]
+        task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
+        executor = jobs.executor_info(task_id, self.framework_id, self.settings.executor_command)
+        need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
+        now = time.monotonic()
+        info = jobs.sweep_task(task_id, agent, executor, killed)
+        self.sweeps[agent] = _Sweep(task_id, agent, killed, info, Demand(task_id, (need,)), since or now, now + delay)
+        if since is None:
+            log.info("sweeping agent %s: the executors of %s were killed", self.hostnames.get(agent), ", ".join(killed))
+        self._dirty = True
+        self.cond.notify_all()
 
-    def remove(self, task_id: str) -> None:
-        """The executor removed the container when the task ended: forget the task."""
+    def _sweep_update(self, status: dict[str, Any]) -> None:
+        agent = status.get("agent_id", {}).get("value", "")
         with self.cond:
-            self.tasks.pop(task_id, None)
+            sweep = self.sweeps.get(agent)
+            if sweep is None or sweep.task_id != status["task_id"]["value"] or status["state"] in LIVE:
+                return
+            if status["state"] != "TASK_FINISHED":  # e.g. the agent still tears the killed executor down
+                log.info("sweep of agent %s ended %s (%s); again", agent, status["state"], status.get("message", ""))
+                self._want_sweep(agent, since=sweep.requested, delay=1.0)
+                return
+            self._swept(agent)
+
+    def _swept(self, agent: str) -> None:
+        """Under the lock: nothing of the tasks the sweep of `agent` named runs on."""
+        sweep = self.sweeps.pop(agent)
+        for run in self.runs.values():
+            for task in run.tasks.values():
+                if task.id in sweep.killed:
+                    task.swept = True
+        self._dirty = True
+        self.cond.notify_all()
+
+    # -- the daemon's calls on a run ---------------------------------------------------------
+    def adopt(self, handle: str) -> None:
+        """Reconciliation told this run's state; it is the daemon's now."""
+        with self.cond:
+            self._claimed.add(handle)
+
+    def exit_of(self, handle: str) -> Exit:
+        """The exit of the part that ended on its own (the others were killed for it), else 137."""
+        with self.cond:
+            return Exit(*self.runs[handle].exit())
+
+    def logs(self, handle: str) -> str:
+        with self.cond:
+            return self.runs[handle].logs()
+
+    def kill(self, handle: str) -> None:
+        with self.cond:
+            run = self.runs.get(handle)
+            live = [] if run is None else [t for t in run.tasks.values() if t.state in LIVE]
+            for task in live:
+                task.killed = True
+        for task in live:
+            try:
+                self.client.kill(task.id, task.agent_id)
+            except MesosError as exc:
+                raise EngineUnavailable(f"killing task {task.id}: {exc}") from None
+
+    def remove(self, handle: str) -> None:
+        """The end is recorded: acknowledge it (the master forgets the tasks) and forget the run."""
+        with self.cond:
+            run = self.runs.pop(handle, None)
+            if run is None:
+                return
+            self._forget(handle)
+            live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE]
+            acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
+        for task_id, agent in live:  # never the case after an end; a requeued run's last parts
+            self._kill_task(task_id, agent)
+        for agent, status_uuid, task_id in acks:
+            self._acknowledge(agent, status_uuid, task_id)
 
     # -- quotas and usage ------------------------------------------------------------
-    def set_quota(self, task_id: str, cpus: float) -> None:
-        """Ask the task's executor for `cpus` and wait for the value its cgroup shows.
+    def set_quota(self, handle: str, cpus: float) -> None:
+        """Ask the run's executors for `cpus` (split over its parts as their cores) and wait for
+        the values their cgroups show.
 
         Framework messages are not reliable (the master drops one for an agent it thinks
-        disconnected): it is sent again every `MESSAGE_RESEND` s until answered; applying the
-        same quota twice changes nothing.
+        disconnected): each is sent again every `MESSAGE_RESEND` s until answered; applying
+        the same quota twice changes nothing.
         """
         with self.cond:
-            task = self.tasks.get(task_id)
-            if task is None or task.state not in _RUNNING:
-                return  # ended meanwhile: the next pass collects it
-            self._quota_answers.pop(task_id, None)
+            run = self.runs.get(handle)
+            if run is None:
+                return
+            targets = [(t, cpus * run.share(t)) for t in run.tasks.values() if t.state in LIVE]
+            for task, _ in targets:
+                self._quota_answers.pop(task.id, None)
         deadline = time.monotonic() + self.settings.quota_timeout
-        while True:
-            try:
-                self.client.message(task.agent_id, jobs.executor_id(task.agent_id), jobs.quota_message(task_id, cpus))
-            except MesosError as exc:
-                raise EngineUnavailable(f"quota for task {task_id}: {exc}") from None
+        waiting = dict((task.id, (task, want)) for task, want in targets)
+        wrong = []
+        while waiting:
+            for task, want in waiting.values():
+                try:
+                    message = jobs.quota_message(task.id, want)
+                    self.client.message(task.agent_id, task.id, message)  # each task has an executor of its own
+                except MesosError as exc:
+                    raise EngineUnavailable(f"quota for task {task.id}: {exc}") from None
             resend = min(deadline, time.monotonic() + MESSAGE_RESEND)
             with self.cond:
-                while task_id not in self._quota_answers and task.state in _RUNNING and time.monotonic() < resend:
+                while time.monotonic() < resend and any(
+                    t not in self._quota_answers and task.state in LIVE for t, (task, _) in waiting.items()
+                ):
                     self.cond.wait(max(0.0, resend - time.monotonic()))
-                if task.state not in _RUNNING:
-                    return
-                if task_id in self._quota_answers:
-                    shown, error = self._quota_answers.pop(task_id)
-                    task.quota = shown
-                    break
-            if time.monotonic() >= deadline:
-                waited = self.settings.quota_timeout
-                raise EngineUnavailable(f"no answer to a quota change of task {task_id} in {waited:.0f} s")
-        if shown is None or abs(shown - cpus) > 1e-3 or error:
-            raise QuotaMismatch(f"task {task_id}: cgroup shows {shown} CPUs, expected {cpus:g} {error}".rstrip())
+                for task_id, (task, want) in list(waiting.items()):
+                    if task.state not in LIVE:
+                        del waiting[task_id]  # ended meanwhile: the next pass collects it
+                    elif task_id in self._quota_answers:
+                        shown, error = self._quota_answers.pop(task_id)
+                        task.quota = shown
+                        del waiting[task_id]
+                        if shown is None or abs(shown - want) > 1e-3 or error:
+                            wrong.append(
+                                f"task {task_id}: cgroup shows {shown} CPUs, expected {want:g} {error}".rstrip()
+                            )
+            if waiting and time.monotonic() >= deadline:
+                raise EngineUnavailable(
+                    f"no answer to a quota change of task {next(iter(waiting))} in {self.settings.quota_timeout:.0f} s"
+                )
+        if wrong:
+            raise QuotaMismatch("; ".join(wrong))
 
-    def verify_quota(self, task_id: str, cpus: float) -> bool:
-        """Against the last value the executor read from the cgroup (no call: it answers every change)."""
+    def verify_quota(self, handle: str, cpus: float) -> bool:
+        """Against the last values the executors read from the cgroups (no call: they answer every change)."""
         with self.cond:
-            task = self.tasks.get(task_id)
-            shown = None if task is None else task.quota
-        if shown is None:
+            run = self.runs.get(handle)
+            shown = [] if run is None else [(t, t.quota, cpus * run.share(t)) for t in run.tasks.values()]
+        if not shown or any(value is None for _, value, _ in shown):
             return False
-        if abs(shown - cpus) > 1e-3:
-            raise QuotaMismatch(f"task {task_id}: cgroup shows {shown} CPUs, expected {cpus:g}")
+        for task, value, want in shown:
+            if abs(value - want) > 1e-3:
+                raise QuotaMismatch(f"task {task.id}: cgroup shows {value} CPUs, expected {want:g}")
         return True
 
-    def sample(self, task_id: str, quota: float, now: float) -> Sample | None:
+    def sample(self, handle: str, quota: float, now: float) -> Sample | None:
+        """Over the run's parts: CPU used over CPU granted, the fullest memory, tasks done of all."""
         with self.cond:
-            task = self.tasks.get(task_id)
-            usage = None if task is None else task.usage
-        if usage is None:
-            return None
-        return Sample(float(usage["cpu"]), float(usage["mem"]), int(usage["done"]), int(usage["total"]))
-
-
-def task_of(job_id: int) -> str:
-    return f"cosched-job-{job_id}"
-
-
-def _job_of(task_id: str) -> int | None:
-    prefix = "cosched-job-"
-    if not task_id.startswith(prefix) or not task_id[len(prefix) :].isdigit():
-        return None
-    return int(task_id[len(prefix) :])
+            run = self.runs.get(handle)
+            usage = None if run is None else run.usage()
+        return None if usage is None else Sample(*usage)

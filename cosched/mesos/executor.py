@@ -8,12 +8,14 @@ kernel enforces. It also sends each job's usage (cgroup CPU and memory, progress
 for ASAx, and reports each job's end as a task state: TASK_FINISHED on exit 0,
 TASK_FAILED with the exit code and log tail otherwise, TASK_KILLED after a KILL.
 
-The agent starts one per framework on each agent (`jobs.executor_info`) with the
-first job and hands it every later one. Containers are started by the same
+The framework gives each task an executor of its own (`jobs.executor_info`), which
+leaves once its task's end is acknowledged. Containers are started by the same
 `DockerBackend` as the local daemon's, so a job has the same sandbox on Mesos as on
 one host. With checkpointing, an agent restart leaves the executor and its jobs
 running: it re-subscribes within MESOS_RECOVERY_TIMEOUT, resending every update not
 yet acknowledged. SHUTDOWN (the framework torn down) kills its jobs, then it exits.
+A SIGKILLed executor cannot collect its container: a sweep task (`jobs.sweep_task`)
+starts another executor on that agent, which removes it.
 
     python3 -m cosched.mesos.executor    # as the agent starts it (environment below)
 """
@@ -33,10 +35,12 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
+from cosched.daemon.sandbox import StagingMounts
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -46,6 +50,9 @@ from cosched.mesos.recordio import RecordIODecoder
 from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_call
 
 log = logging.getLogger("cosched.mesos.executor")
+
+LABEL_EXECUTOR = "cosched.executor"
+LABEL_TASK = "cosched.task"
 
 EXECUTOR_PATH = "/api/v1/executor"
 IDLE_STREAM = 7 * 86400.0
@@ -122,6 +129,12 @@ class Executor:
         self.lock = threading.RLock()
         self.updates = _Updates()
         self.stopping = threading.Event()
+        self.served = False
+        """A task came: once every task's end is acknowledged, the executor leaves."""
+        self.done = False
+        self._launching = 0
+        """LAUNCHes received and not handled yet."""
+        self._stream: EventStream | None = None
         self._launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cosched-launch")
 
     # -- the stream ------------------------------------------------------------
@@ -134,7 +147,8 @@ class Executor:
         watcher = threading.Thread(target=self._watch, name="cosched-watch", daemon=True)
         watcher.start()
         try:
-            return self._stay_subscribed()
+            code = self._stay_subscribed()
+            return 0 if self.done else code
         finally:
             self.stopping.set()
             self._kill_all("executor exiting")
@@ -157,9 +171,11 @@ class Executor:
                 attempt += 1
                 continue
             lost_since, attempt = None, 0
+            self._stream = stream
             try:
                 code = self._read(stream)
             finally:
+                self._stream = None
                 stream.close()
             if code == 0 or not self.settings.checkpoint or self.stopping.is_set():
                 return code
@@ -209,10 +225,10 @@ class Executor:
         if kind == "SUBSCRIBED":
             log.info("subscribed to agent %s", self.settings.agent)
         elif kind == "LAUNCH":
-            self._launcher.submit(self._launch, event["launch"]["task"])
+            self._submit_launch(event["launch"]["task"])
         elif kind == "LAUNCH_GROUP":
             for task in event["launch_group"]["task_group"].get("tasks", []):
-                self._launcher.submit(self._launch, task)
+                self._submit_launch(task)
         elif kind == "KILL":
             self._kill(event["kill"]["task_id"]["value"])
         elif kind == "ACKNOWLEDGED":
@@ -279,8 +295,42 @@ class Executor:
             time.sleep(0.5)
 
     # -- jobs ------------------------------------------------------------------
+    def sweep(self, task_id: str, killed: list[str]) -> None:
+        """Remove the containers of `killed` executors (SIGKILLed: they could not), then finish the
+        sweep task; the framework requeues their jobs once it is reported."""
+        removed = []
+        try:
+            for executor in killed:
+                for info in self.backend.labelled(**{LABEL_EXECUTOR: executor}):
+                    log.warning(
+                        "removing container %s of job %d left by executor %s", info.id[:12], info.job_id, executor
+                    )
+                    self.backend.remove(info.id)
+                    removed.append(info.id)
+        except EngineUnavailable as exc:
+            self.update(task_id, "TASK_FAILED", f"cannot sweep: {exc}")
+            return
+        self.update(task_id, "TASK_FINISHED", f"{len(removed)} left container(s) removed", {"removed": removed})
+
+    def _submit_launch(self, info: dict[str, Any]) -> None:
+        with self.lock:
+            self.served = True
+            self._launching += 1
+        self._launcher.submit(self._launch_counted, info)
+
+    def _launch_counted(self, info: dict[str, Any]) -> None:
+        try:
+            self._launch(info)
+        finally:
+            with self.lock:
+                self._launching -= 1
+
     def _launch(self, info: dict[str, Any]) -> None:
         task_id = info["task_id"]["value"]
+        killed = jobs.swept_executors(info)
+        if killed is not None:
+            self.sweep(task_id, killed)
+            return
         try:
             job = jobs.job_of(info)
         except jobs.BadPayload as exc:
@@ -292,10 +342,18 @@ class Executor:
                 return  # resent by the agent after a re-subscription: already ours
             self.tasks[task_id] = task
         try:
-            container, started = self.backend.launch(job.job_id, job.spec, list(job.cpus), job.quota, job.memory_mib)
+            container, started = self.backend.launch(
+                job.job_id,
+                job.spec,
+                list(job.cpus),
+                job.quota,
+                job.memory_mib,
+                name=container_name(self.backend.instance, task_id),
+                labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
+            )
         except Exception as exc:  # the engine refused it or is gone: the job fails, the framework requeues it
-            task.ended = True
             self.update(task_id, "TASK_FAILED", f"could not start: {str(exc).splitlines()[0][:300]}")
+            task.ended = True  # after the update: ended with nothing pending would let the executor leave
             return
         task.container = container
         self.update(task_id, "TASK_RUNNING", data={"container": container, "started": started})
@@ -359,6 +417,7 @@ class Executor:
         while not self.stopping.wait(self.settings.poll_interval):
             try:
                 self._collect_ends()
+                self._leave_when_done()
                 if time.monotonic() - last_sample >= self.settings.sample_interval:
                     last_sample = time.monotonic()
                     self._report_usage()
@@ -372,7 +431,7 @@ class Executor:
             live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
         if not live:
             return
-        listed = {info.id: info for info in self.backend.containers().values()}
+        listed = {info.id: info for info in self.backend.labelled(**{LABEL_EXECUTOR: self.settings.executor_id})}
         for task_id, task in live:
             info = listed.get(task.container)
             if info is not None and info.state not in ("exited", "dead"):
@@ -393,6 +452,20 @@ class Executor:
                 reason = "out of memory" if exit.oom else f"exit code {exit.code}"
                 self.update(task_id, "TASK_FAILED", reason, data)
 
+    def _leave_when_done(self) -> None:
+        """Every task ended and the agent acknowledged each end: this executor has nothing left to do."""
+        with self.lock:
+            ended = all(t.ended for t in self.tasks.values())
+        with self.updates.lock:
+            pending = bool(self.updates.pending)
+        if self.served and ended and not pending and not self._launching:
+            log.info("every task ended and was acknowledged; leaving")
+            self.done = True
+            self.stopping.set()
+            stream = self._stream
+            if stream is not None:
+                stream.interrupt()
+
     def _report_usage(self) -> None:
         now = time.time()
         with self.lock:
@@ -404,6 +477,11 @@ class Executor:
                 usage[task_id] = {"cpu": sample.cpu, "mem": sample.mem, "done": sample.done, "total": sample.total}
         if usage:
             self.send(jobs.usage_message(now, usage))
+
+
+def container_name(instance: str, task_id: str) -> str:
+    """One container per task: a job spread over agents of one host has one per part."""
+    return f"cosched-{instance}-{task_id.removeprefix('cosched-')}"
 
 
 def instance_of(framework_id: str) -> str:
@@ -418,8 +496,12 @@ def main() -> int:
     except ConfigError as exc:
         print(f"cosched executor: {exc}", file=sys.stderr)
         return 2
-    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""))
-    backend = DockerBackend(instance_of(settings.framework_id), engine)
+    roots = tuple(root for root in os.environ.get(jobs.DATA_ROOTS, "").split(os.pathsep) if root)
+    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""), data_roots=roots)
+    sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or "."
+    # Data directories are pinned by private nosuid,nodev mounts as the local daemon does; that needs root.
+    staging = StagingMounts(Path(sandbox) / "mounts") if roots and os.geteuid() == 0 else None
+    backend = DockerBackend(instance_of(settings.framework_id), engine, staging)
     try:
         backend.connect()
     except EngineUnavailable as exc:

@@ -2,7 +2,8 @@
 
 The client calls these from its event thread, one at a time, in stream order. An exception raised here is
 logged and swallowed: a bug in handling one event must never tear the framework (and its tasks) down,
-which is what pymesos does. Status updates are acknowledged after `on_update` returns, raised or not.
+which is what pymesos does. Status updates are acknowledged after `on_update` returns, raised or not,
+unless it returned False.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ class EventHandler:
     def on_rescind(self, offer_id: str) -> None:
         """An offer is no longer valid (agent gone, or the master took it back)."""
 
-    def on_update(self, status: Json) -> None:
-        """A TaskStatus: from an agent (acknowledged by the client) or a reconciliation answer."""
+    def on_update(self, status: Json) -> bool | None:
+        """A TaskStatus: from an agent or a reconciliation answer. The client acknowledges it when
+        this returns, unless it returns False: then the handler acknowledges it itself
+        (`SchedulerClient.acknowledge`) once it has kept what the update says (until then the
+        master keeps the task and the agent sends the update again, also to a restarted framework)."""
 
     def on_message(self, agent_id: str, executor_id: str, data: bytes) -> None:
         """Bytes one of our executors sent."""

@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,9 @@ Json = dict[str, Any]
 EXECUTOR_COMMAND = "python3 -m cosched.mesos.executor"
 """How agents start the executor by default: cosched installed on every agent (see docs/mesos.md)."""
 
+DATA_ROOTS = "COSCHED_DATA_ROOTS"
+"""The executor's environment variable naming the directories jobs' data directories may be under."""
+
 EXECUTOR_CPUS = 0.05
 EXECUTOR_MEM = 64.0
 """The executor's own resources (a Python process waiting on one HTTP stream)."""
@@ -33,18 +37,20 @@ class BadPayload(MesosError, ValueError):
     """A task's data or a message that is not what this protocol sends."""
 
 
-def executor_id(agent_id: str) -> str:
-    """One executor per agent for the framework: every job on that agent goes to it."""
-    return f"cosched-{agent_id}"
-
-
-def executor_info(agent_id: str, framework_id: str, command: str = EXECUTOR_COMMAND) -> Json:
+def executor_info(
+    executor_id: str, framework_id: str, command: str = EXECUTOR_COMMAND, data_roots: tuple[str, ...] = ()
+) -> Json:
+    """An executor of its own per task, named as the task (another namespace in Mesos): one killed
+    takes only its task with it, the next task never waits for the agent to forget it, and it
+    leaves once its task's end is acknowledged. `data_roots` are where jobs' data directories may
+    be (the daemon's `docker.data_roots`: storage every agent mounts at the same path)."""
+    environment = {"variables": [{"name": DATA_ROOTS, "value": os.pathsep.join(data_roots)}]}
     return {
-        "executor_id": {"value": executor_id(agent_id)},
+        "executor_id": {"value": executor_id},
         "framework_id": {"value": framework_id},
         "type": "CUSTOM",
         "name": "cosched executor",
-        "command": {"value": command, "shell": True},
+        "command": {"value": command, "shell": True, "environment": environment},
         "resources": [_scalar("cpus", EXECUTOR_CPUS), _scalar("mem", EXECUTOR_MEM)],
     }
 
@@ -81,6 +87,34 @@ def job_task(task_id: str, agent_id: str, executor: Json, job: JobPayload, cores
         "resources": [_scalar("cpus", cores), _scalar("mem", float(job.memory_mib))],
         "data": job.encode(),
     }
+
+
+SWEEP_CPUS = 0.01
+SWEEP_MEM = 16.0
+
+
+def sweep_task(task_id: str, agent_id: str, executor: Json, killed: list[str]) -> Json:
+    """A TaskInfo for an executor that removes the containers of the `killed` executors on its
+    agent (they outlive a SIGKILLed executor: Docker runs them), then finishes the task."""
+    return {
+        "name": "cosched sweep",
+        "task_id": {"value": task_id},
+        "agent_id": {"value": agent_id},
+        "executor": executor,
+        "resources": [_scalar("cpus", SWEEP_CPUS), _scalar("mem", SWEEP_MEM)],
+        "data": _b64({"type": "sweep", "executors": list(killed)}),
+    }
+
+
+def swept_executors(task: Json) -> list[str] | None:
+    """The executors a sweep task names; None for any other task."""
+    try:
+        body = _json(task.get("data"), "task data")
+    except BadPayload:
+        return None
+    if body.get("type") != "sweep":
+        return None
+    return [str(e) for e in body.get("executors") or []]
 
 
 def job_of(task: Json) -> JobPayload:

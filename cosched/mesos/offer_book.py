@@ -1,16 +1,19 @@
-"""The offer book: which offers to hold, which gangs to launch on them, which to give back. Pure.
+"""The offer book: which offers to hold, which launches to start on them, which to give back. Pure.
 
-Mesos offers resources agent by agent; a job's gang may need several agents at once, and no framework
-among Cook, Marathon or Aurora holds offers for that. The book holds an offer only while a queued job
-could run a task on its agent, places each job's whole gang first-fit across the agents of the held
-offers (in queue order: the caller passes the jobs the core lets start, in its priority order), and
-declines the rest with a long refuse filter so other frameworks are not starved. A held offer is given
-back after `hold_timeout` with a short filter (the gang did not fit in time; it may fit later). An empty
-queue asks for SUPPRESS; a queue with new jobs after that, or after long refuse filters, asks for a
-REVIVE, at most one per `revive_interval`.
+The scheduling core decides which jobs start and where (its placement policy puts each
+job's gang on nodes, and each node is an agent): the book only carries those launches out
+on Mesos offers, so no placement is decided twice. A launch names what it needs on each of
+its agents (`Demand`); it starts whole, one ACCEPT per agent, once the held offers of every
+one of its agents have room, or not at all. Offers are held only while a waiting launch
+needs their agent; the rest are declined with a long refuse filter (`refuse_seconds`) so
+that other frameworks get them. A held offer is given back after `hold_timeout` with a
+short filter (a gang waiting for another agent must not sit on resources). SUPPRESS when
+no launch waits and the core's queue is empty; REVIVE, at most once per `revive_interval`,
+when a launch waits for an agent whose offers we filtered or suppressed, or when jobs are
+queued again after a SUPPRESS.
 
-State and time in, actions out: no I/O, so every rule is unit-tested and the daemon only executes the
-actions (ACCEPT per agent, DECLINE, SUPPRESS, REVIVE).
+State and time in, actions out: no I/O, so every rule is unit-tested, and the Mesos backend
+only executes the actions (ACCEPT, DECLINE, SUPPRESS, REVIVE).
 """
 
 from __future__ import annotations
@@ -25,29 +28,40 @@ EPSILON = 1e-9
 
 
 @dataclass(frozen=True)
-class Demand:
-    """A queued job: `tasks` tasks (its gang), each needing `cpus` and `mem` (MiB) on one agent."""
+class Need:
+    """What one launch needs on one agent: CPUs and MiB."""
 
-    job_id: str
-    tasks: int
+    agent_id: str
     cpus: float
     mem: float
 
+
+@dataclass(frozen=True)
+class Demand:
+    """A launch the core decided: its needs, one per agent, started whole or not at all."""
+
+    key: str
+    needs: tuple[Need, ...]
+
     def __post_init__(self) -> None:
-        if self.tasks < 1 or self.cpus < 0 or self.mem < 0 or self.cpus == self.mem == 0:
-            raise ValueError(
-                f"job {self.job_id}: a gang needs >= 1 task and non-negative cpus and mem per task, not both 0 "
-                f"(got tasks={self.tasks}, cpus={self.cpus}, mem={self.mem})"
-            )
+        agents = [need.agent_id for need in self.needs]
+        if not agents or len(set(agents)) != len(agents):
+            raise ValueError(f"launch {self.key}: needs one entry per agent, at least one (got {agents})")
+        for need in self.needs:
+            if need.cpus < 0 or need.mem < 0 or need.cpus == need.mem == 0:
+                raise ValueError(
+                    f"launch {self.key}: needs non-negative cpus and mem on agent {need.agent_id}, not both 0 "
+                    f"(got cpus={need.cpus}, mem={need.mem})"
+                )
 
 
 @dataclass(frozen=True)
 class Accept:
-    """One ACCEPT: all held offers of one agent, with the tasks to launch there as (job_id, count)."""
+    """One ACCEPT: all held offers of one agent, for the launches with a part there."""
 
     agent_id: str
     offer_ids: tuple[str, ...]
-    tasks: tuple[tuple[str, int], ...]
+    launches: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -58,12 +72,12 @@ class Decline:
 
 @dataclass(frozen=True)
 class Suppress:
-    """No queued job: stop offers."""
+    """Nothing waits: stop offers."""
 
 
 @dataclass(frozen=True)
 class Revive:
-    """Queued jobs may need resources we filtered or suppressed: offers again, please."""
+    """A launch waits for resources we filtered or suppressed: offers again, please."""
 
 
 Action = Accept | Decline | Suppress | Revive
@@ -75,21 +89,18 @@ class _Agent:
     cpus: float
     mem: float
 
-    def slots(self, demand: Demand) -> int:
-        """How many of `demand`'s tasks fit in what is left on this agent."""
-        by_cpus = (self.cpus + EPSILON) // demand.cpus if demand.cpus > 0 else demand.tasks
-        by_mem = (self.mem + EPSILON) // demand.mem if demand.mem > 0 else demand.tasks
-        return int(max(0, min(by_cpus, by_mem, demand.tasks)))
+    def fits(self, need: Need) -> bool:
+        return need.cpus <= self.cpus + EPSILON and need.mem <= self.mem + EPSILON
 
 
 class OfferBook:
     def __init__(
         self,
         *,
-        hold_timeout: float = 30.0,
+        hold_timeout: float = 10.0,
         refuse_seconds: float = 120.0,
         expired_refuse_seconds: float = 5.0,
-        revive_interval: float = 5.0,
+        revive_interval: float = 1.0,
     ) -> None:
         self.hold_timeout = hold_timeout
         self.refuse_seconds = refuse_seconds
@@ -97,10 +108,9 @@ class OfferBook:
         self.revive_interval = revive_interval
         self._held: dict[str, Offer] = {}
         self._suppressed = False
-        self._filtered = False
-        """A long refuse filter was set since the last REVIVE: new jobs need a REVIVE to see those agents."""
+        self._filtered: dict[str, float] = {}
+        """Agent -> until when a long refuse filter we set keeps its offers away."""
         self._last_revive = float("-inf")
-        self._known_jobs: set[str] = set()
         self._revive_wanted = False
 
     @property
@@ -111,6 +121,7 @@ class OfferBook:
         """Offers just received (OFFERS event); they are held until the next `decide`."""
         for offer in offers:
             self._held[offer.id] = offer
+            self._filtered.pop(offer.agent_id, None)
         self._suppressed = False  # offers only come while not suppressed (e.g. after a re-subscription)
 
     def rescind(self, offer_id: str) -> None:
@@ -122,48 +133,56 @@ class OfferBook:
         for offer_id in [o.id for o in self._held.values() if o.agent_id == agent_id]:
             del self._held[offer_id]
 
-    def decide(self, queue: Sequence[Demand], now: float) -> list[Action]:
-        """Place what fits, keep what may still serve a queued job, give back the rest; update state."""
+    def resubscribed(self) -> None:
+        """A new subscription: not suppressed, and filters of the old one may still apply."""
+        self._suppressed = False
+        self._revive_wanted = True
+
+    def decide(self, demands: Sequence[Demand], queued: int, now: float, *, watching: bool = False) -> list[Action]:
+        """Start what fits whole, keep what a waiting launch needs, give back the rest.
+
+        `demands` in the order the core decided them; `queued` is how many jobs wait in
+        the core's queue (they will be launches when resources free up); `watching` keeps
+        offers coming with nothing queued (an agent that went away is seen back by its offer).
+        """
         agents = self._agents()
-        placed: dict[str, list[tuple[str, int]]] = {}
+        placed: dict[str, list[str]] = {}
         waiting: list[Demand] = []
-        for demand in queue:
-            plan = self._first_fit(demand, agents)
-            if plan is None:
+        for demand in demands:
+            if not all(need.agent_id in agents and agents[need.agent_id].fits(need) for need in demand.needs):
                 waiting.append(demand)
                 continue
-            for agent_id, count in plan.items():
-                agents[agent_id].cpus -= count * demand.cpus
-                agents[agent_id].mem -= count * demand.mem
-                placed.setdefault(agent_id, []).append((demand.job_id, count))
+            for need in demand.needs:
+                agents[need.agent_id].cpus -= need.cpus
+                agents[need.agent_id].mem -= need.mem
+                placed.setdefault(need.agent_id, []).append(demand.key)
 
         actions: list[Action] = [
-            Accept(agent_id, tuple(o.id for o in agents[agent_id].offers), tuple(tasks))
-            for agent_id, tasks in placed.items()
+            Accept(agent_id, tuple(o.id for o in agents[agent_id].offers), tuple(keys))
+            for agent_id, keys in placed.items()
         ]
+        wanted = {need.agent_id for demand in waiting for need in demand.needs}
         expired: list[str] = []
         useless: list[str] = []
         for agent_id, agent in agents.items():
             if agent_id in placed:
                 continue  # accepted whole: Mesos declines what the launches leave unused
-            if not any(agent.slots(d) for d in waiting):
+            if agent_id not in wanted:
                 useless.extend(o.id for o in agent.offers)
+                self._filtered[agent_id] = now + self.refuse_seconds
             else:
+                # A short filter: the offer comes back by itself soon, no REVIVE needed.
                 expired.extend(o.id for o in agent.offers if now - o.received_at >= self.hold_timeout)
-        accepted = [o.id for agent_id in placed for o in agents[agent_id].offers]
-        for offer_id in [*accepted, *expired, *useless]:
+        for offer_id in [o.id for agent_id in placed for o in agents[agent_id].offers] + expired + useless:
             del self._held[offer_id]
         if expired:
             actions.append(Decline(tuple(expired), self.expired_refuse_seconds))
         if useless:
             actions.append(Decline(tuple(useless), self.refuse_seconds))
-        flow = self._offer_flow(queue, waiting, now)  # judged on the filters of earlier rounds: these saw this queue
-        if useless and not flow:
-            self._filtered = True
-        return actions + flow
+        return actions + self._offer_flow(waiting, queued or watching, now)
 
     def _agents(self) -> dict[str, _Agent]:
-        """Held offers grouped by agent, in the order their first offer arrived (first fit follows it)."""
+        """Held offers grouped by agent (an ACCEPT takes every held offer of its agent)."""
         agents: dict[str, _Agent] = {}
         for offer in sorted(self._held.values(), key=lambda o: o.received_at):
             agent = agents.setdefault(offer.agent_id, _Agent([], 0.0, 0.0))
@@ -172,36 +191,24 @@ class OfferBook:
             agent.mem += offer.mem
         return agents
 
-    @staticmethod
-    def _first_fit(demand: Demand, agents: dict[str, _Agent]) -> dict[str, int] | None:
-        """Tasks per agent for the whole gang, filling agents in order; None when the gang does not fit."""
-        plan: dict[str, int] = {}
-        left = demand.tasks
-        for agent_id, agent in agents.items():
-            if left == 0:
-                break
-            count = min(agent.slots(demand), left)
-            if count:
-                plan[agent_id] = count
-                left -= count
-        return plan if left == 0 else None
-
-    def _offer_flow(self, queue: Sequence[Demand], waiting: Sequence[Demand], now: float) -> list[Action]:
-        """SUPPRESS when nothing is queued; REVIVE (rate-limited) when new jobs wait behind filters or a suppress."""
-        jobs = {d.job_id for d in queue}
-        new_jobs = bool(jobs - self._known_jobs)
-        self._known_jobs = jobs
-        if not queue:
+    def _offer_flow(self, waiting: Sequence[Demand], queued: int | bool, now: float) -> list[Action]:
+        """SUPPRESS when nothing waits; REVIVE (rate-limited) when a launch waits for an agent we
+        filtered, or anything waits after a SUPPRESS."""
+        if not waiting and not queued:
             self._revive_wanted = False
             if self._suppressed:
                 return []
             self._suppressed = True
             return [Suppress()]
-        if waiting and (self._suppressed or (new_jobs and self._filtered)):
+        blocked = any(
+            self._filtered.get(need.agent_id, float("-inf")) > now for demand in waiting for need in demand.needs
+        )
+        if self._suppressed or blocked:
             self._revive_wanted = True
         if self._revive_wanted and now - self._last_revive >= self.revive_interval:
             self._revive_wanted = False
-            self._suppressed = self._filtered = False
+            self._suppressed = False
+            self._filtered.clear()  # REVIVE removes every filter the framework set
             self._last_revive = now
             return [Revive()]
         return []

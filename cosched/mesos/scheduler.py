@@ -351,8 +351,8 @@ class SchedulerClient:
             self._dispatch(self.handler.on_rescind, payload.get("offer_id", {}).get("value", ""))
         elif kind == "UPDATE":
             status = payload.get("status", {})
-            self._dispatch(self.handler.on_update, status)
-            if status.get("uuid"):
+            keep = self._dispatch(self.handler.on_update, status)
+            if status.get("uuid") and keep is not False:
                 self._try_call(
                     calls.acknowledge(status["agent_id"]["value"], status["task_id"]["value"], status["uuid"])
                 )
@@ -378,12 +378,13 @@ class SchedulerClient:
             self._dispatch(self._on_framework_id, framework_id)
         self._dispatch(self.handler.on_subscribed, framework_id, payload)
 
-    def _dispatch(self, method: Callable[..., None], *args: Any) -> None:
+    def _dispatch(self, method: Callable[..., Any], *args: Any) -> Any:
         try:
-            method(*args)
+            return method(*args)
         except Exception:
             self.handler_errors += 1
             log.exception("mesos event handler %s raised (ignored, the framework keeps running)", method.__name__)
+            return None
 
     def _try_call(self, call: Json) -> None:
         """A call the event thread makes on its own (ACKNOWLEDGE, RECONCILE): failures are logged only."""

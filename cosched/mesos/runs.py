@@ -1,0 +1,208 @@
+"""A job's run on Mesos as its tasks' status updates tell it. Pure: updates and time in, verdicts out.
+
+A run is one launch of one job: a task per agent its slots span (a gang), each with an executor
+of its own. The rules here decide, for the daemon, whether a run still runs, was ended by the
+job (an exit code, or our KILL), or was lost to its machines (an agent gone, an executor
+killed): a lost run's job is queued again, so telling the two apart is what keeps a job from
+failing for its machine's sake, and from running twice. Their unit tests need no cluster.
+
+- A terminal update from our executor is the job's own end (TASK_FAILED with its exit code,
+  or `could not start`), except TASK_KILLED we did not ask for (the executor removed its
+  container on its way out): lost.
+- A terminal state the agent or the master made (the executor died, the agent is gone) is
+  lost. While the agent is there, a killed executor's container may still run (Docker runs
+  it): such a task waits for a `sweep` of its agent before it counts as lost.
+- A terminal state known only from reconciliation (the master's summary, no exit code) waits
+  `RECONCILED_GRACE` for the agent's own update, which comes again until acknowledged.
+- A gang is whole or nothing: when a part is lost or failed, the live parts are killed; the
+  run is lost if a part was lost (or never heard of), else it ended as its failed part did.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+RECONCILED_GRACE = 15.0
+"""Seconds a terminal state known only from reconciliation waits for the agent's own update."""
+
+LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING"})
+GONE = frozenset(
+    {"TASK_LOST", "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR", "TASK_DROPPED", "TASK_UNKNOWN"}
+)
+AGENT_GONE = frozenset({"REASON_AGENT_REMOVED", "REASON_SLAVE_REMOVED", "REASON_AGENT_REMOVED_BY_OPERATOR"})
+"""Reasons of a lost task that say its agent was removed."""
+
+Outcome = Literal["live", "ended", "lost", "sweep"]
+
+_TASK = re.compile(r"^cosched-job-(\d+)-([0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
+
+
+class TaskName(NamedTuple):
+    """What a task id says: whose run it is, which part of how many, and its cores."""
+
+    job_id: int
+    handle: str
+    part: int
+    parts: int
+    cores: int
+
+
+def new_handle(job_id: int) -> str:
+    """A run's handle: each launch of a job is a new run, so a late update of an old one is told apart."""
+    return f"cosched-job-{job_id}-{uuid.uuid4().hex[:8]}"
+
+
+def part_id(handle: str, part: int, parts: int, cores: int) -> str:
+    """Part, part count and cores in the id: a restarted daemon rebuilds a gang from reconciliation alone."""
+    return f"{handle}-{part}of{parts}-{cores}c"
+
+
+def parse_task(task: str) -> TaskName | None:
+    match = _TASK.match(task)
+    if match is None:
+        return None
+    job = int(match[1])
+    return TaskName(job, f"cosched-job-{job}-{match[2]}", int(match[3]), int(match[4]), int(match[5]))
+
+
+@dataclass
+class Task:
+    id: str
+    job_id: int
+    agent_id: str
+    cores: int
+    state: str = "TASK_STAGING"
+    message: str = ""
+    reason: str = ""
+    source: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    reconciled: float | None = None
+    """When a terminal state came from reconciliation only (no exit code yet)."""
+    quota: float | None = None
+    """What the executor last read from the cgroup."""
+    usage: dict[str, Any] | None = None
+    ran: bool = False
+    """It was TASK_RUNNING once."""
+    killed: bool = False
+    """We asked for its end."""
+    swept: bool = False
+    """A sweep of its agent ran after it ended: nothing of it runs on."""
+    ack: tuple[str, str] | None = None
+    """(agent, uuid) of its terminal update, acknowledged once the daemon recorded the end."""
+
+    def apply(self, status: Mapping[str, Any], now: float) -> None:
+        """A status update; reconciliation's summary of a state we know better is ignored."""
+        reconciled = status.get("reason") == "REASON_RECONCILIATION"
+        if reconciled and self.state not in LIVE and self.reconciled is None:
+            return
+        self.state = status["state"]
+        self.ran = self.ran or self.state == "TASK_RUNNING"
+        self.message = status.get("message", "")
+        self.reason = status.get("reason", "")
+        self.source = status.get("source", "")
+        self.agent_id = status.get("agent_id", {}).get("value", "") or self.agent_id
+        self.reconciled = now if reconciled and self.state not in LIVE else None
+        if status.get("data"):
+            try:
+                self.data.update(json.loads(base64.b64decode(status["data"])))
+            except (ValueError, binascii.Error):
+                self.message = self.message or "undecodable status data"
+
+    def outcome(self, agent_gone: bool, now: float) -> Outcome:
+        """live, ended (by the job, or by our kill), lost (not by the job), or sweep (lost once a
+        sweep of its agent shows nothing of it runs on)."""
+        state = self.state
+        if state in LIVE:
+            return "live"
+        if self.reconciled is not None and state not in GONE:
+            return "live" if now - self.reconciled < RECONCILED_GRACE else "ended"
+        if state in ("TASK_FINISHED", "TASK_ERROR") or self.killed:
+            return "ended"
+        if self.source == "SOURCE_EXECUTOR":
+            return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
+        return "lost" if agent_gone or self.swept else "sweep"
+
+
+class RunState(NamedTuple):
+    state: str
+    """running, exited or lost (ContainerInfo's words)."""
+    note: str
+    kill: list[Task]
+    """Live parts of a broken gang, to kill."""
+    sweep: list[Task]
+    """Parts waiting for a sweep of their agent."""
+
+
+@dataclass
+class Run:
+    """One launch of one job: a task per agent of its slots."""
+
+    handle: str
+    job_id: int
+    parts: int
+    tasks: dict[int, Task] = field(default_factory=dict)
+
+    def share(self, task: Task) -> float:
+        """The task's part of the job's quota: its cores over the run's."""
+        total = sum(t.cores for t in self.tasks.values())
+        return task.cores / total if total else 1.0
+
+    def state(self, agent_gone: Callable[[str], bool], now: float, names: Mapping[str, str]) -> RunState:
+        outcomes = {part: task.outcome(agent_gone(task.agent_id), now) for part, task in self.tasks.items()}
+        missing = self.parts - len(self.tasks)  # parts the master never heard of
+        live = [t for p, t in self.tasks.items() if outcomes[p] == "live"]
+        broken = missing > 0 or any(o in ("lost", "sweep") for o in outcomes.values())
+        broken = broken or any(o == "ended" and self.tasks[p].state != "TASK_FINISHED" for p, o in outcomes.items())
+        if live:
+            return RunState("running", "", [t for t in live if not t.killed] if broken else [], [])
+        waiting = [t for p, t in self.tasks.items() if outcomes[p] == "sweep"]
+        if waiting:
+            return RunState("running", "waiting for a sweep of its agent", [], waiting)
+        lost = [t for p, t in self.tasks.items() if outcomes[p] == "lost"]
+        if lost:
+            first = lost[0]
+            where = names.get(first.agent_id, first.agent_id)
+            return RunState("lost", f"{first.state} on {where}: {first.message or first.reason or '-'}", [], [])
+        if missing:
+            return RunState("lost", "a part was never launched", [], [])
+        return RunState("exited", "", [], [])
+
+    def exit(self) -> tuple[int, float, float, bool]:
+        """(code, started, finished, oom): the part that ended on its own (the others were killed for it)."""
+        tasks = list(self.tasks.values())
+        own = [t for t in tasks if not t.killed] or tasks
+        failed = [t for t in own if t.state != "TASK_FINISHED"]
+        first = failed[0] if failed else own[0]
+        code = first.data.get("exit_code")
+        if code is None:
+            code = 0 if first.state == "TASK_FINISHED" else 137 if first.state == "TASK_KILLED" else -1
+        started = min((float(t.data.get("started", 0.0)) for t in tasks), default=0.0)
+        finished = max((float(t.data.get("finished") or 0.0) for t in tasks), default=0.0)
+        return int(code), started, finished, any(bool(t.data.get("oom")) for t in tasks)
+
+    def logs(self) -> str:
+        parts = sorted(self.tasks.items())
+        if len(parts) == 1:
+            task = parts[0][1]
+            return str(task.data.get("log_tail") or task.message)
+        return "\n".join(f"[part {p}] {t.data.get('log_tail') or t.message}" for p, t in parts)
+
+    def usage(self) -> tuple[float, float, int, int] | None:
+        """(cpu over quota, fullest memory, tasks done, tasks) over its parts; None until each reported."""
+        parts = [(self.share(t), t.usage) for t in self.tasks.values()]
+        if not parts or any(usage is None for _, usage in parts):
+            return None
+        used = [(share, u) for share, u in parts if u is not None]
+        return (
+            sum(share * float(u["cpu"]) for share, u in used),
+            max(float(u["mem"]) for _, u in used),
+            sum(int(u["done"]) for _, u in used),
+            sum(int(u["total"]) for _, u in used),
+        )

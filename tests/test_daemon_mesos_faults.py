@@ -1,0 +1,311 @@
+"""Faults under `cosched daemon` on a REAL Mesos master with two agents, each leaving every accepted
+job run exactly once.
+
+What ran is read from the Docker engine's own event log (`containers_of`): a job ran once when one
+run of it ended with every part exiting 0 and no two of its runs were ever alive together. The
+master is started with a 1 s agent ping timeout (3 missed pings: unreachable) so an agent's death
+is noticed in seconds, and a 3 s offer timeout so it rescinds offers held longer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_support import require_engine
+from mesos_support import (
+    Cluster,
+    Recorder,
+    assert_ran_once,
+    command_task,
+    containers_of,
+    executor_pids,
+    finish,
+    framework_id_of,
+    mesos_daemon,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
+
+from cosched.mesos import calls
+from workloads.images import busybox_image
+
+FAST_LOSS = {"agent_ping_timeout": "1secs", "max_agent_ping_timeouts": "3", "offer_timeout": "3secs"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = start_cluster(Path(tmp_path_factory.mktemp("mesos-faults")), cpus=2, mem=2048, master=FAST_LOSS)
+    try:
+        yield started
+    finally:
+        stop_cluster(started)
+
+
+@pytest.fixture
+def image() -> str:
+    return busybox_image(require_engine())
+
+
+def _framework_tasks(cluster: Cluster, framework_id: str) -> list[dict[str, Any]]:
+    framework = cluster.framework(framework_id) or {"tasks": [], "completed_tasks": []}
+    return list(framework["tasks"]) + list(framework["completed_tasks"])
+
+
+def _node(daemon: Any, node: int) -> dict[str, Any]:
+    return dict(daemon.client.call("GET", "/v1/nodes")[node])
+
+
+def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str) -> list[bytes]:
+    """A machine dies: its agent, our executor there and the containers it ran. Returns the agent's command."""
+    executors = executor_pids(framework_id, cluster.agent_id(f"agent{index}"))
+    argv = cluster.kill_agent(index)
+    for pid in executors:
+        os.kill(pid, signal.SIGKILL)
+    for executor in set(executors.values()):
+        for container in engine.containers.list(all=True, filters={"label": f"cosched.executor={executor}"}):
+            container.remove(force=True)
+    return argv
+
+
+def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    engine = require_engine()
+    since = time.time()
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-dead-agent", mesos="launch_timeout = 20.0")
+    argv: list[bytes] = []
+    try:
+        fid = framework_id_of(daemon)
+        first = daemon.submit(image=image, command=["sleep", "12"], cores=1, memory_mib=64, walltime=120)
+        second = daemon.submit(image=image, command=["sleep", "4"], cores=1, memory_mib=64, walltime=120)
+        for job_id in (first, second):
+            daemon.wait_running(job_id, 60)
+        assert (_on_node(daemon, first), _on_node(daemon, second)) == (0, 1)  # first fit
+        argv = _kill_node(cluster, engine, 2, fid)
+        # The master marks agent2 unreachable: its job is queued again, its node is out of the cluster.
+        wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
+        status = wait_until(lambda: (j := daemon.job(second))["reason"] and j, 30, "the job requeued")
+        assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
+        jobs = daemon.wait_final([first, second], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+
+        # The machine is back: its offer (offers are not suppressed while a node is away) gives the
+        # core its node again.
+        cluster.start_agent(2, argv)
+        argv = []
+        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
+        later = [
+            daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in range(2)
+        ]
+        assert {j["state"] for j in daemon.wait_final(later, 90).values()} == {"done"}
+        assert {_on_node(daemon, j) for j in later} == {0, 1}
+        ran = containers_of(engine, fid, since)
+        for job_id in (first, second, *later):
+            assert_ran_once(ran[job_id])
+        assert len({c.run for c in ran[second]}) == 2  # the run on the dead machine, and the one that finished
+    finally:
+        if argv:
+            cluster.start_agent(2, argv)
+        finish(cluster, daemon)
+
+
+def _on_node(daemon: Any, job_id: int) -> int:
+    """The first node of the job's (last) run."""
+    with daemon.db() as db:
+        slots = db.execute("SELECT slots FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+    return int(json.loads(slots)[0][0])
+
+
+def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, image: str, tmp_path: Path) -> None:
+    """SIGKILL of the executor leaves its container running (Docker runs it, not the executor): the run
+    counts as lost only once a new executor on that agent removed it, then the job runs again."""
+    engine = require_engine()
+    since = time.time()
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-executor-kill")
+    try:
+        fid = framework_id_of(daemon)
+        job = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(job, 60)
+        executors = executor_pids(fid, cluster.agent_id(f"agent{_on_node(daemon, job) + 1}"))
+        [executor] = set(executors.values())
+        [left] = engine.containers.list(filters={"label": f"cosched.executor={executor}"})
+        for pid in executors:
+            os.kill(pid, signal.SIGKILL)
+        status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 60, "the job requeued")
+        assert status["reason"].startswith("requeued: "), status
+        assert engine.containers.list(all=True, filters={"id": left.id}) == []  # swept before the requeue
+        assert daemon.wait_final([job], 90)[job]["state"] == "done"
+        ran = containers_of(engine, fid, since)[job]
+        assert_ran_once(ran)
+        assert [c.exit_code for c in ran] == [137, 0]  # the left container removed, then the run that finished
+    finally:
+        finish(cluster, daemon)
+
+
+def _hog(cluster: Cluster, name: str) -> tuple[Any, str]:
+    """Another framework takes every CPU of agent2 with a task of its own: a cluster shared."""
+    recorder = Recorder()
+    client = cluster.client(recorder, name).start()
+    assert client.wait_subscribed(15), client.failure
+    offer = recorder.wait(lambda: recorder.offers_from("agent2"), 30, "an offer of agent2")[-1]
+    cpus = next(r["scalar"]["value"] for r in offer["resources"] if r["name"] == "cpus")
+    task = command_task("hog", offer["agent_id"]["value"], "sleep 600", cpus=cpus, mem=64)
+    client.accept([offer["id"]["value"]], [calls.launch([task])], refuse_seconds=600)
+    recorder.wait(lambda: "TASK_RUNNING" in recorder.states("hog"), 30, "the hog running")
+    client.suppress()
+    return client, offer["agent_id"]["value"]
+
+
+def _offer_counts(cluster: Cluster, name: str, fid: str) -> dict[str, float]:
+    return {k: cluster.metric(name, fid, f"offers/{k}") for k in ("sent", "accepted", "declined", "rescinded")}
+
+
+def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """On a cluster shared with another framework: with nothing queued every offer is declined
+    within the hold timeout and offers are suppressed (counted by the master); a 2-core gang
+    (one task per agent) whose agent2 is taken holds agent1's offer only until the hold timeout,
+    never starts half, and after its launch timeout waits in the queue with node 1 out of the
+    core; once agent2 is free it starts whole and finishes once."""
+    engine = require_engine()
+    since = time.time()
+    hog, agent2 = _hog(cluster, "hog-decline")
+    name = "cosched-declines"
+    daemon = mesos_daemon(cluster, tmp_path, name, mesos="hold_timeout = 1.0\nlaunch_timeout = 8.0")
+    try:
+        fid = framework_id_of(daemon)
+        counts = wait_until(
+            lambda: (c := _offer_counts(cluster, name, fid))["sent"] > 0 and c["declined"] == c["sent"] and c,
+            10,
+            "every offer declined (none held until the master rescinds it: 3 s)",
+        )
+        assert counts["accepted"] == counts["rescinded"] == 0
+        wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 1, 10, "a SUPPRESS")
+
+        gang = daemon.submit(image=image, command=["sleep", "2"], cores=2, span=True, memory_mib=128, walltime=60)
+        row = wait_until(lambda: _row(daemon, gang, "launching"), 20, "the gang waiting for offers")
+        assert row["reason"] == "waiting for offers of agent1, agent2"
+        # Held past the hold timeout, agent1's offer goes back (a short filter); nothing starts.
+        wait_until(
+            lambda: _offer_counts(cluster, name, fid)["declined"] > counts["declined"], 10, "a held offer declined"
+        )
+        assert _framework_tasks(cluster, fid) == []
+        row = wait_until(lambda: _row(daemon, gang, "pending"), 30, "the gang back in the queue")
+        assert not _node(daemon, 1)["up"] and daemon.job(gang)["reason"].startswith(
+            "requeued: could not start: no offer"
+        )
+        assert _framework_tasks(cluster, fid) == []  # never half-started
+
+        hog.kill("hog", agent2)
+        assert daemon.wait_final([gang], 60)[gang]["state"] == "done"
+        assert _node(daemon, 1)["up"]
+        tasks = _framework_tasks(cluster, fid)
+        assert sorted(t["name"] for t in tasks) == [f"cosched job {gang} part 1/2", f"cosched job {gang} part 2/2"]
+        assert {t["state"] for t in tasks} == {"TASK_FINISHED"} and len({t["slave_id"] for t in tasks}) == 2
+        assert_ran_once(containers_of(engine, fid, since)[gang])
+        assert cluster.metric(name, fid, "calls/revive") >= 1
+        wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 2, 10, "a SUPPRESS once the queue is empty")
+    finally:
+        hog.teardown()
+        finish(cluster, daemon)
+
+
+def test_offers_the_master_rescinds_are_dropped(cluster: Cluster, image: str, tmp_path: Path) -> None:
+    """The master rescinds an offer held past its offer timeout (3 s here, the hold timeout 60 s):
+    the daemon forgets it, and its launch starts on the offers that come next."""
+    hog, agent2 = _hog(cluster, "hog-rescind")
+    name = "cosched-rescinds"
+    daemon = mesos_daemon(cluster, tmp_path, name, mesos="hold_timeout = 60.0\nlaunch_timeout = 30.0")
+    try:
+        fid = framework_id_of(daemon)
+        gang = daemon.submit(image=image, command=["sleep", "1"], cores=2, span=True, memory_mib=128, walltime=60)
+        wait_until(lambda: _offer_counts(cluster, name, fid)["rescinded"] >= 1, 20, "a held offer rescinded")
+        hog.kill("hog", agent2)
+        assert daemon.wait_final([gang], 60)[gang]["state"] == "done"
+        assert daemon.job(gang)["reason"] == ""  # it never had to be requeued
+    finally:
+        hog.teardown()
+        finish(cluster, daemon)
+
+
+def _row(daemon: Any, job_id: int, state: str) -> dict[str, Any] | None:
+    return next((r for r in daemon.client.call("GET", "/v1/queue") if r["id"] == job_id and r["state"] == state), None)
+
+
+def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job_once(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """The daemon is SIGKILLed at 6 random moments while jobs (1-core ones and 2-core gangs over
+    both agents) are submitted, launched and finished; each restart subscribes as the same
+    framework, reconciles and adopts what runs. No task is ever killed or lost, and each job ran
+    once (one run, every part exiting 0)."""
+    engine = require_engine()
+    since = time.time()
+    rng = random.Random(2027)
+    name = "cosched-sigkill"
+    daemon = mesos_daemon(cluster, tmp_path, name)
+    fid = framework_id_of(daemon)
+    accepted: list[int] = []
+    try:
+        for trial in range(6):
+            if trial:
+                daemon.start(timeout=60)
+                assert framework_id_of(daemon) == fid
+            for _ in range(rng.randint(1, 3)):
+                seconds = rng.choice(["0.5", "1", "2"])
+                cores = rng.choice([1, 1, 2])
+                accepted.append(
+                    daemon.submit(
+                        image=image, command=["sleep", seconds], cores=cores, span=True, memory_mib=64, walltime=60
+                    )
+                )
+            time.sleep(rng.uniform(0.05, 3.0))
+            daemon.signal(signal.SIGKILL)
+        daemon.start(timeout=60)
+        jobs = daemon.wait_final(accepted, 180)
+        assert {j["state"] for j in jobs.values()} == {"done"}, {i: (j["state"], j["reason"]) for i, j in jobs.items()}
+        tasks = _framework_tasks(cluster, fid)
+        assert {t["state"] for t in tasks} == {"TASK_FINISHED"}, sorted({t["state"] for t in tasks})
+        assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == name] == [fid]
+        ran = containers_of(engine, fid, since)
+        for job_id in accepted:
+            assert_ran_once(ran[job_id])
+            assert len({c.run for c in ran[job_id]}) == 1, ran[job_id]  # never requeued: nothing was lost
+    finally:
+        finish(cluster, daemon)
+
+
+def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_path: Path) -> None:
+    """The master restarts (ZooKeeper, replicated-log registry) under a running job: the daemon's
+    client is refused, redirected, re-subscribes as the same framework and reconciles; the job
+    runs on, finishes once, and a job submitted meanwhile starts on the new master's offers."""
+    engine = require_engine()
+    since = time.time()
+    name = "cosched-master-restart"
+    daemon = mesos_daemon(zk_cluster, tmp_path, name)
+    try:
+        fid = framework_id_of(daemon)
+        running = daemon.submit(image=image, command=["sleep", "15"], cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(running, 60)
+        zk_cluster.restart_master()
+        later = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=120)
+        jobs = daemon.wait_final([running, later], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        assert [f["id"] for f in zk_cluster.state()["frameworks"] if f["name"] == name] == [fid]
+        ran = containers_of(engine, fid, since)
+        for job_id in (running, later):
+            assert_ran_once(ran[job_id])
+            assert len(ran[job_id]) == 1
+        assert "re-subscribing" in daemon.log.read_text()
+    finally:
+        finish(zk_cluster, daemon)

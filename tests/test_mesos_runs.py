@@ -1,0 +1,133 @@
+"""The rules that tell a run ended by its job from one lost to its machines (pure, no cluster).
+
+The status updates below are shaped as the real master and agents send them (seen in
+tests/test_daemon_mesos_faults.py): an executor's own end carries data, a killed executor's
+task comes back TASK_FAILED from SOURCE_AGENT, a removed agent's as TASK_LOST from the master.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from cosched.mesos.runs import RECONCILED_GRACE, Run, Task, new_handle, parse_task, part_id
+
+
+def status(state: str, source: str = "SOURCE_EXECUTOR", reason: str = "", **data: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"state": state, "source": source}
+    if reason:
+        body["reason"] = reason
+    if data:
+        body["data"] = base64.b64encode(json.dumps(data).encode()).decode()
+    return body
+
+
+def gang(parts: int = 2) -> Run:
+    handle = new_handle(7)
+    run = Run(handle, 7, parts)
+    for part in range(parts):
+        run.tasks[part] = Task(part_id(handle, part, parts, 1), 7, f"A{part + 1}", 1)
+    return run
+
+
+def test_task_ids_name_their_run_part_and_cores() -> None:
+    handle = new_handle(42)
+    name = parse_task(part_id(handle, 1, 3, 4))
+    assert name is not None and (name.job_id, name.handle, name.part, name.parts, name.cores) == (42, handle, 1, 3, 4)
+    assert parse_task("cosched-sweep-abc") is None and parse_task("cosched-job-x") is None
+
+
+@pytest.mark.parametrize(
+    ("update", "agent_gone", "outcome"),
+    [
+        (status("TASK_RUNNING"), False, "live"),
+        (status("TASK_FINISHED", exit_code=0), False, "ended"),
+        (status("TASK_FAILED", exit_code=3), False, "ended"),  # the job's own failure
+        (status("TASK_FAILED"), False, "ended"),  # "could not start": its image, its command
+        (status("TASK_KILLED"), False, "lost"),  # our executor removed its container on its way out
+        (status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), False, "sweep"),
+        (status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), True, "lost"),
+        (status("TASK_LOST", "SOURCE_MASTER", "REASON_AGENT_REMOVED"), True, "lost"),
+        (status("TASK_ERROR", "SOURCE_MASTER"), False, "ended"),  # the master refused the task itself
+    ],
+)
+def test_what_ended_a_task(update: dict[str, Any], agent_gone: bool, outcome: str) -> None:
+    task = Task("t", 7, "A1", 1)
+    task.apply(update, now=0.0)
+    assert task.outcome(agent_gone, now=0.0) == outcome
+
+
+def test_our_kill_is_an_end_and_a_sweep_makes_a_killed_executors_task_lost() -> None:
+    killed = Task("t", 7, "A1", 1, killed=True)
+    killed.apply(status("TASK_KILLED", exit_code=137), now=0.0)
+    assert killed.outcome(False, 0.0) == "ended"
+    orphan = Task("t", 7, "A1", 1)
+    orphan.apply(status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), now=0.0)
+    orphan.swept = True
+    assert orphan.outcome(False, 0.0) == "lost"
+
+
+def test_a_terminal_state_from_reconciliation_waits_for_the_agents_own_update() -> None:
+    task = Task("t", 7, "A1", 1)
+    task.apply(status("TASK_FAILED", "SOURCE_MASTER", "REASON_RECONCILIATION"), now=100.0)
+    assert task.outcome(False, now=100.0 + RECONCILED_GRACE - 1) == "live"
+    assert task.outcome(False, now=100.0 + RECONCILED_GRACE) == "ended"
+    task.apply(status("TASK_FAILED", exit_code=3, log_tail="boom"), now=101.0)  # the agent's own, resent
+    assert task.outcome(False, now=101.0) == "ended" and task.data["exit_code"] == 3
+    # A later summary of the same end changes nothing.
+    task.apply(status("TASK_FAILED", "SOURCE_MASTER", "REASON_RECONCILIATION"), now=102.0)
+    assert task.reconciled is None and task.source == "SOURCE_EXECUTOR"
+    lost = Task("t", 7, "A1", 1)
+    lost.apply(status("TASK_LOST", "SOURCE_MASTER", "REASON_RECONCILIATION"), now=0.0)
+    assert lost.outcome(True, now=0.0) == "lost"
+
+
+def test_a_gang_with_a_failed_part_kills_the_rest_and_ends_as_that_part() -> None:
+    run = gang()
+    run.tasks[0].apply(status("TASK_RUNNING"), 0.0)
+    run.tasks[1].apply(status("TASK_FAILED", exit_code=3, log_tail="boom"), 0.0)
+    state = run.state(lambda agent: False, 0.0, {})
+    assert (state.state, state.kill) == ("running", [run.tasks[0]])
+    run.tasks[0].killed = True
+    run.tasks[0].apply(status("TASK_KILLED", exit_code=137), 0.0)
+    assert run.state(lambda agent: False, 0.0, {}).state == "exited"
+    assert run.exit()[0] == 3 and "[part 1] boom" in run.logs()
+
+
+def test_a_gang_with_a_lost_part_is_lost_after_its_sweep() -> None:
+    run = gang()
+    run.tasks[0].apply(status("TASK_RUNNING"), 0.0)
+    run.tasks[1].apply(status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), 0.0)
+    assert run.state(lambda agent: False, 0.0, {}).kill == [run.tasks[0]]
+    run.tasks[0].killed = True
+    run.tasks[0].apply(status("TASK_KILLED", exit_code=137), 0.0)
+    waiting = run.state(lambda agent: False, 0.0, {})
+    assert (waiting.state, waiting.sweep) == ("running", [run.tasks[1]])
+    run.tasks[1].swept = True
+    lost = run.state(lambda agent: False, 0.0, {"A2": "agent2"})
+    assert lost.state == "lost" and lost.note.startswith("TASK_FAILED on agent2")
+
+
+def test_a_gang_whose_part_the_master_never_heard_of_is_lost() -> None:
+    run = gang(3)
+    del run.tasks[2]  # a restarted daemon rebuilt the run from reconciliation: two of three parts
+    for task in run.tasks.values():
+        task.apply(status("TASK_RUNNING"), 0.0)
+    assert len(run.state(lambda agent: False, 0.0, {}).kill) == 2
+    for task in run.tasks.values():
+        task.killed = True
+        task.apply(status("TASK_KILLED", exit_code=137), 0.0)
+    assert run.state(lambda agent: False, 0.0, {}) == ("lost", "a part was never launched", [], [])
+
+
+def test_usage_of_a_gang_weighs_parts_by_their_cores() -> None:
+    run = gang()
+    run.tasks[1].cores = 3
+    run.tasks[0].usage = {"cpu": 1.0, "mem": 0.2, "done": 1, "total": 2}
+    assert run.usage() is None, "not before every part reported"
+    run.tasks[1].usage = {"cpu": 0.0, "mem": 0.5, "done": 0, "total": 2}
+    assert run.usage() == (0.25, 0.5, 1, 4)
+    assert run.share(run.tasks[1]) == 0.75
