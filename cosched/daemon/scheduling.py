@@ -71,7 +71,7 @@ def _pass(daemon: Daemon) -> bool:
         cancels = _cancel_targets(daemon, events)
         decision = daemon.core.step(now, events)
         daemon.reservations = decision.reservations
-        written = plan.record(daemon, now, ended, cancels, decision.actions)
+        planned = plan.record(daemon, now, ended, cancels, decision.actions)
         for end in ended:
             daemon.containers.pop(end.job.id, None)
             daemon.kill_reason.pop(end.job.id, None)
@@ -82,21 +82,21 @@ def _pass(daemon: Daemon) -> bool:
             daemon.specs.pop(end.job.id, None)
         journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, cancels)
     try:
-        carry_out.carry_out(daemon, ended, written)
+        carry_out.carry_out(daemon, ended, planned)
     except EngineUnavailable as exc:
         engine_faults.lost(daemon, exc)
     with daemon.lock:
-        for job_id, document in written.submitted:
+        for job_id, document in planned.submitted:
             record = daemon.store.job(job_id)
             submissions.queue(daemon, job_id, document, now, record["workflow"] if record else None)
             journal.accepted(job_id, document, record["workflow"] if record else None)
-        daemon.metrics.submitted.inc(len(written.submitted))
+        daemon.metrics.submitted.inc(len(planned.submitted))
         daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
         if daemon.asax is not None:  # saved and counted: memory holds only recent decisions
             daemon.asax.forget(DECISIONS_KEPT)
         queued = len(daemon.core.queue)
     daemon.backend.queued(queued)
-    return bool(written.submitted)
+    return bool(planned.submitted)
 
 
 def _cancel_targets(daemon: Daemon, events: list[Event]) -> list[Job]:
