@@ -36,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from cosched.core.events import JobEnded, JobSubmitted, Offer, UsageReported
+from cosched.daemon import ends, plan, submissions
 from cosched.daemon.config import DockerSection, from_dict
 from cosched.daemon.service import Daemon
 from cosched.model import Usage
@@ -57,14 +58,16 @@ def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes
         now = time.time()
         with daemon.store.transaction() as db:
             ids = [daemon.store.add_job(db, spec, now) for _ in range(nodes + queued + passes)]
-        running = [daemon.job_from(i, spec, now) for i in ids[:nodes]]
+        running = [submissions.job_from(daemon, i, spec, now) for i in ids[:nodes]]
         for job in running:
             job.walltime = rng.uniform(600, 7200)
-        waiting = [daemon.job_from(i, {**spec, "cores": rng.choice([1, 4, 16, 32, 64])}, now) for i in ids[nodes:]]
+        waiting = [
+            submissions.job_from(daemon, i, {**spec, "cores": rng.choice([1, 4, 16, 32, 64])}, now) for i in ids[nodes:]
+        ]
         daemon.specs.update({i: spec for i in ids})
         offer = Offer(tuple((n, cores) for n in range(nodes)), (config.memory_mib() // nodes,) * nodes)
         decision = core.step(now, [offer, *(JobSubmitted(j) for j in running)])
-        daemon._record(now, [], [], decision.actions)
+        plan.record(daemon, now, [], [], decision.actions)
         core.step(now, [UsageReported(j.id, Usage(0.9, 0.3, 1, now)) for j in running])
         core.step(now, [JobSubmitted(j) for j in waiting[:queued]])
         arrivals = waiting[queued:]
@@ -73,9 +76,9 @@ def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes
             now += 1.0
             victim = min(core.running, key=lambda j: j.expected_end)
             started = time.perf_counter()
-            events = [JobEnded(victim.id, at=now), daemon._freed(victim, set()), JobSubmitted(arrivals[k])]
+            events = [JobEnded(victim.id, at=now), ends.freed(daemon, victim, set()), JobSubmitted(arrivals[k])]
             decision = core.step(now, events)
-            daemon._record(now, [], [], decision.actions)
+            plan.record(daemon, now, [], [], decision.actions)
             times.append(time.perf_counter() - started)
         daemon.store.close()
     times.sort()

@@ -20,9 +20,10 @@ from cosched.daemon import journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.http_guards import BearerAuth, BodyLimit
 from cosched.daemon.metrics import CONTENT_TYPE
-from cosched.daemon.service import Daemon, Rejected
+from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
+from cosched.daemon.submissions import Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]

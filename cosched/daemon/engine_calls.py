@@ -5,6 +5,8 @@ and does much of it in parallel. Made one after another, a pass that started
 16 jobs took seconds, while the core already counted them running (issue 15).
 Why bounded: an engine asked for hundreds of containers at once answers every
 one of them late, and the client's connection pool holds 10 connections.
+Every call's outcome comes back, failures included, so that a step records what
+did succeed before `raise_failures` raises what failed.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from cosched.daemon.docker_backend import EngineUnavailable
 
 
 class EngineCalls:
@@ -36,3 +40,14 @@ def _outcome(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         return call(*args)
     except Exception as exc:  # handed back: the caller decides per call what a failure means
         return exc
+
+
+def raise_failures(outcomes: list[Any], tolerated: tuple[type[Exception], ...] = ()) -> None:
+    """A step's first engine loss, else its first failure not `tolerated`, raised once every call
+    has been looked at (so what did succeed is recorded first)."""
+    for outcome in outcomes:
+        if isinstance(outcome, EngineUnavailable):
+            raise outcome
+    for outcome in outcomes:
+        if isinstance(outcome, Exception) and not isinstance(outcome, tolerated):
+            raise outcome

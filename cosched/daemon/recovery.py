@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cosched.core.events import Event, JobAdopted, JobCancelled, Offer
 from cosched.core.pool import slot_memory
-from cosched.daemon import workflow_stages
+from cosched.daemon import carry_out, submissions, workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
 from cosched.errors import ConfigError
 from cosched.policies.asax import LendingDecision
@@ -73,7 +73,7 @@ def recover(daemon: Daemon) -> None:
 
     jobs = {}
     for record, container in adopted:
-        job = daemon.job_from(record["id"], record["spec"], record["submit"], record["workflow"])
+        job = submissions.job_from(daemon, record["id"], record["spec"], record["submit"], record["workflow"])
         job.start = record["start"]
         job.slots = tuple((int(n), int(c)) for n, c in record["slots"])
         job.host = record["host"]
@@ -101,7 +101,7 @@ def recover(daemon: Daemon) -> None:
     events: list[Event] = [_free_offer(daemon, jobs)]
     events += [JobAdopted(job) for job in sorted(jobs.values(), key=lambda j: (j.host >= 0, j.id))]
     for record in queued:
-        daemon.queue(record["id"], record["spec"], record["submit"], record["workflow"])
+        submissions.queue(daemon, record["id"], record["spec"], record["submit"], record["workflow"])
         if record["cancel"]:
             daemon.inbox.append(JobCancelled(record["id"]))
     for job in jobs.values():
@@ -110,7 +110,7 @@ def recover(daemon: Daemon) -> None:
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, set(jobs))
     daemon.core.step(now, events)
-    daemon.apply_quotas([(job.id, job.quota, None) for job in jobs.values()])
+    carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
     log.info(
         "recovered: %d running adopted, %d queued, %d lost, instance %s",
@@ -163,4 +163,4 @@ def _resume_workflows(daemon: Daemon, now: float) -> None:
         with store.transaction() as db:
             released = workflow_stages.release(store, db, workflow_id, now)
         for job_id, document in released:
-            daemon.queue(job_id, document, now, workflow_id)
+            submissions.queue(daemon, job_id, document, now, workflow_id)

@@ -1,0 +1,114 @@
+"""Runs that ended since the last pass, and what each gives back, as the core's events.
+
+Why its own module: an end comes from several places (a container that exited
+or vanished, a launch the engine refused, a run lost with its machine), and each
+must reach the core exactly once, with the right reason, before the pass steps
+it. A run lost to its machine is not the job's end: the job is requeued, up to
+MAX_LOST_RUNS times. Collecting reads the engine, so it runs outside `lock`;
+`event` and `freed` change the daemon's maps and run under it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cosched.core.events import Event, JobEnded, JobRequeued, Offer
+from cosched.core.frees import freed_slots
+from cosched.core.pool import slot_memory
+from cosched.daemon.engine_calls import raise_failures
+from cosched.model import Job, JobState
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+MAX_LOST_RUNS = 3
+"""Runs of one job lost to its machines (an agent gone, an executor killed) before the job fails."""
+
+
+@dataclass(slots=True)
+class End:
+    job: Job
+    failed: bool
+    at: float
+    exit_code: int | None
+    reason: str
+    log_tail: str
+    container: str | None
+    lost: bool = False
+    """The run was lost, not ended by the job: the job goes back to the queue."""
+
+    @property
+    def requeued(self) -> bool:
+        """After the core's step: the job is queued again (it may even have started again in it)."""
+        return self.lost and self.job.state is not JobState.CANCELLED
+
+
+def collect(daemon: Daemon, now: float) -> list[End]:
+    """Jobs whose containers stopped (or never could start) since the last pass."""
+    ends: list[End] = []
+    for job_id, reason in list(daemon.failed_launches.items()):
+        job = daemon.core.jobs.get(job_id)
+        if job is not None:
+            ends.append(End(job, True, now, None, reason, "", daemon.containers.get(job_id)))
+        del daemon.failed_launches[job_id]
+    for job_id, reason in list(daemon.lost_launches.items()):
+        job = daemon.core.jobs.get(job_id)
+        if job is not None:
+            ends.append(End(job, False, now, None, f"could not start: {reason}", "", None, lost=True))
+        del daemon.lost_launches[job_id]
+    if not daemon.containers:
+        return ends
+    listed = daemon.backend.containers()
+    stopped: list[tuple[Job, str]] = []
+    for job_id, container in list(daemon.containers.items()):
+        job = daemon.core.jobs.get(job_id)
+        if job is None or any(e.job.id == job_id for e in ends):
+            continue
+        info = listed.get(job_id)
+        if info is None:
+            ends.append(End(job, True, now, None, "container disappeared", "", None))
+        elif info.state == "lost":
+            ends.append(End(job, False, now, None, info.note, "", container, lost=True))
+        elif info.state in ("exited", "dead"):
+            stopped.append((job, container))
+    outcomes = daemon.engine.each(_exit_and_logs, [(daemon, container) for _, container in stopped])
+    raise_failures(outcomes)
+    for (job, container), (exit, logs) in zip(stopped, outcomes, strict=True):
+        if exit.code == 0:
+            reason = ""  # it finished before a kill took effect
+        else:
+            reason = daemon.kill_reason.get(job.id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
+        at = exit.finished if exit.finished > 0 else now
+        ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container))
+    return ends
+
+
+def _exit_and_logs(daemon: Daemon, container: str) -> tuple[Any, str]:
+    return daemon.backend.exit_of(container), daemon.backend.logs(container)
+
+
+def event(daemon: Daemon, end: End) -> Event:
+    """A job's end, or its requeue when its machine lost the run (until that happened too often)."""
+    if not end.lost:
+        return JobEnded(end.job.id, end.failed, end.at)
+    lost = daemon.lost_runs[end.job.id] = daemon.lost_runs.get(end.job.id, 0) + 1
+    if lost < MAX_LOST_RUNS:
+        return JobRequeued(end.job.id)
+    end.lost, end.failed = False, True
+    end.reason = f"{end.reason} ({lost} runs lost to their machines)"
+    return JobEnded(end.job.id, True, end.at)
+
+
+def freed(daemon: Daemon, job: Job, ended_now: set[int]) -> Offer | None:
+    """What a job's end gives back (`cosched.core.frees`), with the host CPUs of its cores."""
+    core = daemon.core
+    host_running = job.host >= 0 and job.host in core.jobs and job.host not in ended_now
+    surviving = [g for g in core.guests.get(job.id, ()) if g.id not in ended_now]
+    slots = freed_slots(job, host_running, surviving)
+    cpus = daemon.cpus_of.pop(job.id, [])
+    if slots is None:
+        return None
+    kept = {cpu for guest in surviving for cpu in daemon.cpus_of.get(guest.id, ())}
+    daemon.cpu_map.give([cpu for cpu in cpus if cpu not in kept])
+    return Offer(slots, slot_memory(daemon.cluster, job, job.slots))

@@ -1,0 +1,133 @@
+"""What one pass decided, written to the store in one transaction before any of it is done.
+
+Why its own module: this is the daemon's durability rule: a job is recorded
+`launching` before its container exists. Ends, cancellations, launches with their
+CPUs, quota changes, workflow stages released and what ASAx learnt are committed
+together; only then does `carry_out` touch the engine, so a kill at any instant
+leaves a store `recovery` can finish, and nothing runs twice. Runs under `lock`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cosched.core.events import Colocate, Kill, Launch, Reject, SetQuota
+from cosched.daemon import workflow_stages
+from cosched.daemon.cpus import share_of
+from cosched.model import Job, JobState
+
+if TYPE_CHECKING:
+    from cosched.daemon.ends import End
+    from cosched.daemon.service import Daemon
+
+
+@dataclass(slots=True)
+class Plan:
+    """What one pass decided, written to the store before it is carried out."""
+
+    launches: list[tuple[Job, list[int], float, int | None]] = field(default_factory=list)
+    quotas: list[tuple[int, float, int]] = field(default_factory=list)
+    kills: list[int] = field(default_factory=list)
+    submitted: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+
+def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], actions: list[Any]) -> Plan:
+    """Write everything this pass decided, in one transaction, before doing any of it."""
+    plan = Plan()
+    store = daemon.store
+    with store.transaction() as db:
+        for end in ends:
+            job = end.job
+            if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
+                store.update_job(
+                    db,
+                    job.id,
+                    state="pending",
+                    start=None,
+                    slots=None,
+                    cpus=None,
+                    quota=None,
+                    host=-1,
+                    container=None,
+                    reason=f"requeued: {end.reason}",
+                )
+                continue
+            state = job.state.value if job.state is not JobState.RUNNING else "failed"
+            store.update_job(
+                db,
+                job.id,
+                state=state,
+                end=end.at,
+                exit_code=end.exit_code,
+                reason=end.reason,
+                log_tail=end.log_tail,
+            )
+            if job.workflow is not None:
+                workflow_id = int(job.workflow)
+                if state == "done":
+                    plan.submitted += workflow_stages.release(store, db, workflow_id, now)
+                else:
+                    workflow_stages.fail(store, db, workflow_id, _stage_of(daemon, job.id))
+        for job in cancels:
+            if job.state is JobState.CANCELLED:
+                store.update_job(db, job.id, state="cancelled", end=now, reason="cancelled by user")
+                daemon.specs.pop(job.id, None)
+                if job.workflow is not None:
+                    workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id))
+        for action in actions:
+            if isinstance(action, Launch):
+                cpus = daemon.cpu_map.take(action.slots)
+                _mark_launching(daemon, db, action.job, cpus, now)
+                plan.launches.append((action.job, cpus, float(action.job.cores), None))
+            elif isinstance(action, Colocate):
+                cpus = share_of(daemon.cpus_of[action.host_id], action.slots, daemon.cpu_map)
+                _mark_launching(daemon, db, action.guest, cpus, now)
+                # A guest starts on a lent quota: logged, so its quota history is complete.
+                seq = store.log_quota(db, action.guest.id, action.quota, now)
+                plan.launches.append((action.guest, cpus, action.quota, seq))
+            elif isinstance(action, SetQuota):
+                seq = store.log_quota(db, action.job_id, action.cpus, now)
+                store.update_job(db, action.job_id, quota=action.cpus)
+                plan.quotas.append((action.job_id, action.cpus, seq))
+            elif isinstance(action, Kill):
+                plan.kills.append(action.job_id)
+            elif isinstance(action, Reject):
+                store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
+        _save_learning(daemon, db, ends)
+    return plan
+
+
+def _mark_launching(daemon: Daemon, db: Any, job: Job, cpus: list[int], now: float) -> None:
+    daemon.cpus_of[job.id] = cpus
+    daemon.store.update_job(
+        db,
+        job.id,
+        state="launching",
+        start=now,
+        slots=[list(s) for s in job.slots],
+        cpus=cpus,
+        quota=job.quota,
+        host=job.host,
+    )
+
+
+def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
+    """Weights and lending decisions, in the pass's transaction: a restart keeps what was learnt."""
+    if daemon.asax is None:
+        return
+    if ends:  # every end may teach a kind's runtime alone
+        daemon.store.set_meta(db, "baselines", daemon.asax.baselines.to_state())
+    new = daemon.asax.since(daemon.saved_decisions)
+    resolved, daemon.asax.resolved = daemon.asax.resolved, []
+    if not new and not resolved:
+        return
+    for decision in [*resolved, *new]:
+        daemon.store.save_decision(db, decision.seq + 1, decision.as_dict())
+    daemon.saved_decisions = daemon.asax.decided
+    daemon.store.set_meta(db, "weights", daemon.asax.book.to_state())
+
+
+def _stage_of(daemon: Daemon, job_id: int) -> str:
+    record = daemon.store.job(job_id)
+    return str(record["stage"]) if record else ""

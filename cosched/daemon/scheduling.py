@@ -1,0 +1,111 @@
+"""The scheduling pass: collect ends, step the core, write the plan, carry it out.
+
+Why its own module: this is where the daemon meets the core replay drives, so it
+stays a short sequence: what changed (`ends`, `nodes`) and what was submitted
+become events, one `Scheduler.step`, its actions written in one transaction
+(`plan`), then done on the engine (`carry_out`). Locking: the pass runs under
+`pass_lock`; `lock` is taken only to step the core and write the plan, never
+across an engine call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from cosched.core.events import Event, JobCancelled, JobSubmitted
+from cosched.daemon import carry_out, ends, engine_faults, journal, nodes, plan, state_faults, submissions
+from cosched.daemon.docker_backend import EngineUnavailable
+from cosched.daemon.store import DECISIONS_KEPT, StateError
+from cosched.model import Job
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+
+def schedule(daemon: Daemon) -> None:
+    """One pass: collect ends, step the core, write the plan, carry it out.
+
+    When stage ends released workflow stages, a second pass follows at once, so a
+    stage starts in the pass that saw its predecessor end rather than one interval later.
+    """
+    with daemon.pass_lock:
+        with daemon.lock:
+            if not state_faults.usable(daemon):
+                return
+        try:
+            if _pass(daemon):
+                _pass(daemon)
+        except StateError as exc:
+            with daemon.lock:
+                state_faults.failed(daemon, exc)
+
+
+def _pass(daemon: Daemon) -> bool:
+    """The pass itself; True when it submitted workflow stages that the core has not seen.
+
+    Runs under `pass_lock`; `lock` is taken only to step the core and write
+    the plan, so the engine calls that carry the plan out hold no one up.
+    """
+    if not engine_faults.ready(daemon):
+        return False
+    started = time.perf_counter()
+    now = daemon.clock()
+    try:
+        changes = daemon.backend.nodes_changed()
+        ended = ends.collect(daemon, now)
+    except EngineUnavailable as exc:
+        engine_faults.lost(daemon, exc)
+        return False
+    with daemon.lock:
+        events: list[Event] = nodes.events(daemon, changes)
+        ended_now: set[int] = set()
+        for end in ended:
+            events.append(ends.event(daemon, end))
+            offer = ends.freed(daemon, end.job, ended_now)
+            ended_now.add(end.job.id)
+            if offer is not None and (offer := nodes.live_part(daemon, offer)) is not None:
+                events.append(offer)
+        while daemon.inbox:
+            events.append(daemon.inbox.popleft())
+        cancels = _cancel_targets(daemon, events)
+        decision = daemon.core.step(now, events)
+        daemon.reservations = decision.reservations
+        planned = plan.record(daemon, now, ended, cancels, decision.actions)
+        for end in ended:
+            daemon.containers.pop(end.job.id, None)
+            daemon.kill_reason.pop(end.job.id, None)
+            if end.requeued:
+                journal.requeued(end.job.id, end.reason)
+                continue
+            journal.ended(end.job, end.exit_code, end.reason)
+            daemon.specs.pop(end.job.id, None)
+        journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, cancels)
+    try:
+        carry_out.carry_out(daemon, ended, planned)
+    except EngineUnavailable as exc:
+        engine_faults.lost(daemon, exc)
+    with daemon.lock:
+        for job_id, document in planned.submitted:
+            record = daemon.store.job(job_id)
+            submissions.queue(daemon, job_id, document, now, record["workflow"] if record else None)
+            journal.accepted(job_id, document, record["workflow"] if record else None)
+        daemon.metrics.submitted.inc(len(planned.submitted))
+        daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
+        if daemon.asax is not None:  # saved and counted: memory holds only recent decisions
+            daemon.asax.forget(DECISIONS_KEPT)
+        queued = len(daemon.core.queue)
+    daemon.backend.queued(queued)
+    return bool(planned.submitted)
+
+
+def _cancel_targets(daemon: Daemon, events: list[Event]) -> list[Job]:
+    """The jobs this pass's cancellations name, found before the core forgets them."""
+    arriving = {e.job.id: e.job for e in events if isinstance(e, JobSubmitted)}
+    targets = []
+    for event in events:
+        if isinstance(event, JobCancelled):
+            job = daemon.core.jobs.get(event.job_id) or arriving.get(event.job_id)
+            if job is not None:
+                targets.append(job)
+    return targets

@@ -1,0 +1,150 @@
+"""What comes in through the API: jobs and workflows checked, stored, then queued; cancels.
+
+Why its own module: accepting is a promise. A submission is checked against what
+this cluster can ever run (`Rejected` names the field), stored before the call
+returns, and only then handed to the next pass through the daemon's inbox; while
+the state file is unusable nothing is accepted, since it could be lost. Recovery
+queues what an earlier run accepted through the same `queue` and `job_from`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from cosched.core.events import JobCancelled, JobSubmitted
+from cosched.daemon import journal, state_faults, workflow_stages
+from cosched.daemon.docker_backend import data_dirs_allowed
+from cosched.daemon.specs import JobSpec, WorkflowSpec
+from cosched.daemon.store import StateError
+from cosched.errors import CoschedError
+from cosched.model import Job
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+
+class Rejected(CoschedError):
+    """A submission the daemon cannot accept; `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.problem = message
+
+
+def check_job(daemon: Daemon, spec: JobSpec) -> None:
+    """Rejected naming the field if this cluster can never run `spec`."""
+    cores = daemon.cluster.cores
+    if spec.cores > cores:
+        raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
+    per_node = daemon.cluster.cores_per_node
+    if spec.cores > per_node and not _spans(daemon, spec.model_dump()):
+        where = "a Mesos agent" if daemon.config.backend.kind == "mesos" else "a node"
+        raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
+    memory = _memory_mib(daemon, spec)
+    if memory > daemon.cluster.memory_per_node * daemon.cluster.nodes:
+        raise Rejected(
+            "memory_mib",
+            f"{memory} MiB asked, the cluster has {daemon.cluster.memory_per_node * daemon.cluster.nodes}",
+        )
+    problem = data_dirs_allowed(spec.data_dirs, daemon.config.docker.data_roots)
+    if problem:
+        raise Rejected("data_dirs", problem)
+    if not daemon.backend.has_image(spec.image):
+        raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
+
+
+def _accepting(daemon: Daemon) -> None:
+    """StateError (a 503) while the state file is unusable: a job accepted now could be lost."""
+    if not daemon.state_problem:
+        try:
+            daemon.store.check()
+        except StateError as exc:
+            with daemon.lock:
+                state_faults.failed(daemon, exc)
+    if daemon.state_problem:
+        raise StateError(f"not accepting submissions: {daemon.state_problem}")
+
+
+def submit_job(daemon: Daemon, spec: JobSpec) -> int:
+    """Accept one job: stored before this returns, queued at the next pass."""
+    _accepting(daemon)
+    check_job(daemon, spec)
+    now = daemon.clock()
+    document = spec.model_dump()
+    with daemon.store.transaction() as db:
+        job_id = daemon.store.add_job(db, document, now)
+    queue(daemon, job_id, document, now)
+    journal.accepted(job_id, document)
+    daemon.metrics.submitted.inc()
+    return job_id
+
+
+def submit_workflow(daemon: Daemon, spec: WorkflowSpec) -> tuple[int, list[int]]:
+    """Accept a workflow; its first ready stages are submitted now, the rest as they become ready."""
+    _accepting(daemon)
+    for stage in spec.stages:
+        try:
+            check_job(daemon, spec.job_spec(stage.name))
+        except Rejected as exc:
+            raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
+    now = daemon.clock()
+    with daemon.store.transaction() as db:
+        workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now)
+        released = workflow_stages.release(daemon.store, db, workflow_id, now)
+    for job_id, document in released:
+        queue(daemon, job_id, document, now, workflow_id)
+        journal.accepted(job_id, document, workflow_id)
+    daemon.metrics.submitted.inc(len(released))
+    return workflow_id, [job_id for job_id, _ in released]
+
+
+def cancel(daemon: Daemon, job_id: int) -> str:
+    """Ask for a job's end; returns its state then ('' if there is no such job)."""
+    record = daemon.store.job(job_id)
+    if record is None:
+        return ""
+    if record["state"] in ("pending", "launching", "running"):
+        with daemon.store.transaction() as db:
+            daemon.store.update_job(db, job_id, cancel=1)
+        daemon.kill_reason.setdefault(job_id, "cancelled by user")
+        daemon.inbox.append(JobCancelled(job_id))
+    return str(record["state"])
+
+
+def queue(daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, workflow: int | None = None) -> None:
+    """Hand an accepted job (stored already) to the next pass."""
+    daemon.specs[job_id] = document
+    daemon.inbox.append(JobSubmitted(job_from(daemon, job_id, document, submit, workflow)))
+
+
+def job_from(daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, workflow: int | None = None) -> Job:
+    cores = int(spec["cores"])
+    memory = spec.get("memory_mib") or cores * daemon.config.cluster.default_memory_per_core
+    return Job(
+        id=job_id,
+        submit=submit,
+        cores=cores,
+        walltime=float(spec["walltime"]),
+        memory=math.ceil(memory / cores),
+        workflow=None if workflow is None else str(workflow),
+        stage=spec.get("app_class") or "unknown",
+        tasks=int(spec.get("tasks") or 1),
+        parallel=bool(spec.get("parallel", True)),
+        span=_spans(daemon, spec),
+    )
+
+
+def _spans(daemon: Daemon, spec: dict[str, Any]) -> bool:
+    """Whether a job's cores may come from several nodes: its spec's word, else yes on one host
+    (the nodes are parts of it) and no on Mesos (each node is an agent: a job there is a gang)."""
+    span = spec.get("span")
+    return bool(span) if span is not None else daemon.config.backend.kind != "mesos"
+
+
+def _memory_mib(daemon: Daemon, spec: JobSpec) -> int:
+    """A job's memory in all: as asked, or `default_memory_per_core` per core (Slurm's DefMemPerCPU)."""
+    if spec.memory_mib is not None:
+        return spec.memory_mib
+    return spec.cores * daemon.config.cluster.default_memory_per_core
