@@ -40,7 +40,7 @@ from cosched.daemon import ends, plan, submissions
 from cosched.daemon.config import DockerSection, from_dict
 from cosched.daemon.service import Daemon
 from cosched.model import Usage
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 
 
 def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes: int = 300) -> dict:

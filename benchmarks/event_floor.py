@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cosched.core.events import Event, JobEnded, JobSubmitted, Offer
 from cosched.model import Job
-from cosched.swf import read_swf
+from cosched.traces.swf import read_swf
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces" / "SDSC-SP2-1998-4.2-cln.swf.gz"
 

@@ -28,7 +28,7 @@ from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 from cosched.learn.models import load_model
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import cluster_for, cut, load_workload, run_study
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "lublin_256.swf"
 

@@ -37,7 +37,7 @@ from cosched.daemon.config import from_dict
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec
 from cosched.mesos.backend import MesosBackend
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 from workloads.images import busybox_image
 
 NAME = "cosched-bench"

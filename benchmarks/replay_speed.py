@@ -151,7 +151,7 @@ def _reset_peak_rss() -> bool:
 def _load(workload: str, traces: Path) -> Any:
     """The workload's `Trace`."""
     if workload in ARCHIVE_TRACES:
-        from cosched.swf import read_swf
+        from cosched.traces.swf import read_swf
 
         return read_swf(traces / ARCHIVE_TRACES[workload])
     from workloads.lublin import generate

@@ -27,8 +27,8 @@ from cosched.replay.study import (
     parse_policy_sets,
     run_study,
 )
-from cosched.swf import CLEANINGS
-from cosched.workload_commands import add_real_options, add_workload_commands, experiment_real
+from cosched.traces.swf import CLEANINGS
+from cosched.workflows.commands import add_real_options, add_workload_commands, experiment_real
 
 if TYPE_CHECKING:
     from experts.tree import ExpertSet
@@ -530,7 +530,7 @@ def _payload(results: Sequence[StudyResult], name: str, samples: int) -> dict[st
 
 
 def _table(results: Sequence[StudyResult], samples: int) -> str:
-    from cosched.report import format_table
+    from cosched.reporting.report import format_table
 
     rows = []
     for r in results:
@@ -552,7 +552,7 @@ def _table(results: Sequence[StudyResult], samples: int) -> str:
 def _write_outputs(
     out: Path, results: Sequence[StudyResult], payload: dict[str, object], capacity: int, *, plots: bool
 ) -> None:
-    from cosched.report import plot_run, write_jobs_csv
+    from cosched.reporting.report import plot_run, write_jobs_csv
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(payload, indent=2, default=float) + "\n")

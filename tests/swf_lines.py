@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosched.trace import SWF_FIELDS
+from cosched.traces.trace import SWF_FIELDS
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 """Real Parallel Workloads Archive traces, beside the checkout (absent: tests skip)."""

@@ -22,8 +22,8 @@ from cosched.experiments.asax_long import (
     regret,
     run_long,
 )
-from cosched.interference import runtime_alone, shipped_profiles
 from cosched.model import Job
+from cosched.workflows.interference import runtime_alone, shipped_profiles
 from experts.default import default_experts
 
 STRATEGIES = ["slurm", "asax", "uniform", "mem alone"]

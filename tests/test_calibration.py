@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cosched.calibration import (
+from cosched.daemon.commands import _workflow_body
+from cosched.daemon.specs import WorkflowSpec
+from cosched.experiments.asax_real import _quota_seconds, predict, replay_workflow, scaled_mix
+from cosched.workflows.calibration import (
     MEMORY_PER_CORE_MIB,
     Measured,
     PairMeasurement,
@@ -23,10 +26,14 @@ from cosched.calibration import (
     predicted_pair,
     profiles_toml,
 )
-from cosched.daemon.commands import _workflow_body
-from cosched.daemon.specs import WorkflowSpec
-from cosched.experiments.asax_real import _quota_seconds, predict, replay_workflow, scaled_mix
-from cosched.interference import InterferenceParams, StageProfile, load_params, load_profiles, runtime_alone, speed
+from cosched.workflows.interference import (
+    InterferenceParams,
+    StageProfile,
+    load_params,
+    load_profiles,
+    runtime_alone,
+    speed,
+)
 from workloads.images import DEBIAN_PACKAGES, IMAGE_ENV
 from workloads.real import real_workflow, spec_to_toml, stage_dag
 from workloads.workflows import APPS, MIX_CORES
@@ -195,7 +202,7 @@ def test_predict_without_lending_gives_each_workflow_its_runtime_alone() -> None
 def test_refit_from_saved_measurements_gives_the_same_profiles() -> None:
     from dataclasses import asdict
 
-    from cosched.calibration import refit
+    from cosched.workflows.calibration import refit
 
     measurements = [_measure(StageProfile("a.cpu", True, 0.95, 0.4, 0.05, 100.0, 8, 0.1, 32.0))]
     pairs = [PairMeasurement("a.cpu", "a.cpu", 1.0, 230.0, 231.0)]
@@ -210,7 +217,7 @@ def test_refit_from_saved_measurements_gives_the_same_profiles() -> None:
 def test_recalibrating_some_workflows_keeps_the_others_raw_runs(tmp_path) -> None:
     import json
 
-    from cosched.workload_commands import _merge_measurements
+    from cosched.workflows.commands import _merge_measurements
 
     path = tmp_path / "profiles.measurements.json"
     saved = {"stages": [{"app_class": "blast.split"}, {"app_class": "montage.add"}], "pairs": [{"first": "old"}]}
@@ -224,7 +231,7 @@ def test_recalibrating_some_workflows_keeps_the_others_raw_runs(tmp_path) -> Non
 
 
 def test_every_timed_run_starts_from_the_data_its_first_run_found(tmp_path) -> None:
-    from cosched.calibration import _restore, _snapshot
+    from cosched.workflows.calibration import _restore, _snapshot
 
     data = tmp_path / "statistics"
     (data / "months").mkdir(parents=True)

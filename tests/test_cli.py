@@ -15,8 +15,8 @@ from conftest import missing, real_trace
 from swf_lines import job_line, write_text
 
 from cosched.cli import main
-from cosched.report import CSV_COLUMNS
-from cosched.swf import write_swf
+from cosched.reporting.report import CSV_COLUMNS
+from cosched.traces.swf import write_swf
 from workloads.lublin import generate
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

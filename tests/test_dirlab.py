@@ -11,7 +11,7 @@ from swf_lines import job_line, write_text
 from cosched.errors import TraceError
 from cosched.model import Cluster, Job
 from cosched.replay.driver import PolicySet, replay
-from cosched.swf import read_swf
+from cosched.traces.swf import read_swf
 
 HEADER = ["; MaxNodes: 8", "; MaxProcs: 8"]
 

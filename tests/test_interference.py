@@ -1,4 +1,4 @@
-"""Tests of the replay's interference model and its shipped profiles (cosched/interference.py)."""
+"""Tests of the replay's interference model and its shipped profiles (cosched/workflows/interference.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.errors import ConfigError
-from cosched.interference import (
+from cosched.workflows.interference import (
     InterferenceParams,
     StageProfile,
     alone_totals,

@@ -29,7 +29,7 @@ from cosched.policies.queue import FCFS
 from cosched.policies.registry import create
 from cosched.replay.driver import PolicySet, replay
 from cosched.replay.study import load_workload, parse_policy_sets
-from cosched.trace import Trace
+from cosched.traces.trace import Trace
 
 TRACE = "lublin:1500:64:0.9"
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cosched.errors import ConfigError
-from cosched.metrics import (
+from cosched.model import Job
+from cosched.reporting.metrics import (
     METRIC_FIELDS,
     JobMetrics,
     Summary,
@@ -18,7 +19,6 @@ from cosched.metrics import (
     summarize,
     time_series,
 )
-from cosched.model import Job
 
 
 def finished(jid: int, submit: float, cores: int, runtime: float, start: float, walltime: float = 0) -> Job:

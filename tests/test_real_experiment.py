@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from cosched.calibration import calibrate, profiles_toml
 from cosched.experiments.asax_real import MixEntry, StrategyRun, WorkflowResult, host_cpus, mean_run, predict, run_real
 from cosched.experiments.asax_real_report import agreement, table2, table3
-from cosched.interference import load_params, load_profiles
+from cosched.workflows.calibration import calibrate, profiles_toml
+from cosched.workflows.interference import load_params, load_profiles
 from tests.daemon_support import require_engine, workflow_image
 from workloads.real import stage_dag
 

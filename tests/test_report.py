@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosched.metrics import aggregate, job_metrics, summarize
 from cosched.model import Job
-from cosched.report import (
+from cosched.reporting.metrics import aggregate, job_metrics, summarize
+from cosched.reporting.report import (
     CSV_COLUMNS,
     format_table,
     format_value,

@@ -14,8 +14,8 @@ from cosched.errors import ConfigError, CoschedError, TraceError
 from cosched.model import Allocation
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import cluster_for, cut, load_workload, parse_policy_sets, run_study
-from cosched.swf import write_swf
-from cosched.trace import Trace
+from cosched.traces.swf import write_swf
+from cosched.traces.trace import Trace
 
 
 def simple_trace(n: int, *, first_submit: float = 1000.0) -> Trace:

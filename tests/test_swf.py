@@ -10,11 +10,11 @@ import pytest
 from conftest import real_trace
 from swf_lines import job_line, write_text
 
-import cosched.swf as swf
+import cosched.traces.swf as swf
 from cosched.errors import TraceError
 from cosched.model import Job, JobState
-from cosched.swf import read_swf, write_swf
-from cosched.trace import SWF_FIELDS, SwfHeader, Trace
+from cosched.traces.swf import read_swf, write_swf
+from cosched.traces.trace import SWF_FIELDS, SwfHeader, Trace
 
 # --------------------------------------------------------------------------- header
 

@@ -22,8 +22,8 @@ from cosched.cli import main
 from cosched.errors import TraceError
 from cosched.replay.driver import replay
 from cosched.replay.study import cut
-from cosched.swf import read_swf
-from cosched.trace import Trace
+from cosched.traces.swf import read_swf
+from cosched.traces.trace import Trace
 
 LINES = ["; MaxProcs: 8", *(job_line(i) for i in range(1, 6))]
 

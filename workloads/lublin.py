@@ -81,7 +81,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.trace import SwfHeader, Trace
+from cosched.traces.trace import SwfHeader, Trace
 
 __all__ = [
     "BATCH",

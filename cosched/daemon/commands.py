@@ -17,7 +17,7 @@ from typing import Any
 from cosched.daemon.client import Client
 from cosched.errors import ConfigError
 from cosched.policies.asax import loss_outcome
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 
 FINAL_STATES = ("done", "failed", "cancelled")
 

@@ -19,14 +19,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cosched.interference import StageProfile, runtime_alone, shipped_profiles
 from cosched.model import Cluster, Job
 from cosched.policies.asax import DEFAULT_GUEST_SHARE, ASAx
 from cosched.policies.base import CoschedulePolicy
 from cosched.policies.cosched import SpaceSharing, Static
 from cosched.replay.driver import PolicySet, ReplayResult, replay
 from cosched.replay.rates import StageRates
-from cosched.workflow_runs import WorkflowRun, WorkflowRuns
+from cosched.replay.workflow_runs import WorkflowRun, WorkflowRuns
+from cosched.workflows.interference import StageProfile, runtime_alone, shipped_profiles
 from workloads.workflows import PAPER_MEMORY_PER_CORE, Stage, Workflow, paper_mix
 
 SIZES = (64, 128, 256)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from cosched.core.view import SchedulerView
 from cosched.experiments.asax import Experiment, Run, run_once
-from cosched.interference import StageProfile, shipped_profiles, speed
 from cosched.model import Job
 from cosched.policies.base import CoschedulePolicy, Lending
+from cosched.workflows.interference import StageProfile, shipped_profiles, speed
 
 HOST_LOSSES = (0.02, 0.05, 0.08, 0.1, 0.12, 0.15, 0.2)
 GUEST_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.95)
@@ -96,7 +96,7 @@ def ceiling(points: Sequence[Point], key: str) -> Point | None:
 
 def format_ceiling(experiment: Experiment, sweeps: dict[int, list[Point]]) -> str:
     """Per size: Static and ASAx as measured, and the oracle's best wait and response within 5%."""
-    from cosched.report import format_table
+    from cosched.reporting.report import format_table
 
     rows = []
     for size, points in sorted(sweeps.items()):

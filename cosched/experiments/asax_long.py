@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cosched.experiments.asax import Experiment, Run, run_once
-from cosched.interference import runtime_alone, shipped_profiles
 from cosched.policies.asax import DEFAULT_LEARNER, ASAx, LendingDecision
 from cosched.policies.base import CoschedulePolicy
 from cosched.policies.cosched import SpaceSharing, Static
+from cosched.workflows.interference import runtime_alone, shipped_profiles
 from experts.default import default_experts
 from experts.loss import degradation_loss
 from experts.tree import ExpertSet

@@ -20,7 +20,7 @@ from cosched.experiments.asax_long import (
     regret,
 )
 from cosched.policies.asax import ASAx
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 from experts.features import JobFeatures
 from experts.loss import degradation_loss
 from experts.records import DecisionRecord, write_log

@@ -34,11 +34,11 @@ from typing import Any
 
 from cosched.daemon.client import ApiError, Client
 from cosched.errors import ConfigError
-from cosched.interference import InterferenceParams, StageProfile, runtime_alone
 from cosched.model import Cluster
 from cosched.replay.driver import PolicySet, replay
 from cosched.replay.rates import StageRates
-from cosched.workflow_runs import WorkflowRuns
+from cosched.replay.workflow_runs import WorkflowRuns
+from cosched.workflows.interference import InterferenceParams, StageProfile, runtime_alone
 from workloads.real import make_data_dir, real_workflow, size_params, stage_dag, stage_module, verify
 from workloads.workflows import APPS, MIX_CORES, Stage, Workflow
 

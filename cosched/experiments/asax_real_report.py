@@ -18,7 +18,7 @@ from typing import Any
 from cosched.errors import ConfigError
 from cosched.experiments.asax import PAPER_TABLE2, PAPER_TABLE3
 from cosched.experiments.asax_real import StrategyRun, WorkflowResult
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 from workloads.workflows import APPS
 
 LABELS = {"slurm": "space sharing+EASY", "static": "Static 50%", "asax": "ASAx"}

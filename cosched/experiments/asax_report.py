@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cosched.experiments.asax import APPS, PAPER_TABLE2, PAPER_TABLE3, Experiment, Run
 from cosched.policies.asax import ASAx, loss_outcome
-from cosched.report import format_table
+from cosched.reporting.report import format_table
 from experts.features import JobFeatures
 from experts.loss import degradation_loss
 from experts.records import DecisionRecord, write_log

@@ -25,11 +25,11 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
-from cosched.metrics import summarize
 from cosched.model import Cluster, JobState
 from cosched.policies.learned import DBF, RLBackfill
 from cosched.replay.driver import PolicySet, Replay, replay
-from cosched.trace import Trace
+from cosched.reporting.metrics import summarize
+from cosched.traces.trace import Trace
 
 MAX_RESETS = 1000
 """Windows drawn in a row without a single decision before `reset` gives up."""

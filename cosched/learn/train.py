@@ -28,7 +28,7 @@ from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
 from cosched.learn.network import PolicyNetwork
 from cosched.model import Cluster
-from cosched.trace import Trace
+from cosched.traces.trace import Trace
 
 try:
     import torch

@@ -1,4 +1,4 @@
-"""The replay's rate model for workflow stages: `cosched.interference` behind `RateModel`.
+"""The replay's rate model for workflow stages: `cosched.workflows.interference` behind `RateModel`.
 
 A job whose `stage` has a profile progresses as the interference model says
 for its quota and its neighbour on the same cores; any other job is treated as
@@ -9,9 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cosched.interference import InterferenceParams, StageProfile, shipped_params, shipped_profiles, speed, usage
 from cosched.model import Job
 from cosched.replay.backend import CpuBound
+from cosched.workflows.interference import (
+    InterferenceParams,
+    StageProfile,
+    shipped_params,
+    shipped_profiles,
+    speed,
+    usage,
+)
 
 MIN_SPEED = 1e-6
 """A floor so that a starved job still ends in finite (if absurd) time."""

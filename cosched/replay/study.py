@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.metrics import Summary, aggregate, summarize
 from cosched.model import Allocation, Cluster
 from cosched.replay.driver import PolicySet, ReplayResult, replay
-from cosched.swf import read_swf
-from cosched.trace import Trace
+from cosched.reporting.metrics import Summary, aggregate, summarize
+from cosched.traces.swf import read_swf
+from cosched.traces.trace import Trace
 
 DEFAULT_WORKLOAD = "lublin:10000:256"
 """The embedded default: a Lublin-Feitelson workload of 10,000 jobs on 256 processors."""

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cosched.metrics import JobMetrics, Summary, as_metrics, time_series
 from cosched.model import Job
+from cosched.reporting.metrics import JobMetrics, Summary, as_metrics, time_series
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -2,7 +2,7 @@
 
 Why measure this way
 --------------------
-The replay's model (`cosched.interference`) has, per application class, a CPU
+The replay's model (`cosched.workflows.interference`) has, per application class, a CPU
 share, a memory share, an I/O share, an amount of work and a serial fraction,
 and two contention strengths for co-located pairs. Each is fitted from runs
 chosen so that it alone explains a difference:
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from cosched.errors import ConfigError
-from cosched.interference import (
+from cosched.workflows.interference import (
     MAX_THROTTLE_PENALTY,
     InterferenceParams,
     StageProfile,
@@ -155,7 +155,7 @@ def _fit_throttling(
             # (a cold first run, page cache to reclaim) read as a stage bound wholly on I/O, and the
             # contention term made it crawl next to any neighbour.
             io = _clamp((ratio - 1 / rate) / (1 - 1 / rate), 0.0, 1.0 - base.cpu)
-        else:  # t = 1 + (1 + p) (1/r - 1): slower than the quota cut, see `cosched.interference`
+        else:  # t = 1 + (1 + p) (1/r - 1): slower than the quota cut, see `cosched.workflows.interference`
             penalty = _clamp((ratio - 1) / (1 / rate - 1) - 1, 0.0, MAX_THROTTLE_PENALTY)
     fitted = replace(base, io=io, throttle_penalty=penalty, throttle_sharpness=k)
     error = 0.0
@@ -219,7 +219,7 @@ def fit_interference(
 
 
 def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams, header: Sequence[str]) -> str:
-    """The profiles file `cosched.interference.load_profiles` reads, with a comment header."""
+    """The profiles file `cosched.workflows.interference.load_profiles` reads, with a comment header."""
     lines = [f"# {line}" if line else "#" for line in header]
     lines += ["", "[interference]"]
     lines += [f"{key} = {value!r}" for key, value in asdict(params).items()]

@@ -110,7 +110,7 @@ class Trace:
     """A cleaned workload: one NumPy array per SWF field, sorted by submit time.
 
     `procs` is the processor count cosched schedules (see the cleaning rules in
-    `cosched.swf`), `req_time` is always >= `runtime` after cleaning.
+    `cosched.traces.swf`), `req_time` is always >= `runtime` after cleaning.
     """
 
     name: str

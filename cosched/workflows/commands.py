@@ -16,6 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import workloads
 from cosched.errors import ConfigError
 from workloads.workflows import APPS
 
@@ -121,13 +122,13 @@ def _engine() -> Any:
 def _calibrate(args: argparse.Namespace) -> int:
     from datetime import date
 
-    from cosched.calibration import calibrate, machine_description, profiles_toml
     from cosched.experiments.asax_real import host_cpus
+    from cosched.workflows.calibration import calibrate, machine_description, profiles_toml
     from workloads.images import workflow_image
 
     cpus = host_cpus()
     if args.refit is not None:
-        from cosched.calibration import refit
+        from cosched.workflows.calibration import refit
 
         try:
             document = json.loads(args.refit.read_text())
@@ -154,7 +155,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         f"Image {image}; {len(result.stages)} stages, {len(result.pairs)} pairs, {result.seconds:.0f} s of runs.",
         "Each stage ran alone on all CPUs, on one CPU (parallel stages), under half its measured CPU",
         "demand, and at half its allocation beside a CPU-bound neighbour; pairs ran together on all",
-        "CPUs at half quota each. See cosched/calibration.py; raw runs in profiles-host.measurements.json.",
+        "CPUs at half quota each. See cosched/workflows/calibration.py; raw runs in profiles-host.measurements.json.",
         "The [interference] betas come from the pairs (least squares on log runtimes).",
     ]
     profiles, params = result.profiles, result.params
@@ -165,7 +166,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     measurements = args.out.with_suffix(".measurements.json")
     if set(args.apps) != set(APPS) and args.out.exists():
         # Recalibrating some workflows: the others' profiles (and, without pairs, the betas) stay.
-        from cosched.interference import load_params, load_profiles
+        from cosched.workflows.interference import load_params, load_profiles
 
         kept = {name: p for name, p in load_profiles(args.out).items() if name.split(".")[0] not in args.apps}
         profiles = {**kept, **profiles}
@@ -195,9 +196,9 @@ def experiment_real(args: argparse.Namespace) -> int:
     """`cosched experiment asax --real`: the mix on this host under each strategy, replay beside it."""
     from cosched.experiments import asax_real_report as report
     from cosched.experiments.asax_real import host_cpus, predict, scaled_mix
-    from cosched.interference import load_params, load_profiles
+    from cosched.workflows.interference import load_params, load_profiles
 
-    profiles_path = args.profiles or Path(__file__).resolve().parents[1] / "workloads" / "profiles-host.toml"
+    profiles_path = args.profiles or Path(workloads.__file__).parent / "profiles-host.toml"
     profiles, params = load_profiles(profiles_path), load_params(profiles_path)
     if args.measured is not None:
         real, settings = report.read_measured(args.measured, len(host_cpus()))

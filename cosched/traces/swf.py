@@ -31,7 +31,7 @@ import numpy as np
 
 from cosched.errors import TraceError
 from cosched.model import Job, JobState
-from cosched.trace import SWF_FIELDS, LoadReport, SwfHeader, Trace
+from cosched.traces.trace import SWF_FIELDS, LoadReport, SwfHeader, Trace
 
 __all__ = ["FLOAT_FIELDS", "parse_header", "read_swf", "write_swf"]
 
