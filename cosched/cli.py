@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
+from cosched.learn import REWARDS
 from cosched.policies.registry import create
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
@@ -144,6 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("shortest", "none"),
         default="shortest",
         help="fit the actor to shortest-request-first before PPO (default), or start PPO from a random actor",
+    )
+    tr.add_argument(
+        "--time-features",
+        choices=("linear", "log"),
+        default="linear",
+        help="requested and remaining times as features: divided by the trace's longest request, or on a log scale",
+    )
+    tr.add_argument(
+        "--reward",
+        choices=sorted({reward for rewards in REWARDS.values() for reward in rewards}),
+        default="paper",
+        help="the paper's reward; rlbf: trace (the bsld gain over EASY relative to the trace's mean EASY bsld, "
+        "not the window's); dbf: bsld (the bounded slowdown queued jobs accrue)",
     )
     tr.add_argument(
         "--ppo",
@@ -290,6 +304,8 @@ def _train(args: argparse.Namespace) -> int:
         max_minutes=args.max_minutes,
         ppo=dict(args.ppo),
         warm_start=args.warm_start,
+        log_time=args.time_features == "log",
+        reward=args.reward,
     )
     path = train(settings, trace, cluster, args.out, resume=args.resume)
     record = json.loads((args.out / "record.json").read_text())

@@ -18,10 +18,10 @@ from conftest import require_module
 
 from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError
-from cosched.learn.features import dbf_window
+from cosched.learn.features import dbf_window, scaled_time
 from cosched.learn.models import load_model, model_path, shipped
 from cosched.learn.network import PolicyNetwork
-from cosched.model import Cluster, Job
+from cosched.model import Cluster, Job, JobState
 from cosched.policies.backfill import EASY
 from cosched.policies.base import BackfillPlan, BackfillPolicy, QueuePolicy
 from cosched.policies.learned import DBF, RLBackfill
@@ -172,6 +172,31 @@ def test_numpy_forward_pass_equals_what_torch_computed_at_export(kind: str, name
     assert path.with_suffix(".json").is_file()  # its training record
 
 
+@pytest.mark.parametrize(("kind", "name"), [(k, n) for k in ("rlbf", "dbf") for n in shipped(k)])
+def test_logits_do_not_depend_on_how_many_observations_go_together(kind: str, name: str) -> None:
+    """Through BLAS, a batch and a single row are summed in different orders (and a threaded BLAS
+    sums in an order that depends on the machine's load), which flips near-ties and with them whole
+    replays. The forward pass gives the same bits either way."""
+    path = model_path(kind, name)
+    network, check = PolicyNetwork.load(path), PolicyNetwork.check_batch(path)
+    together = network.logits(check["obs"])
+    alone = np.stack([network.logits(observation) for observation in check["obs"]])
+    assert np.array_equal(together, alone)
+
+
+def test_time_features_on_a_log_scale() -> None:
+    seconds = np.array([0.0, 60.0, 3600.0, 8_640_000.0])
+    linear, log = scaled_time(seconds, 8_640_000.0, False), scaled_time(seconds, 8_640_000.0, True)
+    assert linear[2] < 0.001 and log[2] > 0.5  # an hour, against HPC2N's longest request of 100 days
+    assert linear[3] == log[3] == 1.0 and linear[0] == log[0] == 0.0
+    assert np.all(np.diff(log) > 0)
+    # A model says which scale it was trained on, and its plugin observes on that scale.
+    for name in shipped("rlbf"):
+        config = load_model("rlbf", name).config
+        assert RLBackfill(name).log_time is bool(config.get("log_time", False))
+    assert RLBackfill("hpc2n").log_time and not RLBackfill("sdsc-sp2").log_time
+
+
 # -- replays with the learned plugins ---------------------------------------------------------
 
 
@@ -309,17 +334,21 @@ def test_what_an_agent_is_handed_holds_no_runtime() -> None:
 
 def test_an_environment_episode_decides_as_the_plugin_replays() -> None:
     """The agent's episode in an environment and the plugin's replay of the same window, with the
-    same network, start every job at the same time: one loop, one set of decision points."""
+    same network, start every job at the same time: one loop, one set of decision points (for a
+    model on the linear time scale and one on the log scale)."""
     require_module("gymnasium")
     from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 
     trace = workload(1500, 64)
-    rlbf, dbf = load_model("rlbf", "lublin-1"), load_model("dbf", None)
-    scale = float(rlbf.config["time_scale"])
-    env = BackfillEnv(trace, Cluster(64), length=300, window=int(rlbf.config["window"]), time_scale=scale)
-    _episode(env, 3, rlbf.act)
-    plugin = replay(env.episode.jobs(), Cluster(64), PolicySet("fcfs", "rlbf:lublin-1"))
-    assert starts(env._run.result()) == starts(plugin)
+    for name in ("lublin-1", "hpc2n"):
+        rlbf = load_model("rlbf", name)
+        scale, log_time = float(rlbf.config["time_scale"]), bool(rlbf.config.get("log_time", False))
+        window = int(rlbf.config["window"])
+        env = BackfillEnv(trace, Cluster(64), length=300, window=window, time_scale=scale, log_time=log_time)
+        _episode(env, 3, rlbf.act)
+        plugin = replay(env.episode.jobs(), Cluster(64), PolicySet("fcfs", f"rlbf:{name}"))
+        assert starts(env._run.result()) == starts(plugin)
+    dbf = load_model("dbf", None)
 
     head, tail = int(dbf.config["head"]), int(dbf.config["tail"])
     env = JobSelectionEnv(
@@ -329,3 +358,44 @@ def test_an_environment_episode_decides_as_the_plugin_replays() -> None:
     started = {job.id: job.start for job in env._run.pending if job.start >= 0}
     plugin = starts(replay(env.episode.jobs(), Cluster(64), PolicySet("dbf", "none")))
     assert len(started) >= 150 and started == {i: plugin[i] for i in started}
+
+
+def test_dbf_bsld_reward_sums_to_the_slowdown_the_jobs_accrued() -> None:
+    """With `reward="bsld"` an episode's return is minus the sum, over every job that arrived, of
+    its wait so far over max(runtime, 10 s) (in `BSLD_SCALE` units): the bounded slowdown the
+    heuristics are compared on, paid as it accrues."""
+    require_module("gymnasium")
+    from cosched.learn.envs import BSLD_SCALE, JobSelectionEnv
+
+    env = JobSelectionEnv(workload(1500, 64), Cluster(64), head=6, tail=2, length=100, reward="bsld")
+    _, rewards, _ = _episode(env, 4, _last_allowed)
+    now = env._accrued_at
+    columns = env.episode.columns
+    runtime = dict(zip(columns["job_id"].tolist(), columns["runtime"].tolist(), strict=True))
+    waited = 0.0
+    for job in env._run.pending:
+        if job.submit <= now:
+            end = job.start if job.state is not JobState.PENDING and job.start <= now else now
+            waited += (end - job.submit) / max(runtime[job.id], 10.0)
+    assert waited > 0 and all(r <= 0 for r in rewards)
+    assert -sum(rewards) * BSLD_SCALE == pytest.approx(waited, rel=1e-9)
+    with pytest.raises(ConfigError, match="unknown dbf reward"):
+        JobSelectionEnv(workload(1500, 64), Cluster(64), reward="trace")
+
+
+def test_rlbf_trace_reward_is_the_gain_over_easy_against_the_traces_mean() -> None:
+    """`reward="trace"` divides a window's bsld gain over EASY by the mean EASY bsld of seeded
+    windows of the trace (the same for every episode), where the paper's divides by the window's."""
+    require_module("gymnasium")
+    from cosched.learn.envs import BackfillEnv
+
+    trace = workload(1500, 64)
+    paper = BackfillEnv(trace, Cluster(64), length=200, window=32)
+    scaled = BackfillEnv(trace, Cluster(64), length=200, window=32, reward="trace")
+    assert paper._scale is None and scaled._scale > 1.0
+    assert BackfillEnv(trace, Cluster(64), length=200, window=32, reward="trace")._scale == scaled._scale
+    for env in (paper, scaled):
+        _, rewards, info = _episode(env, 7, _last_allowed)
+        scale = info["baseline_bsld"] if env is paper else scaled._scale
+        assert rewards[-1] == pytest.approx((info["baseline_bsld"] - info["bsld"]) / scale)
+        assert rewards[-1] != 0.0

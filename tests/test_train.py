@@ -31,8 +31,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     require_module("sb3_contrib")
     runs = {}
     for policy, extra in (
-        ("rlbf", ["--length", "150", "--window", "32"]),
-        ("dbf", ["--head", "6", "--tail", "2", "--length", "100"]),
+        ("rlbf", ["--length", "150", "--window", "32", "--time-features", "log", "--reward", "trace"]),
+        ("dbf", ["--head", "6", "--tail", "2", "--length", "100", "--time-features", "log", "--reward", "bsld"]),
     ):
         out = tmp_path_factory.mktemp(policy)
         run = _train(out, policy, "--epochs", "1", *extra)
@@ -48,6 +48,9 @@ def test_training_writes_its_files_and_a_model_the_plugin_runs(trained: dict[str
         record = json.loads((out / "record.json").read_text())
         assert record["epochs"] == 1 and record["decisions"] == 128 and record["wall_seconds"] > 0
         assert record["settings"]["trace"] == TRACE and record["machine"]["torch"]
+        settings = record["settings"]
+        assert settings["log_time"] and settings["reward"] == {"rlbf": "trace", "dbf": "bsld"}[policy]
+        assert PolicyNetwork.load(out / "model.npz").config["log_time"] is True  # the plugin observes as trained
         spec = ("fcfs", f"rlbf:{out / 'model.npz'}") if policy == "rlbf" else (f"dbf:{out / 'model.npz'}", "none")
         jobs = load_workload(TRACE, seed=2).slice(0, 300).jobs()
         result = replay(jobs, Cluster(64), PolicySet(*spec), validate=True)
@@ -75,11 +78,11 @@ def test_numpy_network_acts_as_the_torch_policy(trained: dict[str, Path]) -> Non
     for policy, out in trained.items():
         network = PolicyNetwork.load(out / "model.npz")
         agent = MaskablePPO.load(out / "checkpoint.zip", device="cpu")
-        scale = float(network.config["time_scale"])
+        scale, log = float(network.config["time_scale"]), bool(network.config["log_time"])
         if policy == "rlbf":
-            env = BackfillEnv(trace, Cluster(64), length=150, window=32, time_scale=scale)
+            env = BackfillEnv(trace, Cluster(64), length=150, window=32, time_scale=scale, log_time=log)
         else:
-            env = JobSelectionEnv(trace, Cluster(64), head=6, tail=2, length=100, time_scale=scale)
+            env = JobSelectionEnv(trace, Cluster(64), head=6, tail=2, length=100, time_scale=scale, log_time=log)
         obs, _ = env.reset(seed=4)
         for _ in range(40):
             mask = env.action_masks()

@@ -24,8 +24,9 @@ import gymnasium as gym
 import numpy as np
 
 from cosched.errors import ConfigError
+from cosched.learn import REWARDS
 from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
-from cosched.model import Cluster, JobState
+from cosched.model import Cluster, Job, JobState
 from cosched.policies.learned import DBF, RLBackfill
 from cosched.replay.driver import PolicySet, Replay, replay
 from cosched.reporting.metrics import summarize
@@ -33,6 +34,10 @@ from cosched.traces.trace import Trace
 
 MAX_RESETS = 1000
 """Windows drawn in a row without a single decision before `reset` gives up."""
+TRACE_BASELINE_WINDOWS = 64
+TRACE_BASELINE_SEED = 12345
+BSLD_SCALE = 100.0
+"""DBF's `bsld` reward: accrued slowdown in units of 100 (a step's cost is then mostly below 1)."""
 
 
 def time_scale_of(trace: Trace) -> float:
@@ -141,15 +146,39 @@ class BackfillEnv(_ReplayEnv):
         length: int = 256,
         window: int = 128,
         time_scale: float | None = None,
+        log_time: bool = False,
+        reward: str = "paper",
     ) -> None:
         super().__init__(trace, cluster, length)
+        if reward not in REWARDS["rlbf"]:
+            raise ConfigError(f"unknown rlbf reward {reward!r}; known: {', '.join(REWARDS['rlbf'])}")
+        self.reward = reward
         self.queue = queue
         self.window = window
         self.time_scale = time_scale or time_scale_of(trace)
+        self.log_time = log_time
         self.observation_space = gym.spaces.Box(0.0, 1.0, (window * RLBF_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(window)
-        self.policy = RLBackfill(decide=self._decide, window=window, time_scale=self.time_scale)
+        self.policy = RLBackfill(decide=self._decide, window=window, time_scale=self.time_scale, log_time=log_time)
         self._baseline = 1.0
+        self._scale = self._trace_baseline() if reward == "trace" else None
+
+    def _trace_baseline(self, windows: int = TRACE_BASELINE_WINDOWS) -> float:
+        """The mean bsld of `queue` + EASY over seeded windows of the trace: the `trace` reward's
+        scale, so a window weighs in with the bsld it gains, as in the mean the policies are
+        compared on, instead of the fraction (which weighs a light window's 1.1 against 1.0 as
+        much as a heavy one's 330 against 300)."""
+        rng = np.random.default_rng(TRACE_BASELINE_SEED)
+        starts = rng.integers(0, len(self.trace) - self.length + 1, size=windows)
+        easy = PolicySet(self.queue, "easy")
+        values = [
+            summarize(
+                replay(self.trace.slice(int(s), self.length).jobs(), self.cluster, easy, keep_slots=False).jobs,
+                self.cluster.cores,
+            )
+            for s in starts
+        ]
+        return float(np.mean([v.mean_bsld for v in values]))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
@@ -169,7 +198,7 @@ class BackfillEnv(_ReplayEnv):
             return self._observation(), 0.0, False, False, {}
         assert self._run is not None
         bsld = summarize(self._run.result().jobs, self.cluster.cores).mean_bsld
-        reward = (self._baseline - bsld) / self._baseline
+        reward = (self._baseline - bsld) / (self._scale or self._baseline)
         return self._observation(), float(reward), True, False, {"bsld": bsld, "baseline_bsld": self._baseline}
 
 
@@ -178,11 +207,16 @@ class JobSelectionEnv(_ReplayEnv):
 
     Observation: the cluster summary and `head + tail` job rows (`features.dbf_observation`).
     Actions: a window slot (masked unless it holds a job that fits) or forward, the last.
-    Reward (schedule cycling): 0 for a start; every cycle that ends with jobs waiting (the
-    agent forwards, or nothing in its window fits) costs
+    Reward `paper` (schedule cycling): 0 for a start; every cycle that ends with jobs waiting
+    (the agent forwards, or nothing in its window fits) costs
     w1 (1 - utilization) + w2 L / Lmax + w3 W / Wmax, with L the queue length, W its total
-    wait and the maxima over the episode so far. An episode ends after `length` starts
-    (the paper: 1,000), truncated, so the queue never drains for the want of arrivals.
+    wait and the maxima over the episode so far. Reward `bsld`: each step costs the bounded
+    slowdown the queued jobs accrued since the last one, sum of waited / max(runtime, 10 s)
+    over `BSLD_SCALE`, so an episode's return is its jobs' summed bsld excess, the metric
+    the heuristics are compared on (the paper's reward is not, docs/learned-policies.md);
+    the environment reads runtimes from the trace, never the agent. An episode ends after
+    `length` starts (the paper: 1,000), truncated, so the queue never drains for the want
+    of arrivals.
     """
 
     def __init__(
@@ -195,17 +229,26 @@ class JobSelectionEnv(_ReplayEnv):
         length: int = 256,
         time_scale: float | None = None,
         weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
+        log_time: bool = False,
+        reward: str = "paper",
     ) -> None:
         super().__init__(trace, cluster, length)
         if 2 * length > len(trace):
             raise ConfigError(f"a DBF episode replays 2 x {length} jobs; the trace has {len(trace)}")
+        if reward not in REWARDS["dbf"]:
+            raise ConfigError(f"unknown dbf reward {reward!r}; known: {', '.join(REWARDS['dbf'])}")
         self.head, self.tail = head, tail
         self.size = head + tail
         self.time_scale = time_scale or time_scale_of(trace)
         self.weights = weights
+        self.log_time = log_time
+        self.reward = reward
+        self._runtime: dict[int, float] = {}
+        self._queued: dict[int, Job] = {}
+        self._accrued_at = 0.0
         self.observation_space = gym.spaces.Box(0.0, 1.0, (CLUSTER_QUANTILES + self.size * DBF_FEATURES,), np.float32)
         self.action_space = gym.spaces.Discrete(self.size + 1)
-        self.policy = DBF(decide=self._decide, head=head, tail=tail, time_scale=self.time_scale)
+        self.policy = DBF(decide=self._decide, head=head, tail=tail, time_scale=self.time_scale, log_time=log_time)
         self._penalty = 0.0
         self._started = 0
         self._max_queue = self._max_wait = 0.0
@@ -215,8 +258,14 @@ class JobSelectionEnv(_ReplayEnv):
         for _ in range(MAX_RESETS):
             self._penalty, self._started = 0.0, 0
             self._max_queue = self._max_wait = 0.0
-            if self._start(PolicySet(self.policy, "none"), self._window(2 * self.length)):
+            window = self._window(2 * self.length)
+            if self._start(PolicySet(self.policy, "none"), window):
                 self._penalty = 0.0  # cycles before the first decision are no action's doing
+                if self.reward == "bsld":
+                    columns = window.columns
+                    self._runtime = dict(zip(columns["job_id"].tolist(), columns["runtime"].tolist(), strict=True))
+                    self._queued, self._accrued_at = {}, self._now
+                    self._accrue_bsld(self._now)
                 return self._observation(), {}
         raise ConfigError(f"no scheduling decision in {MAX_RESETS} windows: train on another trace")
 
@@ -237,26 +286,49 @@ class JobSelectionEnv(_ReplayEnv):
             + (w3 * wait / self._max_wait if self._max_wait else 0.0)
         )
 
+    def _accrue_bsld(self, now: float) -> float:
+        """The bounded slowdown queued jobs accrued since the last call, and a new account.
+
+        Between two decisions the queue only grows (DBF starts jobs only when asked): a job
+        queued then and now accrued the whole interval, one queued then and started since
+        until its start, one that arrived since from its submission."""
+        assert self._run is not None
+        since, runtime = self._accrued_at, self._runtime
+        queued = {job.id: job for job in self._run.core.queue}
+        accrued = 0.0
+        for job_id, job in self._queued.items():
+            end = now if job_id in queued else job.start
+            accrued += (end - max(since, job.submit)) / max(runtime[job_id], 10.0)
+        for job_id, job in queued.items():
+            if job_id not in self._queued:
+                accrued += (now - job.submit) / max(runtime[job_id], 10.0)
+        self._queued, self._accrued_at = queued, now
+        return accrued / BSLD_SCALE
+
     def _pause(self, now: float) -> bool:
         if self._pending is not None:
             return True
-        if self._run is not None and self._run.core.queue:
+        if self.reward == "paper" and self._run is not None and self._run.core.queue:
             self._penalty += self._cost(now)  # a cycle in which nothing in the window fit
         return False
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         action = int(action)
         assert self._pending is not None
+        paper = self.reward == "paper"
         if action >= self.size or not self._pending[1][action]:  # forward, or an invalid pick: forwarded
-            self._penalty += self._cost(self._now)
+            if paper:
+                self._penalty += self._cost(self._now)
             self._answer_now(action)
         else:
             self._answer_now(action)
             self._started += 1
-            if self._pending is None and self._run is not None and self._run.core.queue:
+            if paper and self._pending is None and self._run is not None and self._run.core.queue:
                 self._penalty += self._cost(self._now)  # the cycle ends: nothing else fits
         truncated = self._started >= self.length
         alive = not truncated and (self._pending is not None or self._advance())
+        if not paper and self._run is not None:
+            self._penalty = self._accrue_bsld(self._now)
         reward, self._penalty = -self._penalty, 0.0
         if alive:
             return self._observation(), reward, False, False, {}

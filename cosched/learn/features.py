@@ -39,6 +39,17 @@ DBF_FEATURES = 4
 CLUSTER_QUANTILES = 32
 
 
+def scaled_time(seconds: np.ndarray, time_scale: float, log_time: bool) -> np.ndarray:
+    """Times (requested, remaining) as features: `seconds / time_scale` (the papers'), or with
+    `log_time` `log(1 + seconds) / log(1 + time_scale)`. Requests span seconds to days and a
+    trace's longest one can be 100 days (HPC2N): divided by it, almost every job reads as 0.00x
+    and a small network barely tells a 10-minute job from a 10-hour one; on a log scale they
+    are evenly spread (docs/learned-policies.md measures both)."""
+    if log_time:
+        return np.log1p(np.maximum(seconds, 0.0)) / math.log1p(time_scale)
+    return seconds / time_scale
+
+
 def rlbf_candidates(view: SchedulerView, head: int) -> list[Job]:
     """The queued jobs behind the blocked head that fit in the free capacity now, in
     submission order (the paper sorts its observation by submit time)."""
@@ -50,7 +61,7 @@ def rlbf_candidates(view: SchedulerView, head: int) -> list[Job]:
 
 
 def rlbf_observation(
-    jobs: Sequence[Job], view: SchedulerView, shadow: float, window: int, time_scale: float
+    jobs: Sequence[Job], view: SchedulerView, shadow: float, window: int, time_scale: float, log_time: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(observation of `window` rows of `RLBF_FEATURES`, flattened; mask of the rows that hold a job)."""
     rows = np.tile(RLBF_PAD, (window, 1))
@@ -66,7 +77,7 @@ def rlbf_observation(
         block = np.stack(
             (
                 (now - submit) / MAX_WAIT,
-                walltime / time_scale,
+                scaled_time(walltime, time_scale, log_time),
                 need / capacity,
                 walltime / gap,
                 need / free,
@@ -88,7 +99,7 @@ def dbf_window(queue: Sequence[Job], head: int, tail: int) -> list[Job]:
 
 
 def dbf_observation(
-    window_jobs: Sequence[Job], view: SchedulerView, size: int, time_scale: float
+    window_jobs: Sequence[Job], view: SchedulerView, size: int, time_scale: float, log_time: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(cluster summary then `size` job rows, flattened; mask over the `size` slots and forward).
 
@@ -111,7 +122,7 @@ def dbf_observation(
         which = np.searchsorted(edges, positions, side="right")
         busy = which < len(running)
         values = np.zeros(CLUSTER_QUANTILES)
-        values[busy] = remaining[which[busy]] / time_scale
+        values[busy] = scaled_time(remaining[which[busy]], time_scale, log_time)
         values[positions < free] = 0.0
         cluster[:] = np.clip(values, 0.0, CAP)
     rows = np.zeros((size, DBF_FEATURES), dtype=np.float32)
@@ -123,7 +134,7 @@ def dbf_observation(
         walltime = np.fromiter((job.walltime for job in shown), np.float64, n)
         submit = np.fromiter((job.submit for job in shown), np.float64, n)
         rows[:n, 0] = np.clip(need / capacity, 0.0, CAP)
-        rows[:n, 1] = np.clip(walltime / time_scale, 0.0, CAP)
+        rows[:n, 1] = np.clip(scaled_time(walltime, time_scale, log_time), 0.0, CAP)
         rows[:n, 2] = np.clip((now - submit) / MAX_WAIT, 0.0, CAP)
         rows[:n, 3] = 1.0
         mask[:n] = need <= free

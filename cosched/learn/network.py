@@ -37,13 +37,16 @@ class PolicyNetwork:
         return str(self.config["kind"])
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
-        """Unmasked logits for one observation (or a batch, leading axis)."""
+        """Unmasked logits for one observation (or a batch, leading axis), the same bits on
+        any machine at any load (`tests/test_learned.py`)."""
         x = np.asarray(obs, dtype=np.float32)
         if self.kind == "rlbf":
             x = x.reshape(*x.shape[:-1], -1, int(self.config["features"]))
         last = len(self.weights) - 1
         for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            x = x @ w.T + b
+            # einsum's own loops, not BLAS: a multi-threaded BLAS sums in an order that depends on
+            # the machine's load, and one flipped near-tie changes a whole replay's schedule.
+            x = np.einsum("...i,oi->...o", x, w) + b
             if k < last:
                 x = np.maximum(x, 0.0) if self.config.get("activation", "relu") == "relu" else np.tanh(x)
         return x[..., 0] if self.kind == "rlbf" else x

@@ -73,6 +73,10 @@ class TrainSettings:
     warm_start: str = "shortest"
     """`shortest`: before PPO, fit the actor to pick the job with the shortest requested time
     (`warm_start`); `none`: PPO from a random actor, as the papers."""
+    log_time: bool = False
+    """Times as features on a log scale (`features.scaled_time`); False: divided by the scale."""
+    reward: str = "paper"
+    """What the environment rewards (`cosched.learn.REWARDS`), the paper's by default."""
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -137,9 +141,25 @@ class KernelPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
 
 def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> BackfillEnv | JobSelectionEnv:
     if settings.kind == "rlbf":
-        return BackfillEnv(trace, cluster, queue=settings.queue, length=settings.length, window=settings.window)
+        return BackfillEnv(
+            trace,
+            cluster,
+            queue=settings.queue,
+            length=settings.length,
+            window=settings.window,
+            log_time=settings.log_time,
+            reward=settings.reward,
+        )
     if settings.kind == "dbf":
-        return JobSelectionEnv(trace, cluster, head=settings.head, tail=settings.tail, length=settings.length)
+        return JobSelectionEnv(
+            trace,
+            cluster,
+            head=settings.head,
+            tail=settings.tail,
+            length=settings.length,
+            log_time=settings.log_time,
+            reward=settings.reward,
+        )
     raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf")
 
 
@@ -383,7 +403,7 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
         layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
         layers.append(policy.action_net)
         config = {"kind": "dbf", "head": settings.head, "tail": settings.tail, "time_scale": env.time_scale}
-    config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue)
+    config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
     network = PolicyNetwork(
         config,
         tuple(layer.weight.detach().cpu().numpy() for layer in layers),

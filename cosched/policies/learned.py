@@ -46,16 +46,19 @@ class RLBackfill(BackfillPolicy):
         decide: Decide | None = None,
         window: int = 128,
         time_scale: float = 12 * 3600.0,
+        log_time: bool = False,
     ) -> None:
         if decide is None:
             network = load_model("rlbf", model)
             decide = network.act
             window, time_scale = int(network.config["window"]), float(network.config["time_scale"])
+            log_time = bool(network.config.get("log_time", False))
         if window < 2 or time_scale <= 0:
             raise ConfigError(f"rlbf needs a window >= 2 and a positive time scale, got {window}, {time_scale}")
         self.decide = decide
         self.window = window
         self.time_scale = time_scale
+        self.log_time = log_time
         self._easy = EASY()
 
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
@@ -64,7 +67,7 @@ class RLBackfill(BackfillPolicy):
             return self._easy.plan(view, head) if jobs else NO_BACKFILL
         blocked = view.queue[head]
         shadow, _ = shadow_time(view, blocked.need)
-        observation, mask = rlbf_observation(jobs, view, shadow, self.window, self.time_scale)
+        observation, mask = rlbf_observation(jobs, view, shadow, self.window, self.time_scale, self.log_time)
         choice = self.decide(observation, mask)
         if choice is None or not mask[choice]:
             return NO_BACKFILL
@@ -96,18 +99,21 @@ class DBF(QueuePolicy):
         head: int = 10,
         tail: int = 0,
         time_scale: float = 12 * 3600.0,
+        log_time: bool = False,
     ) -> None:
         if decide is None:
             network = load_model("dbf", model)
             decide = network.act
             head, tail = int(network.config["head"]), int(network.config["tail"])
             time_scale = float(network.config["time_scale"])
+            log_time = bool(network.config.get("log_time", False))
         if head < 0 or tail < 0 or head + tail < 1 or time_scale <= 0:
             raise ConfigError(f"dbf needs a window of head + tail >= 1 jobs, got {head} + {tail}")
         self.decide = decide
         self.head = head
         self.tail = tail
         self.time_scale = time_scale
+        self.log_time = log_time
 
     def score(self, job: Job, now: float) -> float:
         return job.submit
@@ -117,7 +123,7 @@ class DBF(QueuePolicy):
         if not queue:
             return ()
         jobs = dbf_window(queue, self.head, self.tail)
-        observation, mask = dbf_observation(jobs, view, self.head + self.tail, self.time_scale)
+        observation, mask = dbf_observation(jobs, view, self.head + self.tail, self.time_scale, self.log_time)
         if not mask[:-1].any():
             return ()  # nothing in the window fits: forwarding is the only action
         choice = self.decide(observation, mask)
