@@ -128,7 +128,7 @@ class Scheduler:
         if sharing and actions:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
-        busy = self.queue and (self.pool.free_units or self._cosched_active)
+        busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         reservations = self._schedule(now, actions) if busy else _NONE
         return Decision(actions, reservations)
 
@@ -176,6 +176,7 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
+        self.backfill.ended(job, job.host >= 0 or job.id in self.guests)
         if job.host >= 0:
             self._guest_ended(job, actions)
         else:
@@ -281,7 +282,7 @@ class Scheduler:
                 break
             self._launch(job, slots, now, actions)
             head += 1
-        plan = self.backfill.plan(view, head) if head < n and pool.free_units else None
+        plan = self.backfill.plan(view, head) if head < n and (pool.free_units or self.backfill.serves_head) else None
         self._dequeue_prefix(order, head)
         reservations = _NONE
         if plan is not None:

@@ -60,7 +60,9 @@ class BackfillPolicy(ABC):
     A policy that keeps reservations for jobs behind the head (conservative)
     sets `serves_head`: the core then starts nothing on its own and asks the
     policy with `head = 0`, since even an in-order start could take capacity
-    reserved for another job.
+    reserved for another job, and asks at every pass, even while nothing is
+    free, so a job gets its reservation when it arrives. Other policies are
+    asked only while something is free: with nothing free they start nothing.
     """
 
     name: ClassVar[str] = ""
@@ -77,6 +79,11 @@ class BackfillPolicy(ABC):
 
     def forget(self, job: Job) -> None:  # noqa: B027 - optional hook, most policies keep no state
         """A job left the queue (started, cancelled, rejected): drop any state on it."""
+
+    def ended(self, job: Job, shared: bool) -> None:  # noqa: B027 - optional hook, as `forget`
+        """A running job ended (`end` set), maybe before its `expected_end`. `shared`: it ran
+        as a co-scheduled guest or hosted one, so what its end frees is not simply its units
+        (`cosched.core.frees`). A policy that keeps a plan learns here what came free early."""
 
     @property
     def reservations(self) -> Mapping[int, float]:
