@@ -2,29 +2,34 @@
 
 Every waiting job holds a reservation in a free-capacity profile built from the
 running jobs' expected ends. A job gets its reservation when it arrives, even
-while the cluster is full, at the earliest start that leaves every earlier
+while the cluster is full, at the earliest start that leaves every other
 reservation where it is; it starts when its reservation is now, so no start can
 land on anyone's reserved capacity.
 
 When capacity comes free before the plan expected it (a job ended early, a
-waiting job left the queue), the plan is compressed as Slurm's backfill re-plans:
-waiting jobs in priority (queue policy) order, each moved to its earliest start
-given the running jobs and everyone else's reservations. Priority order decides
-who gets the capacity that came free: by start time instead, small jobs reserved
-in holes before a big one would take the cores it was waiting for.
+waiting job left the queue), the plan is compressed in priority (queue policy)
+order, as Slurm's backfill re-plans: the first waiting job in that order that can
+start earlier than its reservation is moved to its earliest start given the
+running jobs and everyone else's reservations, and so on until none can. So the
+capacity that came free goes to the first in priority order; by reservation start
+instead, small jobs reserved in holes before a big one would take the cores it was
+waiting for.
 
 The guarantee: while estimates are upper bounds on runtimes (requested walltimes
-enforced as kill limits, or exact runtimes), no reservation ever moves later, so
-no job starts later than the first start it was promised. A job is only ever
-moved to a start where it fits with everyone else where they are, and its own
-place is free in that profile, so the earliest start is never later than its
-current one; capacity only comes free earlier than planned, never later.
+enforced as kill limits, or exact runtimes), no reservation ever moves later, so no
+job starts later than the first start it was promised. A job only moves to a start
+where it fits with everyone else where they are, and its own place is free in that
+profile, so its earliest start is never later than its reservation; capacity only
+comes free earlier than planned, never later.
 
-When the plan cannot hold as it is (a job ran past its estimate, resources came
-or went, a co-scheduled guest started off the plan or ended), the profile is
-rebuilt from the running jobs. If every reservation still fits where it is, all
-stay and are compressed; if one does not, the waiting jobs are planned afresh in
-priority order. Only then (capacity below what was promised) can one move later.
+When the plan cannot hold as it is (a job ran past its estimate, resources came or
+went, a co-scheduled guest started off the plan or ended), the profile is rebuilt
+from the running jobs. If every reservation still fits where it is, all stay and are
+compressed; if one does not, the waiting jobs are planned afresh in priority order.
+Only then (capacity below what was promised) can a reservation move later.
+
+Compression checks only the jobs that what came free can help (`_candidates`):
+with long queues it is most of the cost of a replay.
 """
 
 from __future__ import annotations
@@ -50,6 +55,75 @@ class _Size:
     def __init__(self) -> None:
         self.by_start: list[tuple[float, int]] = []
         self.by_length: list[tuple[float, int]] = []
+
+
+class _Worklist:
+    """The jobs to check in priority order, each with the earliest start its windows may have.
+
+    A job that may slide back points to the stretch it slides in: stretches of one size
+    that overlap are one (union-find), whose start is the earliest of theirs, so a later
+    gain that lengthens a stretch moves the start of every job sliding in it at once.
+    """
+
+    __slots__ = ("_parent", "_since", "_slides", "_spans", "heap", "queued", "rank")
+
+    def __init__(self, rank: dict[int, int]) -> None:
+        self.rank = rank
+        self.heap: list[tuple[int, int]] = []
+        self.queued: dict[int, float] = {}
+        """Jobs in the heap, with the earliest start of a whole window of theirs."""
+        self._slides: dict[int, int] = {}
+        """Jobs in the heap that may slide, with their stretch."""
+        self._parent: list[int] = []
+        self._since: list[float] = []
+        self._spans: dict[int, list[tuple[float, float, int]]] = {}
+        """By size: the stretches so far, merged, as (since, until, stretch), sorted."""
+
+    def push(self, job_id: int, since: float) -> None:
+        lower = self.queued.get(job_id)
+        if lower is None:
+            heappush(self.heap, (self.rank[job_id], job_id))
+            self.queued[job_id] = since
+        elif since < lower:
+            self.queued[job_id] = since
+
+    def slide(self, job_id: int, stretch: int) -> None:
+        """Queue a job that may slide back in `stretch` (it reaches the job's reservation)."""
+        self.push(job_id, math.inf)
+        self._slides.setdefault(job_id, stretch)  # two such stretches overlap: they are one
+
+    def pop(self) -> tuple[int, float]:
+        job_id = heappop(self.heap)[1]
+        since = self.queued.pop(job_id)
+        stretch = self._slides.pop(job_id, None)
+        if stretch is not None:
+            since = min(since, self._since[self._root(stretch)])
+        return job_id, since
+
+    def stretch(self, need: int, since: float, until: float) -> int:
+        """A stretch for jobs of `need` units, merged with those it overlaps; its number."""
+        spans = self._spans.setdefault(need, [])
+        number = len(self._since)
+        self._parent.append(number)
+        i = bisect_left(spans, (since,))
+        if i and spans[i - 1][1] > since:
+            i -= 1
+        j = i
+        while j < len(spans) and spans[j][0] < until:
+            old_since, old_until, old = spans[j]
+            since, until = min(since, old_since), max(until, old_until)
+            self._parent[self._root(old)] = number
+            j += 1
+        spans[i:j] = [(since, until, number)]
+        self._since.append(since)
+        return number
+
+    def _root(self, stretch: int) -> int:
+        parent = self._parent
+        while parent[stretch] != stretch:
+            parent[stretch] = parent[parent[stretch]]
+            stretch = parent[stretch]
+        return stretch
 
 
 class Conservative(BackfillPolicy):
@@ -171,38 +245,33 @@ class Conservative(BackfillPolicy):
         a gain for the others.
         """
         reserved, jobs = self._reserved, self._jobs
-        rank = {job.id: i for i, job in enumerate(pending)}
-        heap: list[tuple[int, int]] = []
-        queued: dict[int, float] = {}
-        """Jobs in the heap, with the earliest start a window of theirs holding a gain can have."""
+        work = _Worklist({job.id: i for i, job in enumerate(pending)})
         if gains is None:
-            heap = [(rank[job_id], job_id) for job_id, at in reserved.items() if at > now]
-            heap.sort()
-            queued = dict.fromkeys((job_id for _, job_id in heap), now)
+            for job_id, at in reserved.items():
+                if at > now:
+                    work.push(job_id, now)
         else:
             for gain in gains:  # one at a time: `_candidates` compares with what was free before
                 profile.add(*gain)
-                self._candidates(profile, gain, rank, heap, queued)
-        while heap:
-            job_id = heappop(heap)[1]
-            since = queued.pop(job_id)
+                self._candidates(profile, gain, work)
+        while work.heap:
+            job_id, since = work.pop()
             job = jobs[job_id]
             at, duration = reserved[job_id], job.estimate
             start = profile.earliest(job.need, duration, before=at, since=since)
             if start < at:
                 self._move(profile, job, start)
-                self._candidates(profile, (max(at, start + duration), at + duration, job.need), rank, heap, queued)
+                self._candidates(profile, (max(at, start + duration), at + duration, job.need), work)
 
-    def _candidates(
-        self, profile: Profile, gain: Gain, rank: dict[int, int], heap: list[tuple[int, int]], queued: dict[int, float]
-    ) -> None:
+    def _candidates(self, profile: Profile, gain: Gain, work: _Worklist) -> None:
         """Queue the jobs a gain may let start earlier, with where their windows may begin.
 
         None could before: a window of a job's length with its units free throughout
         had none, up to its reservation. A new one lies in a stretch with the job's units
-        free that the gain made (`Profile.stretches`). If the stretch reaches the job's
-        reservation, the job can slide back to the stretch's start; else the stretch must
-        be as long as the job.
+        free that the gain made (`Profile.stretches`). If the stretch reaches past the
+        job's reservation, the job can slide back to the stretch's start: such a job was
+        queued already, by the gain that let it, unless its reservation starts in this
+        one. Else the stretch must be as long as the job.
         """
         start, end, units = gain
         times, free = profile.times, profile.free
@@ -214,26 +283,24 @@ class Conservative(BackfillPolicy):
             size = sizes[need]
             by_start = size.by_start
             for since, until in profile.stretches(start, end, need, units, by_start[-1][0]):
-                after = bisect_right(by_start, (since, math.inf))
+                stretch = work.stretch(need, since, until)
+                # Reserved in the stretch and the gain: they can slide now, and could not before.
+                after = bisect_right(by_start, (max(start, since), math.inf))
+                for _, job_id in by_start[after : bisect_right(by_start, (min(end, until), math.inf), lo=after)]:
+                    work.slide(job_id, stretch)
                 if until == math.inf:
-                    found = [job_id for _, job_id in by_start[after:]]
-                else:  # past the stretch: the jobs it is long enough for
-                    slide = bisect_right(by_start, (until, math.inf), lo=after)
-                    found = [job_id for _, job_id in by_start[after:slide]]
-                    by_length = size.by_length
-                    short = bisect_right(by_length, (until - since, math.inf))
-                    if short <= len(by_start) - slide:
-                        found += [job_id for _, job_id in by_length[:short] if reserved[job_id] > until]
-                    else:
-                        jobs = self._jobs
-                        found += [job_id for _, job_id in by_start[slide:] if jobs[job_id].estimate <= until - since]
+                    continue
+                # Past the stretch: the jobs it is long enough for.
+                slide = bisect_right(by_start, (until, math.inf))
+                by_length = size.by_length
+                short = bisect_right(by_length, (until - since, math.inf))
+                if short <= len(by_start) - slide:
+                    found = [job_id for _, job_id in by_length[:short] if reserved[job_id] > until]
+                else:
+                    jobs = self._jobs
+                    found = [job_id for _, job_id in by_start[slide:] if jobs[job_id].estimate <= until - since]
                 for job_id in found:
-                    lower = queued.get(job_id)
-                    if lower is None:
-                        heappush(heap, (rank[job_id], job_id))
-                        queued[job_id] = since
-                    elif since < lower:
-                        queued[job_id] = since
+                    work.push(job_id, since)
 
     def _rebuild(self, view: SchedulerView, pending: list[Job]) -> Profile:
         """A profile from the running jobs; the reservations kept and compressed if they all fit."""
