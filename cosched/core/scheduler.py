@@ -39,9 +39,17 @@ from cosched.core.events import (
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
+from cosched.core.waiting import Waiting
 from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
-from cosched.policies.base import BackfillPolicy, CoschedulePolicy, Estimator, PlacementPolicy, QueuePolicy
+from cosched.policies.base import (
+    AgingPolicy,
+    BackfillPolicy,
+    CoschedulePolicy,
+    Estimator,
+    PlacementPolicy,
+    QueuePolicy,
+)
 
 _expected_end = attrgetter("expected_end")
 _priority = attrgetter("priority")
@@ -88,6 +96,9 @@ class Scheduler:
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""
+        self._aging = queue_policy if isinstance(queue_policy, AgingPolicy) else None
+        self._waiting = Waiting() if self._aging is not None else None
+        """The queue's submit times and weights as arrays, for an aging queue policy."""
         self.running: list[Job] = []
         """Running jobs sorted by expected end."""
         self.jobs: dict[int, Job] = {}
@@ -142,7 +153,10 @@ class Scheduler:
         view.queue = self.queue
         if not self.queue_policy.static:
             view.epoch += 1  # the order may change with time alone
-        view.queue = self.queue_policy.order(self.queue, view)
+        if self._waiting is not None:
+            view.queue = self._waiting.order(self.queue, now, self._aging.growth, self.backfill.reads_queue)
+        else:
+            view.queue = self.queue_policy.order(self.queue, view)
         return view
 
     # -- events -------------------------------------------------------------
@@ -163,6 +177,8 @@ class Scheduler:
         queue = self.queue
         if not self.queue_policy.static:
             queue.append(job)
+            if self._waiting is not None:
+                self._waiting.append(job.submit, self._aging.weight(job))
             return
         job.priority = priority = self.queue_policy.score(job, now)
         if not queue or queue[-1].priority <= priority:
@@ -202,7 +218,7 @@ class Scheduler:
                 actions.append(Kill(job.id))  # it leaves `running` when the backend reports the end
             return
         del self.jobs[job.id]
-        self.queue.remove(job)
+        self._unqueue(job)
         self._view.epoch += 1
         self.backfill.forget(job)
         job.state = JobState.CANCELLED
@@ -372,13 +388,20 @@ class Scheduler:
         if order is self.queue:
             del self.queue[:count]
         else:
-            remove = self.queue.remove
             for job in order[:count]:
-                remove(job)
+                self._unqueue(job)
 
     def _dequeue(self, job: Job) -> None:
-        self.queue.remove(job)
+        self._unqueue(job)
         self.backfill.forget(job)
+
+    def _unqueue(self, job: Job) -> None:
+        if self._waiting is None:
+            self.queue.remove(job)
+            return
+        index = self.queue.index(job)
+        del self.queue[index]
+        self._waiting.delete(index)
 
     def _launch(self, job: Job, slots: tuple[tuple[int, int], ...], now: float, actions: list[Action]) -> None:
         self.pool.remove(slots, slot_memory(self.cluster, job, slots) if self._memory_tracked else None)

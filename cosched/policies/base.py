@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from cosched.core.events import Slots
 from cosched.core.pool import ResourcePool
@@ -44,6 +44,29 @@ class QueuePolicy(ABC):
         return sorted(queue, key=lambda job: score(job, now))
 
 
+class AgingPolicy(QueuePolicy):
+    """A priority that grows with waiting time: score = growth(waited) * weight(job).
+
+    The core keeps each waiting job's weight and submit time in arrays
+    (`cosched.core.waiting`), so a pass scores a long queue in a few vector operations
+    instead of a Python call per job. `growth` must therefore work on a number and on a
+    numpy array alike; `score` is the same product, one job at a time.
+    """
+
+    static: ClassVar[bool] = False
+
+    @abstractmethod
+    def weight(self, job: Job) -> float:
+        """The part of the score that does not change while the job waits."""
+
+    @abstractmethod
+    def growth(self, waited: Any) -> Any:
+        """How the score grows with the seconds waited (a number or an array of them)."""
+
+    def score(self, job: Job, now: float) -> float:
+        return self.growth(now - job.submit) * self.weight(job)
+
+
 class BackfillPlan(NamedTuple):
     """Jobs to start now out of order, and the reservations that justified it."""
 
@@ -67,6 +90,9 @@ class BackfillPolicy(ABC):
 
     name: ClassVar[str] = ""
     serves_head: ClassVar[bool] = False
+    reads_queue: ClassVar[bool] = True
+    """Whether `plan` reads the queue past the head. A policy that does not lets the core
+    order a queue whose order changes with time only as far as it starts jobs."""
 
     @abstractmethod
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
