@@ -254,11 +254,14 @@ class Conservative(BackfillPolicy):
             for gain in gains:  # one at a time: `_candidates` compares with what was free before
                 profile.add(*gain)
                 self._candidates(profile, gain, work)
+        times, free = profile.times, profile.free
         while work.heap:
             job_id, since = work.pop()
             job = jobs[job_id]
-            at, duration = reserved[job_id], job.estimate
-            start = profile.earliest(job.need, duration, before=at, since=since)
+            at, duration, need = reserved[job_id], job.estimate, job.need
+            if at - since < duration and free[bisect_left(times, at) - 1] < need:
+                continue  # it cannot slide, and no whole window of its length fits before it
+            start = profile.earliest(need, duration, before=at, since=since)
             if start < at:
                 self._move(profile, job, start)
                 self._candidates(profile, (max(at, start + duration), at + duration, job.need), work)
