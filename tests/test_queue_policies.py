@@ -71,15 +71,16 @@ def test_aging_order_from_arrays_is_the_order_by_score(policy, rows, removed, re
     """The core orders an aging policy's queue from arrays of submit times and weights, sorting
     only as far as it reads: that must be the order of `score`, ties in queue order."""
     queue = [Job(id=i, submit=float(s), cores=c, walltime=w) for i, (s, c, w) in enumerate(rows)]
-    waiting = Waiting()
+    waiting = Waiting(policy)
     for j in queue:
-        waiting.append(j.submit, policy.weight(j))
+        waiting.append(j)
     for index in sorted((i for i in removed if i < len(queue)), reverse=True):
         del queue[index]
         waiting.delete(index)
     expected = sorted(queue, key=lambda j: policy.score(j, now))
-    assert list(waiting.order(queue, now, policy.growth, whole=True)) == expected
-    lazy = waiting.order(queue, now, policy.growth, whole=False)
+    assert list(waiting.order(queue, now, whole=True)) == expected
+    lazy = waiting.order(queue, now, whole=False)
+    assert [queue[i] for i in waiting.order(queue, now, whole=False).positions(read)] == expected[:read]
     assert len(lazy) == len(expected)
     assert [lazy[i] for i in range(min(read, len(queue)))] == expected[:read]
     assert lazy[:read] == expected[:read] and list(lazy) == expected and lazy[read:] == expected[read:]

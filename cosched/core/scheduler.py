@@ -39,7 +39,7 @@ from cosched.core.events import (
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
-from cosched.core.waiting import Waiting
+from cosched.core.waiting import Ordered, Waiting
 from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
 from cosched.policies.base import (
@@ -96,8 +96,7 @@ class Scheduler:
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""
-        self._aging = queue_policy if isinstance(queue_policy, AgingPolicy) else None
-        self._waiting = Waiting() if self._aging is not None else None
+        self._waiting = Waiting(queue_policy) if isinstance(queue_policy, AgingPolicy) else None
         """The queue's submit times and weights as arrays, for an aging queue policy."""
         self.running: list[Job] = []
         """Running jobs sorted by expected end."""
@@ -154,7 +153,7 @@ class Scheduler:
         if not self.queue_policy.static:
             view.epoch += 1  # the order may change with time alone
         if self._waiting is not None:
-            view.queue = self._waiting.order(self.queue, now, self._aging.growth, self.backfill.reads_queue)
+            view.queue = self._waiting.order(self.queue, now, self.backfill.reads_queue)
         else:
             view.queue = self.queue_policy.order(self.queue, view)
         return view
@@ -178,7 +177,7 @@ class Scheduler:
         if not self.queue_policy.static:
             queue.append(job)
             if self._waiting is not None:
-                self._waiting.append(job.submit, self._aging.weight(job))
+                self._waiting.append(job)
             return
         job.priority = priority = self.queue_policy.score(job, now)
         if not queue or queue[-1].priority <= priority:
@@ -387,6 +386,10 @@ class Scheduler:
             forget(job)
         if order is self.queue:
             del self.queue[:count]
+        elif isinstance(order, Ordered) and self._waiting is not None:
+            for index in sorted(order.positions(count), reverse=True):
+                del self.queue[index]
+                self._waiting.delete(index)
         else:
             for job in order[:count]:
                 self._unqueue(job)

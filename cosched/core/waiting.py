@@ -9,31 +9,35 @@ scores them in a few vector operations and sorts only as far as it reads (`Order
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, overload
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 from cosched.model import Job
 
+if TYPE_CHECKING:
+    from cosched.policies.base import AgingPolicy
+
 
 class Waiting:
     """Submit times and weights of the waiting jobs, index for index with the queue list."""
 
-    __slots__ = ("_size", "submit", "weight")
+    __slots__ = ("_size", "policy", "submit", "weight")
 
-    def __init__(self) -> None:
+    def __init__(self, policy: AgingPolicy) -> None:
+        self.policy = policy
         self.submit = np.empty(64)
         self.weight = np.empty(64)
         self._size = 0
 
-    def append(self, submit: float, weight: float) -> None:
+    def append(self, job: Job) -> None:
         size = self._size
         if size == len(self.submit):
             self.submit = np.resize(self.submit, 2 * size)
             self.weight = np.resize(self.weight, 2 * size)
-        self.submit[size] = submit
-        self.weight[size] = weight
+        self.submit[size] = job.submit
+        self.weight[size] = self.policy.weight(job)
         self._size = size + 1
 
     def delete(self, index: int) -> None:
@@ -42,11 +46,11 @@ class Waiting:
         self.weight[index:size] = self.weight[index + 1 : size + 1]
         self._size = size
 
-    def order(self, queue: list[Job], now: float, growth: Callable[[Any], Any], whole: bool) -> Sequence[Job]:
+    def order(self, queue: list[Job], now: float, whole: bool) -> Sequence[Job]:
         """The queue in priority order at `now`: score = growth(waited) * weight, lowest first
         (ties in queue order); sorted only as far as it is read unless `whole`."""
         size = self._size
-        scores = growth(now - self.submit[:size]) * self.weight[:size]
+        scores = self.policy.growth(now - self.submit[:size]) * self.weight[:size]
         if whole:
             return list(map(queue.__getitem__, np.argsort(scores, kind="stable").tolist()))
         return Ordered(queue, scores)
@@ -59,13 +63,20 @@ class Ordered(Sequence[Job]):
     them all. The first `k` come from a partition, the whole from one sort.
     """
 
-    __slots__ = ("_first", "_queue", "_scores")
+    __slots__ = ("_first", "_picked", "_queue", "_scores")
 
     def __init__(self, queue: list[Job], scores: np.ndarray) -> None:
         self._queue = queue
         self._scores = scores
         self._first: list[Job] = []
         """The first jobs in order, as far as they were read."""
+        self._picked: list[int] = []
+        """Their positions in the queue."""
+
+    def positions(self, count: int) -> list[int]:
+        """Where the first `count` jobs in order stand in the queue (to remove them without a search)."""
+        self._read(count)
+        return self._picked[:count]
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -83,7 +94,7 @@ class Ordered(Sequence[Job]):
         if not 0 <= index < len(self._queue):
             raise IndexError(index)
         first = self._first
-        return first[index] if index < len(first) else self._read(index + 1)[index]
+        return first[index] if index < len(first) else self._read(max(index + 1, 2 * len(first)))[index]
 
     def __iter__(self) -> Iterator[Job]:
         read = 0
@@ -106,5 +117,6 @@ class Ordered(Sequence[Job]):
             last = np.partition(scores, count - 1)[count - 1]
             chosen = np.flatnonzero(scores <= last)  # every job tied with the count-th comes in
             picked = chosen[np.argsort(scores[chosen], kind="stable")].tolist()
+        self._picked = picked
         self._first = first = list(map(self._queue.__getitem__, picked))
         return first

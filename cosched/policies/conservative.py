@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Sequence
 from heapq import heappop, heappush
 
 from cosched.core.view import SchedulerView
@@ -235,7 +236,7 @@ class Conservative(BackfillPolicy):
         )
 
     # -- compression ------------------------------------------------------------
-    def _compress(self, profile: Profile, pending: list[Job], now: float, gains: list[Gain] | None) -> None:
+    def _compress(self, profile: Profile, pending: Sequence[Job], now: float, gains: list[Gain] | None) -> None:
         """While some waiting job can start earlier than its reservation, move the first in
         priority order to its earliest start given everyone else's.
 
@@ -305,7 +306,7 @@ class Conservative(BackfillPolicy):
                 for job_id in found:
                     work.push(job_id, since)
 
-    def _rebuild(self, view: SchedulerView, pending: list[Job]) -> Profile:
+    def _rebuild(self, view: SchedulerView, pending: Sequence[Job]) -> Profile:
         """A profile from the running jobs; the reservations kept and compressed if they all fit."""
         profile = Profile(view)
         now = view.now
