@@ -406,12 +406,13 @@ def _notes(rows: Sequence[Row]) -> list[str]:
             )
     for workload in WORKLOADS:
         easy = _find(rows, workload, "fcfs+easy")
-        for row in rows:
-            if row.workload == workload and row.result and row.policies.endswith("+conservative") and easy:
-                notes.append(
-                    f"{row.policies} on {workload}: {row.result['replay_s'] / easy['replay_s']:.1f} times "
-                    "the time of fcfs+easy"
-                )
+        ratios = [
+            f"{row.policies.removesuffix('+conservative')} {row.result['replay_s'] / easy['replay_s']:.1f}"
+            for row in rows
+            if easy and row.workload == workload and row.result and row.policies.endswith("+conservative")
+        ]
+        if ratios:
+            notes.append(f"conservative's time / fcfs+easy's on {workload}: {', '.join(ratios)}")
     sp2 = _find(rows, "sp2", "fcfs+easy")
     if sp2 is None:
         verdict = "not measured"
