@@ -59,11 +59,23 @@ Policy sets: every registered queue policy x every registered backfill policy
 with the ``requested`` estimator, plus FCFS+EASY with the ``actual`` estimator;
 ``--only-pairs fcfs:easy,sjf:easy:actual`` limits them.
 
+A peer, measured in the same run (``--peer DIR``)
+-------------------------------------------------
+``--peer`` names a checkout of DIR-LAB's RLBackfilling
+(``git clone https://github.com/DIR-LAB/RLBackfilling``), the simulator that computed
+the RL backfilling paper's tables. For each archive trace, its FCFS + EASY loop runs
+in a fresh process as ours do, and is shown as ``dirlab fcfs+easy``
+(``benchmarks/dirlab_peer.py`` says how). Its ``replay s`` is its scheduling loop
+alone; its ``jobs`` are those its loader keeps (it turns runtime -1 into 10 s where
+we drop those jobs), so compare ``jobs/s``. The schedules differ in details (its EASY
+has no "extra nodes" rule, and it allocates whole nodes); the work per job is the same kind.
+
 Running
 -------
     python benchmarks/replay_speed.py                          # everything
     python benchmarks/replay_speed.py --workloads sp2 --only-pairs fcfs:easy --repeat 3
     python benchmarks/replay_speed.py --timeout 120             # cut slow pairs short
+    python benchmarks/replay_speed.py --workloads sp2,hpc2n --only-pairs fcfs:easy --peer ../RLBackfilling
 
 Rows are printed as their runs finish, so a long run shows progress.
 """
@@ -98,6 +110,8 @@ WIDE_PROCS: dict[str, int] = {"wide256": 256, "wide93k": 93_312, "wide1m": 1_000
 WORKLOADS: tuple[str, ...] = ("sp2", "hpc2n", "lublin50k", "lublin500k", *WIDE_PROCS)
 GOAL_JOBS_PER_S = 100_000
 RESULT_TAG = "REPLAY_SPEED_RESULT "
+PEER = "dirlab"
+PEER_LABEL = "dirlab fcfs+easy"
 MIB = 1024 * 1024
 
 COLUMNS: tuple[tuple[str, int], ...] = (
@@ -166,6 +180,37 @@ def _load(workload: str, traces: Path) -> Any:
     elif workload != "lublin500k":
         raise SystemExit(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
     return trace
+
+
+def run_peer(workload: str, peer: Path, traces: Path, repeat: int) -> dict[str, Any]:
+    """DIR-LAB's FCFS + EASY on an archive trace (`dirlab_peer`), measured as `run_one` measures ours."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import dirlab_peer
+
+    started = time.perf_counter()
+    env = dirlab_peer.prepare(peer, traces / ARCHIVE_TRACES[workload])
+    load_seconds = time.perf_counter() - started
+    gc.collect()
+    _trim_heap()
+    rss_after_load = _current_rss_bytes()
+    load_peak = _maxrss_bytes()
+    peak_reset = _reset_peak_rss()
+    seconds = dirlab_peer.schedule(env, repeat)
+    jobs = env.loads.size()
+    return {
+        "workload": workload,
+        "policies": PEER_LABEL,
+        "start_s": 0.0,
+        "jobs": jobs,
+        "finished": jobs,
+        "rejected": 0,
+        "load_s": load_seconds,
+        "replay_s": seconds,
+        "peak_rss": _maxrss_bytes(),
+        "peak_reset": peak_reset,
+        "load_peak_rss": load_peak,
+        "rss_after_load": rss_after_load,
+    }
 
 
 def run_one(workload: str, policy: str, traces: Path, repeat: int) -> dict[str, Any]:
@@ -275,11 +320,13 @@ def policy_sets(only: str | None) -> list[str]:
 
 
 def _label(policy: str) -> str:
+    if policy == PEER:
+        return PEER_LABEL
     queue, backfill, estimate = policy.split(":")
     return f"{queue}+{backfill}" + ("" if estimate == "requested" else f"-{estimate}")
 
 
-def _spawn(workload: str, policy: str, traces: Path, repeat: int, timeout: float) -> Row:
+def _spawn(workload: str, policy: str, traces: Path, repeat: int, timeout: float, peer: Path | None = None) -> Row:
     """Run one (workload, policy set) in a fresh interpreter and parse its result line."""
     command = [
         sys.executable,
@@ -290,6 +337,7 @@ def _spawn(workload: str, policy: str, traces: Path, repeat: int, timeout: float
         str(traces),
         "--repeat",
         str(repeat),
+        *(["--peer", str(peer)] if peer else []),
     ]
     label = _label(policy)
     try:
@@ -301,6 +349,15 @@ def _spawn(workload: str, policy: str, traces: Path, repeat: int, timeout: float
             return Row(workload, label, json.loads(line[len(RESULT_TAG) :]))
     last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
     return Row(workload, label, problem=f"error: {last[:160]}")
+
+
+def _peer_version(peer: Path) -> str:
+    """The peer checkout's commit, where git can tell."""
+    try:
+        done = subprocess.run(["git", "-C", str(peer), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    except OSError:
+        return "commit unknown"
+    return f"commit {done.stdout.strip()}" if done.returncode == 0 else "commit unknown"
 
 
 def _machine() -> str:
@@ -339,6 +396,23 @@ def _notes(rows: Sequence[Row]) -> list[str]:
                 f"FCFS+EASY \u00b5s/job net of start, {wide} / wide256: {big:.1f} / {small:.1f} "
                 f"= {big / small:.2f} (1.00 = time per job flat as the machine grows)"
             )
+    for workload in ARCHIVE_TRACES:
+        ours, theirs = _find(rows, workload, "fcfs+easy"), _find(rows, workload, PEER_LABEL)
+        if ours and theirs:
+            mine, peer = ours["jobs"] / ours["replay_s"], theirs["jobs"] / theirs["replay_s"]
+            notes.append(
+                f"FCFS+EASY on {workload}: cosched {mine:,.0f} jobs/s, DIR-LAB's simulator {peer:,.0f} jobs/s "
+                f"in the same run: {mine / peer:.1f} times as fast"
+            )
+    for workload in WORKLOADS:
+        easy = _find(rows, workload, "fcfs+easy")
+        ratios = [
+            f"{row.policies.removesuffix('+conservative')} {row.result['replay_s'] / easy['replay_s']:.1f}"
+            for row in rows
+            if easy and row.workload == workload and row.result and row.policies.endswith("+conservative")
+        ]
+        if ratios:
+            notes.append(f"conservative's time / fcfs+easy's on {workload}: {', '.join(ratios)}")
     sp2 = _find(rows, "sp2", "fcfs+easy")
     if sp2 is None:
         verdict = "not measured"
@@ -368,6 +442,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only-pairs", help="comma-separated queue:backfill[:estimate] (default: all)")
     parser.add_argument("--repeat", type=int, default=1, help="replays per run; the best time is kept")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run before it is killed")
+    parser.add_argument(
+        "--peer", type=Path, help="a checkout of DIR-LAB/RLBackfilling: its FCFS+EASY runs on each archive trace too"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child mode: workload:queue:backfill:estimate
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -377,8 +454,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.one:
         workload, _, policy = args.one.partition(":")
-        print(RESULT_TAG + json.dumps(run_one(workload, policy, args.traces, args.repeat)), flush=True)
+        if policy == PEER:
+            result = run_peer(workload, args.peer, args.traces, args.repeat)
+        else:
+            result = run_one(workload, policy, args.traces, args.repeat)
+        print(RESULT_TAG + json.dumps(result), flush=True)
         return 0
+    if args.peer is not None and not (args.peer / "rlbackfill.py").is_file():
+        parser.error(f"--peer {args.peer}: no rlbackfill.py there (a checkout of DIR-LAB/RLBackfilling is expected)")
 
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in workloads if w not in WORKLOADS]
@@ -389,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_machine())
     print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"traces: {args.traces}; repeat {args.repeat} (best kept); timeout {args.timeout:g} s per run")
+    if args.peer is not None:
+        print(f"peer: DIR-LAB's simulator from {args.peer} ({_peer_version(args.peer)})")
     print()
     print(_header(), flush=True)
     rows: list[Row] = []
@@ -401,6 +486,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         for policy in sets:
             row = _spawn(workload, policy, args.traces, args.repeat, args.timeout)
+            rows.append(row)
+            print(_format(row.cells()), flush=True)
+        if args.peer is not None and name is not None:
+            row = _spawn(workload, PEER, args.traces, args.repeat, args.timeout, args.peer)
             rows.append(row)
             print(_format(row.cells()), flush=True)
     print()

@@ -175,3 +175,27 @@ def test_a_job_that_may_not_span_nodes_and_fits_none_is_rejected() -> None:
     wide = job(1, 0, 3, 10, span=False)
     [reject] = core.step(0.0, [Offer(((0, 2), (1, 2))), JobSubmitted(wide)]).actions
     assert isinstance(reject, Reject) and reject.reason == "job 1 needs 3 cores on one node, nodes have 2"
+
+
+def test_a_requeued_job_under_conservative_backfilling_gets_a_new_reservation_on_what_is_free() -> None:
+    # One 4-core node. A (4 cores, wall 300) runs from 1; B (4 cores) is reserved at A's end, 301.
+    # A's machine goes away at 10 and its cores are not offered back: the plan is rebuilt from
+    # what is free, so neither B nor A (queued again ahead of B) starts on cores that are gone.
+    from cosched.core.events import JobRequeued, JobSubmitted, Launch, Offer
+    from cosched.core.scheduler import Scheduler
+    from cosched.policies.conservative import Conservative
+    from cosched.policies.estimate import Requested
+    from cosched.policies.placement import FirstFit
+    from cosched.policies.queue import FCFS
+
+    core = Scheduler(ONE_NODE, FCFS(), Conservative(), Requested(), FirstFit())
+    a, b = job(1, 0, 4, 100), job(2, 1, 4, 100)
+    decision = core.step(1.0, [Offer(((0, 4),)), JobSubmitted(a), JobSubmitted(b)])
+    assert [x.job.id for x in decision.actions if isinstance(x, Launch)] == [1]
+    assert decision.reservations[2] == 301.0
+    decision = core.step(10.0, [JobRequeued(1)])
+    assert decision.actions == [] and [j.id for j in core.queue] == [1, 2]
+    # Nothing is free until the cores come back: no reservation may claim them before then.
+    assert decision.reservations == {} or min(decision.reservations.values()) > 10.0
+    [launch] = core.step(20.0, [Offer(((0, 4),))]).actions
+    assert launch == Launch(a, ((0, 4),))

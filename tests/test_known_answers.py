@@ -53,6 +53,22 @@ def test_conservative_protects_every_reservation() -> None:
     assert got == {1: 0, 2: 10, 3: 20, 4: 30}
 
 
+# Eight one-core nodes: the shape of a 40-job mix run through Slurm 22.05 (issue 12), where a
+# 4-core job waited behind four later 1-core jobs.
+#   1 t=0 4 cores run 99 (wall 300)   2 t=0 2 cores 150   3 t=0 2 cores 400: the cluster is full.
+#   4 t=1 4 cores 500: reserved on arrival, while nothing is free, at 300 (job 2's 2 + job 1's 4).
+#   5-8 t=2 1 core 100: 5, 6 at 150 (job 2's cores, back by 300), 7, 8 at 250 (2 free after 300).
+# Job 1 ends at 99, 201 s early. Compressed in priority order, job 4 comes first: 4 cores stay free
+# from 99 on, so it moves to 99, and 5-8 stay (nothing is left before them). Compressed in order of
+# reservation start instead, 5-8 went first and took those 4 cores at 99: job 4 only at 199.
+def test_conservative_compresses_in_priority_order() -> None:
+    workload = jobs((0, 4, 99, 300), (0, 2, 150, 150), (0, 2, 400, 400), (1, 4, 500, 500), *[(2, 1, 100, 100)] * 4)
+    got, result = starts(workload, Cluster(nodes=8), "fcfs", "conservative")
+    assert got == {1: 0, 2: 0, 3: 0, 4: 99, 5: 150, 6: 150, 7: 250, 8: 250}
+    assert result.validator is not None
+    assert (1.0, {4: 300.0}) in result.validator.reservation_log
+
+
 def test_no_backfill_is_strict_order() -> None:
     got, _ = starts(delaying(), THREE_CORES, "fcfs", "none")
     assert got == {1: 0, 2: 10, 3: 20, 4: 30}

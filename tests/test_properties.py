@@ -8,6 +8,7 @@ whole; the tests below add what needs the whole schedule to judge.
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -75,6 +76,7 @@ def test_schedule_is_valid_and_complete(workload, queue: str, backfill: str, est
         assert_easy_keeps_head_reservations(result)
     if backfill == "conservative":
         assert_reservations_never_move_later(result)
+        assert_reserved_on_arrival(result)
     if queue == "fcfs" and backfill == "none":
         assert_started_in_submit_order(result)
 
@@ -103,6 +105,17 @@ def assert_reservations_never_move_later(result: ReplayResult) -> None:
     for job_id, times in history.items():
         assert times == sorted(times, reverse=True), f"job {job_id} reservation moved later: {times}"
         assert start[job_id] <= times[0]
+
+
+def assert_reserved_on_arrival(result: ReplayResult) -> None:
+    """Every job is promised a start in the pass of its arrival, even while nothing is free."""
+    checker = result.validator
+    assert checker is not None
+    first: dict[int, float] = {}
+    for at, reservations in checker.reservation_log:
+        for job_id in reservations:
+            first.setdefault(job_id, at)
+    assert first == {j.id: j.submit for j in result.jobs}
 
 
 def assert_started_in_submit_order(result: ReplayResult) -> None:
@@ -138,21 +151,47 @@ def test_replay_is_deterministic(workload) -> None:
     assert [(j.id, j.start, j.slots) for j in first.jobs] == [(j.id, j.start, j.slots) for j in again.jobs]
 
 
-@pytest.mark.parametrize("queue", ["fcfs", "sjf", "wfp3"])
-@SETTINGS
+class _CheckEveryJob(Conservative):
+    """Compression without its shortcut: every waiting job is checked, the first in priority
+    order that can start earlier is moved, and the checks start over, until none can."""
+
+    def _compress(self, profile, pending, now, gains):
+        for gain in gains or ():
+            profile.add(*gain)
+        while True:
+            for job in pending:
+                at = self._reserved.get(job.id, now)
+                start = profile.earliest(job.need, job.estimate, before=at) if at > now else at
+                if start < at:
+                    self._move(profile, job, start)
+                    break
+            else:
+                return
+
+
+class _Compressed(Conservative):
+    """Asserts after every pass that no waiting job can start earlier than its reservation."""
+
+    def plan(self, view, head):
+        result = super().plan(view, head)
+        for job in view.queue[head:]:
+            at = self._reserved[job.id]
+            assert at <= view.now or self._profile.earliest(job.need, job.estimate, before=at) == math.inf
+        return result
+
+
+@pytest.mark.parametrize(("queue", "estimate"), itertools.product(["fcfs", "sjf", "wfp3", "largest"], ESTIMATES))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workload=workloads())
-def test_conservative_reusing_its_plan_decides_as_a_full_replan(workload, queue: str) -> None:
-    """Conservative keeps its profile while capacity is as planned; that must change nothing."""
-
-    class Replan(Conservative):
-        def plan(self, view, head):
-            self._profile = None  # never reuse
-            return super().plan(view, head)
-
+def test_conservative_compression_checks_only_what_can_move(workload, queue: str, estimate: str) -> None:
+    """Compression checks only the jobs near what came free; it must decide as checking every
+    job does, and leave no job that could start earlier."""
     cluster, spec = workload
-    fast = replay(make_jobs(spec), cluster, PolicySet(queue, Conservative()))
-    slow = replay(make_jobs(spec), cluster, PolicySet(queue, Replan()))
+    fast = replay(make_jobs(spec), cluster, PolicySet(queue, _Compressed(), estimate), validate=True)
+    slow = replay(make_jobs(spec), cluster, PolicySet(queue, _CheckEveryJob(), estimate), validate=True)
     assert {j.id: j.start for j in fast.jobs} == {j.id: j.start for j in slow.jobs}
+    assert fast.validator is not None and slow.validator is not None
+    assert fast.validator.reservation_log == slow.validator.reservation_log
 
 
 class _Unhurt:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from cosched.core.waiting import Waiting
 from cosched.errors import ConfigError
 from cosched.model import Job
 from cosched.policies import registry
@@ -50,6 +53,37 @@ def test_time_dependent_policies_are_not_static() -> None:
     assert {p.name for p in (WFP3(), UNICEF())} == {"wfp3", "unicef"}
     assert not WFP3.static and not UNICEF.static
     assert FCFS.static and SJF.static and F1.static
+
+
+@pytest.mark.parametrize("policy", [WFP3(), UNICEF()])
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(0, 50), st.sampled_from([1, 2, 3, 8]), st.sampled_from([5.0, 10.0, 60.0])),
+        min_size=1,
+        max_size=40,
+    ),
+    removed=st.sets(st.integers(0, 39)),
+    read=st.integers(1, 45),
+    now=st.integers(50, 500),
+)
+def test_aging_order_from_arrays_is_the_order_by_score(policy, rows, removed, read: int, now: int) -> None:
+    """The core orders an aging policy's queue from arrays of submit times and weights, sorting
+    only as far as it reads: that must be the order of `score`, ties in queue order."""
+    queue = [Job(id=i, submit=float(s), cores=c, walltime=w) for i, (s, c, w) in enumerate(rows)]
+    waiting = Waiting(policy)
+    for j in queue:
+        waiting.append(j)
+    for index in sorted((i for i in removed if i < len(queue)), reverse=True):
+        del queue[index]
+        waiting.delete(index)
+    expected = sorted(queue, key=lambda j: policy.score(j, now))
+    assert list(waiting.order(queue, now, whole=True)) == expected
+    lazy = waiting.order(queue, now, whole=False)
+    assert [queue[i] for i in waiting.order(queue, now, whole=False).positions(read)] == expected[:read]
+    assert len(lazy) == len(expected)
+    assert [lazy[i] for i in range(min(read, len(queue)))] == expected[:read]
+    assert lazy[:read] == expected[:read] and list(lazy) == expected and lazy[read:] == expected[read:]
 
 
 def test_registry_finds_every_builtin_and_rejects_strangers() -> None:

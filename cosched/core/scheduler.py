@@ -41,9 +41,17 @@ from cosched.core.events import (
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
+from cosched.core.waiting import Ordered, Waiting
 from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
-from cosched.policies.base import BackfillPolicy, CoschedulePolicy, Estimator, PlacementPolicy, QueuePolicy
+from cosched.policies.base import (
+    AgingPolicy,
+    BackfillPolicy,
+    CoschedulePolicy,
+    Estimator,
+    PlacementPolicy,
+    QueuePolicy,
+)
 
 _expected_end = attrgetter("expected_end")
 _priority = attrgetter("priority")
@@ -95,6 +103,8 @@ class Scheduler:
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""
+        self._waiting = Waiting(queue_policy) if isinstance(queue_policy, AgingPolicy) else None
+        """The queue's submit times and weights as arrays, for an aging queue policy."""
         self.running: list[Job] = []
         """Running jobs sorted by expected end."""
         self.jobs: dict[int, Job] = {}
@@ -136,7 +146,7 @@ class Scheduler:
         if sharing and actions:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
-        busy = self.queue and (self.pool.free_units or self._cosched_active)
+        busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         reservations = self._schedule(now, actions) if busy else _NONE
         return Decision(actions, reservations)
 
@@ -150,7 +160,10 @@ class Scheduler:
         view.queue = self.queue
         if not self.queue_policy.static:
             view.epoch += 1  # the order may change with time alone
-        view.queue = self.queue_policy.order(self.queue, view)
+        if self._waiting is not None:
+            view.queue = self._waiting.order(self.queue, now, self.backfill.reads_queue)
+        else:
+            view.queue = self.queue_policy.order(self.queue, view)
         return view
 
     # -- events -------------------------------------------------------------
@@ -175,6 +188,8 @@ class Scheduler:
         queue = self.queue
         if not self.queue_policy.static:
             queue.append(job)
+            if self._waiting is not None:
+                self._waiting.append(job)
             return
         job.priority = priority = self.queue_policy.score(job, now)
         if not queue or queue[-1].priority <= priority:
@@ -188,6 +203,7 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
+        self.backfill.ended(job, job.host >= 0 or job.id in self.guests)
         self._leave_running(job, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
@@ -208,7 +224,7 @@ class Scheduler:
                 actions.append(Kill(job.id))  # it leaves `running` when the backend reports the end
             return
         del self.jobs[job.id]
-        self.queue.remove(job)
+        self._unqueue(job)
         self._view.epoch += 1
         self.backfill.forget(job)
         job.state = JobState.CANCELLED
@@ -246,6 +262,9 @@ class Scheduler:
         if job.id in self._killing:  # it was being cancelled: its run is over, and so is the job
             self._on_ended(JobEnded(job.id, failed=True, at=now), now, actions)
             return
+        # Its slots are not given back (its machine may be gone): a plan kept between passes is
+        # rebuilt from what is free, as after a shared end.
+        self.backfill.ended(job, True)
         self._leave_running(job, now, actions)
         job.state = JobState.PENDING
         job.start = job.end = -1.0
@@ -322,7 +341,7 @@ class Scheduler:
                 break
             self._launch(job, slots, now, actions)
             head += 1
-        plan = self.backfill.plan(view, head) if head < n and pool.free_units else None
+        plan = self.backfill.plan(view, head) if head < n and (pool.free_units or self.backfill.serves_head) else None
         self._dequeue_prefix(order, head)
         reservations = _NONE
         if plan is not None:
@@ -439,14 +458,25 @@ class Scheduler:
             forget(job)
         if order is self.queue:
             del self.queue[:count]
+        elif isinstance(order, Ordered) and self._waiting is not None:
+            for index in sorted(order.positions(count), reverse=True):
+                del self.queue[index]
+                self._waiting.delete(index)
         else:
-            remove = self.queue.remove
             for job in order[:count]:
-                remove(job)
+                self._unqueue(job)
 
     def _dequeue(self, job: Job) -> None:
-        self.queue.remove(job)
+        self._unqueue(job)
         self.backfill.forget(job)
+
+    def _unqueue(self, job: Job) -> None:
+        if self._waiting is None:
+            self.queue.remove(job)
+            return
+        index = self.queue.index(job)
+        del self.queue[index]
+        self._waiting.delete(index)
 
     def _launch(self, job: Job, slots: tuple[tuple[int, int], ...], now: float, actions: list[Action]) -> None:
         self.pool.remove(slots, slot_memory(self.cluster, job, slots) if self._memory_tracked else None)

@@ -20,7 +20,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     """Pending and running jobs: pending ones in the order the queue policy serves them,
     with Slurm's reason (Resources for the head, Priority behind it) and the start the
     backfill policy reserved at the last pass, where it reserved one (EASY reserves for
-    the head only, conservative for every job; none is made while no core is free).
+    the head only and not while no core is free; conservative for every job, on arrival).
 
     No second scheduler estimates starts here: what is shown is what the core planned."""
     now = daemon.clock()

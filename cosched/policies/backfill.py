@@ -24,6 +24,7 @@ class NoBackfill(BackfillPolicy):
     """Strict priority order: nothing overtakes a blocked head."""
 
     name = "none"
+    reads_queue = False
 
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
         return NO_BACKFILL

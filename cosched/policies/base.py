@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from cosched.core.events import Slots
 from cosched.core.pool import ResourcePool
@@ -48,6 +48,29 @@ class QueuePolicy(ABC):
         return sorted(queue, key=lambda job: score(job, now))
 
 
+class AgingPolicy(QueuePolicy):
+    """A priority that grows with waiting time: score = growth(waited) * weight(job).
+
+    The core keeps each waiting job's weight and submit time in arrays
+    (`cosched.core.waiting`), so a pass scores a long queue in a few vector operations
+    instead of a Python call per job. `growth` must therefore work on a number and on a
+    numpy array alike; `score` is the same product, one job at a time.
+    """
+
+    static: ClassVar[bool] = False
+
+    @abstractmethod
+    def weight(self, job: Job) -> float:
+        """The part of the score that does not change while the job waits."""
+
+    @abstractmethod
+    def growth(self, waited: Any) -> Any:
+        """How the score grows with the seconds waited (a number or an array of them)."""
+
+    def score(self, job: Job, now: float) -> float:
+        return self.growth(now - job.submit) * self.weight(job)
+
+
 class BackfillPlan(NamedTuple):
     """Jobs to start now out of order, and the reservations that justified it."""
 
@@ -64,7 +87,9 @@ class BackfillPolicy(ABC):
     A policy that keeps reservations for jobs behind the head (conservative)
     sets `serves_head`: the core then starts nothing on its own and asks the
     policy with `head = 0`, since even an in-order start could take capacity
-    reserved for another job.
+    reserved for another job, and asks at every pass, even while nothing is
+    free, so a job gets its reservation when it arrives. Other policies are
+    asked only while something is free: with nothing free they start nothing.
     """
 
     name: ClassVar[str] = ""
@@ -72,6 +97,9 @@ class BackfillPolicy(ABC):
     one_by_one: ClassVar[bool] = False
     """A policy that starts one job per plan (RLBackfilling's agent): after each start the core
     plans again with the view as it now is, until a plan starts nothing."""
+    reads_queue: ClassVar[bool] = True
+    """Whether `plan` reads the queue past the head. A policy that does not lets the core
+    order a queue whose order changes with time only as far as it starts jobs."""
 
     @abstractmethod
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
@@ -84,6 +112,11 @@ class BackfillPolicy(ABC):
 
     def forget(self, job: Job) -> None:  # noqa: B027 - optional hook, most policies keep no state
         """A job left the queue (started, cancelled, rejected): drop any state on it."""
+
+    def ended(self, job: Job, shared: bool) -> None:  # noqa: B027 - optional hook, as `forget`
+        """A running job ended (`end` set), maybe before its `expected_end`. `shared`: it ran
+        as a co-scheduled guest or hosted one, so what its end frees is not simply its units
+        (`cosched.core.frees`). A policy that keeps a plan learns here what came free early."""
 
     @property
     def reservations(self) -> Mapping[int, float]:

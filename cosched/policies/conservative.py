@@ -1,132 +1,325 @@
-"""Conservative backfilling: a reservation for every queued job.
+"""Conservative backfilling: a reservation for every waiting job, kept.
 
-Every pending job holds a reservation in a free-capacity profile built from
-the running jobs' expected ends. A job starts now only when its reservation
-is now, so no start can land on anyone's reserved capacity.
+Every waiting job holds a reservation in a free-capacity profile built from the
+running jobs' expected ends. A job gets its reservation when it arrives, even
+while the cluster is full, at the earliest start that leaves every other
+reservation where it is; it starts when its reservation is now, so no start can
+land on anyone's reserved capacity.
 
-Reservations persist between passes. When capacity differs from what the last
-plan expected (a job ended early, resources came or went, a job was cancelled),
-they are recomputed ("compressed") in the order of their current start times,
-then new jobs in queue order; otherwise only new jobs are placed. While
-estimates are upper bounds on runtimes (requested walltimes enforced as kill
-limits, or exact runtimes), this never moves a reservation later: capacity only
-frees earlier than planned, and a job moved earlier only claims time *before*
-its old start, which is no later than the start of any job processed after it.
+When capacity comes free before the plan expected it (a job ended early, a
+waiting job left the queue), the plan is compressed in priority (queue policy)
+order, as Slurm's backfill re-plans: the first waiting job in that order that can
+start earlier than its reservation is moved to its earliest start given the
+running jobs and everyone else's reservations, and so on until none can. So the
+capacity that came free goes to the first in priority order; by reservation start
+instead, small jobs reserved in holes before a big one would take the cores it was
+waiting for.
+
+The guarantee: while estimates are upper bounds on runtimes (requested walltimes
+enforced as kill limits, or exact runtimes), no reservation ever moves later, so no
+job starts later than the first start it was promised. A job only moves to a start
+where it fits with everyone else where they are, and its own place is free in that
+profile, so its earliest start is never later than its reservation; capacity only
+comes free earlier than planned, never later.
+
+When the plan cannot hold as it is (a job ran past its estimate, resources came or
+went, a co-scheduled guest started off the plan or ended), the profile is rebuilt
+from the running jobs. If every reservation still fits where it is, all stay and are
+compressed; if one does not, the waiting jobs are planned afresh in priority order.
+Only then (capacity below what was promised) can a reservation move later.
+
+Compression checks only the jobs that what came free can help (`_candidates`):
+with long queues it is most of the cost of a replay.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Sequence
+from heapq import heappop, heappush
 
 from cosched.core.view import SchedulerView
 from cosched.model import Job, JobState
 from cosched.policies.base import BackfillPlan, BackfillPolicy
+from cosched.policies.profile import Profile
+
+Gain = tuple[float, float, int]
+"""Capacity that came free: `units` more on [start, end)."""
 
 
-class Profile:
-    """Free capacity over time as a step function: free[i] holds on [times[i], times[i+1])."""
+class _Size:
+    """The reservations of the jobs of one size, by start and by length."""
 
-    __slots__ = ("free", "times")
+    __slots__ = ("by_length", "by_start")
 
-    def __init__(self, view: SchedulerView) -> None:
-        now = view.now
-        times, free = [now], [view.free_units]
-        for end, units in view.releases():  # in time order
-            if end == times[-1]:
-                free[-1] += units
-            else:
-                times.append(end)
-                free.append(free[-1] + units)
-        self.times, self.free = times, free
+    def __init__(self) -> None:
+        self.by_start: list[tuple[float, int]] = []
+        self.by_length: list[tuple[float, int]] = []
 
-    def earliest(self, need: int, duration: float) -> int:
-        """Index of the first breakpoint from which `need` units stay free for `duration`."""
-        times, free = self.times, self.free
-        n = len(times)
-        i = 0
-        while i < n:
-            if free[i] < need:
-                i += 1
-                continue
-            end = times[i] + duration
-            j = i + 1
-            while j < n and times[j] < end and free[j] >= need:
-                j += 1
-            if j == n or times[j] >= end:
-                return i
-            i = j + 1
-        raise AssertionError("the profile's last step is the whole free capacity")  # pragma: no cover
 
-    def advance(self, now: float) -> None:
-        """Drop the past: the profile then starts at `now`."""
-        times = self.times
-        i = bisect_right(times, now) - 1
-        if i > 0:
-            del times[:i]
-            del self.free[:i]
-        times[0] = now
+class _Worklist:
+    """The jobs to check in priority order, each with the earliest start its windows may have.
 
-    def reserve(self, i: int, need: int, duration: float) -> None:
-        """Take `need` units from breakpoint i for `duration` seconds."""
-        times, free = self.times, self.free
-        end = times[i] + duration
-        j = bisect_left(times, end, lo=i + 1)
-        if j == len(times) or times[j] != end:
-            times.insert(j, end)
-            free.insert(j, free[j - 1])
-        for k in range(i, j):
-            free[k] -= need
+    A job that may slide back points to the stretch it slides in: stretches of one size
+    that overlap are one (union-find), whose start is the earliest of theirs, so a later
+    gain that lengthens a stretch moves the start of every job sliding in it at once.
+    """
+
+    __slots__ = ("_parent", "_since", "_slides", "_spans", "heap", "queued", "rank")
+
+    def __init__(self, rank: dict[int, int]) -> None:
+        self.rank = rank
+        self.heap: list[tuple[int, int]] = []
+        self.queued: dict[int, float] = {}
+        """Jobs in the heap, with the earliest start of a whole window of theirs."""
+        self._slides: dict[int, int] = {}
+        """Jobs in the heap that may slide, with their stretch."""
+        self._parent: list[int] = []
+        self._since: list[float] = []
+        self._spans: dict[int, list[tuple[float, float, int]]] = {}
+        """By size: the stretches so far, merged, as (since, until, stretch), sorted."""
+
+    def push(self, job_id: int, since: float) -> None:
+        lower = self.queued.get(job_id)
+        if lower is None:
+            heappush(self.heap, (self.rank[job_id], job_id))
+            self.queued[job_id] = since
+        elif since < lower:
+            self.queued[job_id] = since
+
+    def slide(self, job_id: int, stretch: int) -> None:
+        """Queue a job that may slide back in `stretch` (it reaches the job's reservation)."""
+        self.push(job_id, math.inf)
+        self._slides.setdefault(job_id, stretch)  # two such stretches overlap: they are one
+
+    def pop(self) -> tuple[int, float]:
+        job_id = heappop(self.heap)[1]
+        since = self.queued.pop(job_id)
+        stretch = self._slides.pop(job_id, None)
+        if stretch is not None:
+            since = min(since, self._since[self._root(stretch)])
+        return job_id, since
+
+    def stretch(self, need: int, since: float, until: float) -> int:
+        """A stretch for jobs of `need` units, merged with those it overlaps; its number."""
+        spans = self._spans.setdefault(need, [])
+        number = len(self._since)
+        self._parent.append(number)
+        i = bisect_left(spans, (since,))
+        if i and spans[i - 1][1] > since:
+            i -= 1
+        j = i
+        while j < len(spans) and spans[j][0] < until:
+            old_since, old_until, old = spans[j]
+            since, until = min(since, old_since), max(until, old_until)
+            self._parent[self._root(old)] = number
+            j += 1
+        spans[i:j] = [(since, until, number)]
+        self._since.append(since)
+        return number
+
+    def _root(self, stretch: int) -> int:
+        parent = self._parent
+        while parent[stretch] != stretch:
+            parent[stretch] = parent[parent[stretch]]
+            stretch = parent[stretch]
+        return stretch
 
 
 class Conservative(BackfillPolicy):
-    """Mu'alem and Feitelson's conservative backfilling, with compression."""
+    """Mu'alem and Feitelson's conservative backfilling, compressed in priority order."""
 
     name = "conservative"
     serves_head = True
 
     def __init__(self) -> None:
         self._reserved: dict[int, float] = {}
+        self._jobs: dict[int, Job] = {}
+        """The jobs holding a reservation."""
+        self._sizes: dict[int, _Size] = {}
+        """The reservations by the jobs' size (`Job.need`)."""
+        self._needs: list[int] = []
+        """The sizes in `_sizes`, sorted."""
         self._profile: Profile | None = None
-        """The last plan's profile: running jobs' expected ends plus every reservation."""
-        self._cancelled = False
+        """The plan: running jobs' expected ends plus every reservation."""
+        self._freed: list[Gain] = []
+        """What came free since the last pass: early ends, jobs that left the queue."""
+        self._stale = False
+        """The profile no longer describes the running jobs (a guest started or ended)."""
 
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
         reserved = self._reserved
         pending = view.queue[head:]
         now = view.now
         profile = self._profile
-        if profile is not None and not self._cancelled:
+        freed, self._freed = self._freed, []
+        if profile is not None and not self._stale:
             profile.advance(now)
+            gains = [(max(start, now), end, units) for start, end, units in freed if end > now]
             # Reservations due now are not running yet: the pool still holds their capacity.
-            due = sum(j.need for j in pending if reserved.get(j.id, math.inf) <= now)
-            if profile.free[0] + due != view.free_units:
-                profile = None
-        if profile is not None and not self._cancelled:
-            # Capacity now is what the last plan expected: nothing ended early or overran, no
-            # resources came or went, nobody left the queue. Every reservation already sits
-            # where a full re-plan would put it; only jobs new to the queue need a place.
-            jobs = [j for j in pending if j.id not in reserved]
-        else:
-            profile = Profile(view)
-            known = sorted((j for j in pending if j.id in reserved), key=lambda j: reserved[j.id])
-            jobs = known + [j for j in pending if j.id not in reserved]
-        for job in jobs:
-            i = profile.earliest(job.need, job.estimate)
-            profile.reserve(i, job.need, job.estimate)
-            reserved[job.id] = profile.times[i]
-        self._profile, self._cancelled = profile, False
-        start = [j for j in pending if reserved[j.id] <= now]
-        return BackfillPlan(start, {j.id: reserved[j.id] for j in pending})
+            free_now = profile.free[0] + sum(units for start, _, units in gains if start == now)
+            if free_now + self._due_units(now) != view.free_units:
+                profile = None  # a job overran its estimate, or resources came or went
+            elif gains:
+                self._compress(profile, pending, now, gains)
+        if profile is None or self._stale:
+            profile = self._rebuild(view, pending)
+        if len(reserved) < len(pending):
+            for job in pending:
+                if job.id not in reserved:
+                    self._reserve(profile, job, profile.earliest(job.need, job.estimate))
+        self._profile, self._stale = profile, False
+        start = [j for j in pending if reserved[j.id] <= now] if self._due_units(now) else []
+        return BackfillPlan(start, dict(reserved))
 
     def forget(self, job: Job) -> None:
-        reserved = self._reserved.pop(job.id, None) is not None
-        if (reserved and job.state is not JobState.RUNNING) or job.host >= 0:
-            # A reservation vanished (the rest may move earlier), or a job started as a guest on
-            # another's cores, off the plan, where it may outlive its host: the profile is stale.
-            self._cancelled = True
+        at = self._reserved.get(job.id)
+        if at is not None:
+            self._unreserve(job)
+        if job.host >= 0:
+            # A guest started on another's cores, off the plan, where it may outlive its host.
+            self._stale = True
+        elif at is not None and job.state is not JobState.RUNNING:
+            self._freed.append((at, at + job.estimate, job.need))  # its reservation came free
+
+    def ended(self, job: Job, shared: bool) -> None:
+        if shared:
+            self._stale = True  # what its end frees is the guests' business (`cosched.core.frees`)
+        else:
+            self._freed.append((job.end, job.expected_end, job.need))
 
     @property
     def reservations(self) -> dict[int, float]:
         """Current reservations by job id (read-only copy)."""
         return dict(self._reserved)
+
+    # -- bookkeeping ------------------------------------------------------------
+    def _reserve(self, profile: Profile, job: Job, start: float) -> None:
+        profile.add(start, start + job.estimate, -job.need)
+        self._reserved[job.id] = start
+        self._jobs[job.id] = job
+        size = self._sizes.get(job.need)
+        if size is None:
+            size = self._sizes[job.need] = _Size()
+            insort(self._needs, job.need)
+        insort(size.by_start, (start, job.id))
+        insort(size.by_length, (job.estimate, job.id))
+
+    def _unreserve(self, job: Job) -> None:
+        """Drop a job's reservation from the books (not from the profile)."""
+        at = self._reserved.pop(job.id)
+        del self._jobs[job.id]
+        size = self._sizes[job.need]
+        del size.by_start[bisect_left(size.by_start, (at, job.id))]
+        del size.by_length[bisect_left(size.by_length, (job.estimate, job.id))]
+        if not size.by_start:
+            del self._sizes[job.need]
+            del self._needs[bisect_left(self._needs, job.need)]
+
+    def _move(self, profile: Profile, job: Job, start: float) -> None:
+        """Move a job's reservation to an earlier `start`."""
+        at, need, duration = self._reserved[job.id], job.need, job.estimate
+        profile.add(start, min(at, start + duration), -need)
+        profile.add(max(at, start + duration), at + duration, need)
+        self._reserved[job.id] = start
+        by_start = self._sizes[need].by_start
+        del by_start[bisect_left(by_start, (at, job.id))]
+        insort(by_start, (start, job.id))
+
+    def _due_units(self, now: float) -> int:
+        """Units of the reservations due by `now` (not started yet: a job starts after its pass)."""
+        return sum(
+            need * bisect_right(size.by_start, (now, math.inf))
+            for need, size in self._sizes.items()
+            if size.by_start[0][0] <= now
+        )
+
+    # -- compression ------------------------------------------------------------
+    def _compress(self, profile: Profile, pending: Sequence[Job], now: float, gains: list[Gain] | None) -> None:
+        """While some waiting job can start earlier than its reservation, move the first in
+        priority order to its earliest start given everyone else's.
+
+        Before, no job could move; `gains` are what came free since, not yet in the
+        profile (None: it may have come free anywhere). A job can then only move into a
+        window holding a gain, so only jobs near one are checked, and a job that moves is
+        a gain for the others.
+        """
+        reserved, jobs = self._reserved, self._jobs
+        work = _Worklist({job.id: i for i, job in enumerate(pending)})
+        if gains is None:
+            for job_id, at in reserved.items():
+                if at > now:
+                    work.push(job_id, now)
+        else:
+            for gain in gains:  # one at a time: `_candidates` compares with what was free before
+                profile.add(*gain)
+                self._candidates(profile, gain, work)
+        times, free = profile.times, profile.free
+        while work.heap:
+            job_id, since = work.pop()
+            job = jobs[job_id]
+            at, duration, need = reserved[job_id], job.estimate, job.need
+            if at - since < duration and free[bisect_left(times, at) - 1] < need:
+                continue  # it cannot slide, and no whole window of its length fits before it
+            start = profile.earliest(need, duration, before=at, since=since)
+            if start < at:
+                self._move(profile, job, start)
+                self._candidates(profile, (max(at, start + duration), at + duration, job.need), work)
+
+    def _candidates(self, profile: Profile, gain: Gain, work: _Worklist) -> None:
+        """Queue the jobs a gain may let start earlier, with where their windows may begin.
+
+        None could before: a window of a job's length with its units free throughout
+        had none, up to its reservation. A new one lies in a stretch with the job's units
+        free that the gain made (`Profile.stretches`). If the stretch reaches past the
+        job's reservation, the job can slide back to the stretch's start: such a job was
+        queued already, by the gain that let it, unless its reservation starts in this
+        one. Else the stretch must be as long as the job.
+        """
+        start, end, units = gain
+        times, free = profile.times, profile.free
+        first, last = bisect_right(times, start) - 1, bisect_left(times, end)
+        # Only sizes that were not free somewhere in the gain before, and are now, can use it.
+        fewest, most = min(free[first:last]) - units, max(free[first:last])
+        needs, sizes, reserved = self._needs, self._sizes, self._reserved
+        for need in needs[bisect_right(needs, fewest) : bisect_right(needs, most)]:
+            size = sizes[need]
+            by_start = size.by_start
+            for since, until in profile.stretches(start, end, need, units, by_start[-1][0]):
+                stretch = work.stretch(need, since, until)
+                # Reserved in the stretch and the gain: they can slide now, and could not before.
+                after = bisect_right(by_start, (max(start, since), math.inf))
+                for _, job_id in by_start[after : bisect_right(by_start, (min(end, until), math.inf), lo=after)]:
+                    work.slide(job_id, stretch)
+                if until == math.inf:
+                    continue
+                # Past the stretch: the jobs it is long enough for.
+                slide = bisect_right(by_start, (until, math.inf))
+                by_length = size.by_length
+                short = bisect_right(by_length, (until - since, math.inf))
+                if short <= len(by_start) - slide:
+                    found = [job_id for _, job_id in by_length[:short] if reserved[job_id] > until]
+                else:
+                    jobs = self._jobs
+                    found = [job_id for _, job_id in by_start[slide:] if jobs[job_id].estimate <= until - since]
+                for job_id in found:
+                    work.push(job_id, since)
+
+    def _rebuild(self, view: SchedulerView, pending: Sequence[Job]) -> Profile:
+        """A profile from the running jobs; the reservations kept and compressed if they all fit."""
+        profile = Profile(view)
+        now = view.now
+        reserved = self._reserved
+        known = [j for j in pending if j.id in reserved]
+        for job in known:
+            at = max(reserved[job.id], now)
+            profile.add(at, at + job.estimate, -job.need)
+        if all(units >= 0 for units in profile.free):
+            self._compress(profile, pending, now, None)
+            return profile
+        profile = Profile(view)
+        for job in known:
+            self._unreserve(job)
+            self._reserve(profile, job, profile.earliest(job.need, job.estimate))
+        return profile

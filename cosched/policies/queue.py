@@ -7,9 +7,10 @@ r = requested walltime, n = requested cores, w = time waited, s = submit time.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from cosched.model import Job
-from cosched.policies.base import QueuePolicy
+from cosched.policies.base import AgingPolicy, QueuePolicy
 
 
 class FCFS(QueuePolicy):
@@ -57,17 +58,19 @@ class LargestFirst(QueuePolicy):
         return -job.cores
 
 
-class WFP3(QueuePolicy):
+class WFP3(AgingPolicy):
     """Tang et al. (2009): score -(w/r)^3 * n, favouring long waits, short and small jobs."""
 
     name = "wfp3"
-    static = False
 
-    def score(self, job: Job, now: float) -> float:
-        return -(((now - job.submit) / job.walltime) ** 3) * job.cores
+    def weight(self, job: Job) -> float:
+        return -job.cores / job.walltime**3
+
+    def growth(self, waited: Any) -> Any:
+        return waited * waited * waited
 
 
-class UNICEF(QueuePolicy):
+class UNICEF(AgingPolicy):
     """Largest w / (log2(n) * r) first.
 
     log2(1) = 0 would make every serial job infinitely urgent, so single-core
@@ -75,10 +78,12 @@ class UNICEF(QueuePolicy):
     """
 
     name = "unicef"
-    static = False
 
-    def score(self, job: Job, now: float) -> float:
-        return -(now - job.submit) / (math.log2(max(job.cores, 2)) * job.walltime)
+    def weight(self, job: Job) -> float:
+        return -1.0 / (math.log2(max(job.cores, 2)) * job.walltime)
+
+    def growth(self, waited: Any) -> Any:
+        return waited
 
 
 class F1(QueuePolicy):
