@@ -12,6 +12,8 @@ core's own order and reservations.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import socket
 from pathlib import Path
@@ -607,6 +609,12 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     for_offers[1] = "waiting for offers of agent1"
     [row] = [r for r in views.queue(daemon) if r["id"] == 1]  # type: ignore[arg-type]
     assert (row["state"], row["reason"]) == ("launching", "waiting for offers of agent1")
+    # A job the machines still up can never hold (conservative's reservation at infinity, with a
+    # Mesos agent gone) shows no start, and the queue stays JSON (no Infinity).
+    daemon.reservations = {3: math.inf, 2: 120.0}
+    starts = {r["id"]: r["start"] for r in views.queue(daemon) if r["state"] == "pending"}  # type: ignore[arg-type]
+    assert starts == {3: None, 2: 120.0, 4: None}
+    json.dumps(views.queue(daemon), allow_nan=False)  # type: ignore[arg-type]
 
 
 def test_unreachable_engine_is_one_line_naming_the_address(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ tables; the wording follows Slurm's (`squeue --start` reasons, `scontrol show`).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
@@ -32,7 +33,8 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         order = queued
     else:  # a view of our own over the copies: the core's view belongs to the pass
         order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
-    reservations = dict(daemon.reservations)
+    # A job the machines still up can never hold (a Mesos agent gone) has no start to promise: inf.
+    reservations = {job_id: at for job_id, at in daemon.reservations.items() if math.isfinite(at)}
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
     waiting = daemon.backend.waiting()
     rows = []
