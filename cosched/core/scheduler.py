@@ -247,6 +247,8 @@ class Scheduler:
             self._on_ended(JobEnded(job.id, failed=True, at=now), now, actions)
             return
         self._leave_running(job, now, actions)
+        if self.cosched is not None:
+            self.cosched.requeued(job, now)
         job.state = JobState.PENDING
         job.start = job.end = -1.0
         job.expected_end = math.inf
