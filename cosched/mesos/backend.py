@@ -802,5 +802,5 @@ class MesosBackend(EventHandler):
         """Over the run's parts: CPU used over CPU granted, the fullest memory, tasks done of all."""
         with self.cond:
             run = self.runs.get(handle)
-            usage = None if run is None else run.usage()
+            usage = None if run is None else run.usage(quota)
         return None if usage is None else Sample(*usage)
