@@ -288,18 +288,18 @@ def test_asax_learns_on_mesos_from_lendings_that_hurt(cluster: Cluster, tmp_path
     """As on Docker (tests/test_daemon_e2e.py, `test_asax_learns_from_lendings_that_hurt`): lenders
     idle for 2 s, then CPU-bound, fill both agents' cores, and CPU-hungry guests queue. Only
     lendings of 50% or more are carried out (`min_guest_share` 0.5 of a 1-core guest) and the guests
-    outlast the lenders' compute, so a lending slows its lender. One lender ran alone first: the
-    runtime alone of its kind. Every lending carried out is scored against it when its lender ends
+    outlast the lenders' compute, so a lending slows its lender. One lender runs alone first, so
+    every lending carried out is scored, when its lender ends, against the runtime alone of its kind
     (`cosched explain` shows the loss), and the weights of the lenders' learner move."""
     engine = require_engine()
     image = busybox_image(engine)
-    loop = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"  # 1,500,000 turns: 2 to 4 s of a CPU here
+    loop = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"  # 1,000,000 turns: 1.5 to 3 s of a CPU here
     phased = [
         "sh",
         "-c",
-        f"echo 1/4 > $COSCHED_PROGRESS; sleep 2; {loop.format(n=1_500_000)}; echo 4/4 > $COSCHED_PROGRESS",
+        f"echo 1/4 > $COSCHED_PROGRESS; sleep 2; {loop.format(n=1_000_000)}; echo 4/4 > $COSCHED_PROGRESS",
     ]
-    hungry = ["sh", "-c", loop.format(n=2_250_000)]  # at half a CPU, it outlasts a lender's compute
+    hungry = ["sh", "-c", loop.format(n=1_500_000)]  # at half a CPU, it outlasts a lender's compute
     daemon = mesos_daemon(
         cluster,
         tmp_path,
