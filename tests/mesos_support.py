@@ -7,6 +7,7 @@ installed to /opt/mesos (as root) when absent, as on a fresh CI machine.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -21,7 +22,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,17 @@ class Cluster:
     def restart_master(self) -> None:
         """Kill the master and start it again (agents and tasks stay); needs the ZooKeeper set-up to recover."""
         subprocess.run(["bash", str(SCRIPT), "restart-master"], env=self.env, check=True, timeout=60)
+
+    @contextlib.contextmanager
+    def master_stopped(self) -> Iterator[None]:
+        """SIGSTOP this cluster's master, SIGCONT it at the end whatever happens: its connections stay
+        open and nothing comes on them, no heartbeat either (a hung master, or a half-open link)."""
+        pid = int((self.run_dir / "master.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
     def crash_and_restart_agent(self, index: int) -> None:
         """SIGKILL agent `index` (its executors and tasks live on: posix launcher) and start it again

@@ -163,3 +163,34 @@ def test_a_cancelled_or_crashed_lender_teaches_nothing() -> None:
         assert decision.loss == expected, state
         assert policy.book.get("x").ledger.cases == (expected is not None)
         assert loss_outcome(decision.as_dict()).startswith("none:" if expected is None else "1.000")
+
+
+def test_a_requeued_lenders_pending_lending_is_resolved_unscored_and_its_next_run_is_one_alone() -> None:
+    """A's machine is lost while A lends half to B: the lending is resolved at once, without a
+    loss (the lost run says nothing, as a crashed lender's), not scored at A's next end against
+    that run's runtime. A's next run, alone, is a runtime alone of its kind; B's is not."""
+    from cosched.core.events import JobEnded, JobRequeued, JobSubmitted, Offer, UsageReported
+    from cosched.core.scheduler import Scheduler
+    from cosched.policies.backfill import EASY
+    from cosched.policies.estimate import Requested
+    from cosched.policies.placement import FirstFit
+    from cosched.policies.queue import FCFS
+
+    policy = ASAx(HALF, loss="live", min_guest_share=0.0)
+    core = Scheduler(Cluster(nodes=1, cores_per_node=4), FCFS(), EASY(), Requested(), FirstFit(), policy)
+    a = Job(id=1, submit=0.0, cores=4, walltime=400.0, stage="x")
+    b = Job(id=2, submit=1.0, cores=2, walltime=400.0, stage="y")
+    core.step(0.0, [Offer(((0, 4),)), JobSubmitted(a)])
+    core.step(5.0, [UsageReported(1, Usage(1.0, 0.1, 0, 5.0, 4.0)), JobSubmitted(b)])
+    [decision] = policy.decisions
+    assert (decision.host, decision.guest, decision.fraction) == (1, 2, 0.5) and b.host == 1
+    core.step(20.0, [JobRequeued(1)])  # A's machine went away; B runs on as an ordinary job
+    assert decision in policy.resolved and decision.loss is None and decision.note.startswith("none:")
+    assert loss_outcome(decision.as_dict()) == decision.note
+    assert policy.book.get("x").ledger.cases == 0  # nothing learned from the lost run
+    core.step(60.0, [JobEnded(2), Offer(((0, 4),))])  # B left, the node is back: A runs again, alone
+    assert a.start == 60.0
+    core.step(160.0, [JobEnded(1)])
+    assert decision.loss is None and decision.host_runtime is None  # not scored against the new run
+    assert policy.baselines.expected(("x", 4)) == pytest.approx(100.0)  # the new run was one alone
+    assert policy.baselines.expected(("y", 2)) is None  # B was a guest

@@ -33,6 +33,8 @@ from mesos_support import (
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.client import ApiError
 from cosched.mesos.executor import instance_of
+from experts.loss import degradation_loss
+from experts.weights import WeightBook
 from workloads.images import busybox_image
 
 NAME = "cosched-daemon-test"
@@ -278,5 +280,69 @@ def test_asax_lends_between_tasks_on_an_agent(cluster: Cluster, tmp_path: Path) 
             baselines = json.loads(db.execute("SELECT value FROM meta WHERE key = 'baselines'").fetchone()[0])
             weights = db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()
         assert ["idle", 1] in [row[:2] for row in baselines["runtimes"]] and weights is not None
+    finally:
+        finish(cluster, daemon)
+
+
+def test_asax_learns_on_mesos_from_lendings_that_hurt(cluster: Cluster, tmp_path: Path) -> None:
+    """As on Docker (tests/test_daemon_e2e.py, `test_asax_learns_from_lendings_that_hurt`): lenders
+    idle for 2 s, then CPU-bound, fill both agents' cores, and CPU-hungry guests queue. Only
+    lendings of 50% or more are carried out (`min_guest_share` 0.5 of a 1-core guest) and the guests
+    outlast the lenders' compute, so a lending slows its lender. One lender runs alone first, so
+    every lending carried out is scored, when its lender ends, against the runtime alone of its kind
+    (`cosched explain` shows the loss), and the weights of the lenders' learner move."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    loop = "i=0; while [ $i -lt {n} ]; do i=$((i+1)); done"  # 1,000,000 turns: 1.5 to 3 s of a CPU here
+    phased = [
+        "sh",
+        "-c",
+        f"echo 1/4 > $COSCHED_PROGRESS; sleep 2; {loop.format(n=1_000_000)}; echo 4/4 > $COSCHED_PROGRESS",
+    ]
+    hungry = ["sh", "-c", loop.format(n=1_500_000)]  # at half a CPU, it outlasts a lender's compute
+    daemon = mesos_daemon(
+        cluster,
+        tmp_path,
+        f"{NAME}-learns",
+        cosched="asax",
+        policies="keep_promises = false\nmin_guest_share = 0.5",  # 1-core nodes: see the test above
+    )
+    try:
+        spec = {"image": image, "cores": 1, "memory_mib": 64, "walltime": 60}
+        alone = daemon.submit(**spec, command=phased, app_class="phased", tasks=4)
+        assert daemon.wait_final([alone], 60)[alone]["state"] == "done"
+        lenders = []
+        for _ in range(3):
+            pair = [daemon.submit(**spec, command=phased, app_class="phased", tasks=4) for _ in range(2)]
+            guests = [daemon.submit(**spec, command=hungry, app_class="cpu") for _ in range(2)]
+            jobs = daemon.wait_final([*pair, *guests], 90)
+            assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+            lenders += pair
+        decisions = [d for lender in lenders for d in daemon.client.call("GET", f"/v1/jobs/{lender}/explain")]
+        decisions = [d for d in decisions if d["host"] in lenders]
+        lent = [d for d in decisions if d["executed"] and d["fraction"] > 0]
+        summary = [(d["host"], d["fraction"], d["executed"], d["loss"], d["note"]) for d in decisions]
+        assert lent, f"nothing was lent: the learning tested nothing: {summary}"
+        for d in lent:
+            lender = daemon.job(d["host"])
+            assert d["note"] == "runtime alone of its kind", summary
+            assert d["loss"] == pytest.approx(degradation_loss(lender["runtime"], d["baseline"]), abs=1e-6), d
+        assert max(d["loss"] for d in lent) > 0, f"no lending slowed its lender: {summary}"
+        with daemon.db() as db:
+            state = json.loads(db.execute("SELECT value FROM meta WHERE key = 'weights'").fetchone()[0])
+        weights = WeightBook.from_state(state).get("phased")
+        assert weights.t > 0, f"the weights never moved: {weights.to_state()}"
+        assert max(weights.alpha) - min(weights.alpha) > 1e-6, weights.to_state()
+        for host in sorted({d["host"] for d in lent}):  # what an operator reads: a number for each lending
+            explained = subprocess.run(
+                [sys.executable, "-m", "cosched.cli", "explain", str(host), "--url", daemon.client.url],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            carried = [line for line in explained.splitlines() if ", carried out; loss " in line]
+            assert len(carried) == sum(d["host"] == host for d in lent), explained
+            for line in carried:
+                float(line.split(", carried out; loss ", 1)[1].split()[0])  # a loss, not "pending"
     finally:
         finish(cluster, daemon)

@@ -37,6 +37,7 @@ from mesos_support import (
 
 from cosched.mesos import calls
 from workloads.images import busybox_image
+from workloads.real import make_data_dir
 
 FAST_LOSS = {"agent_ping_timeout": "1secs", "max_agent_ping_timeouts": "3", "offer_timeout": "3secs"}
 
@@ -309,3 +310,52 @@ def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_
         assert "re-subscribing" in daemon.log.read_text()
     finally:
         finish(zk_cluster, daemon)
+
+
+def test_a_silent_master_under_the_daemon(cluster: Cluster, image: str, tmp_path: Path) -> None:
+    """The master is stopped (SIGSTOP): the daemon's event stream stays open but silent, no heartbeat
+    comes. The client's watchdog (1.5 heartbeat intervals here) drops it, and its SUBSCRIBE calls go
+    unanswered while the master is stopped; once it continues (SIGCONT) the daemon subscribes as the
+    same framework and reconciles. The job that was running runs on and ends once; a job submitted
+    while the master was silent starts afterwards, never requeued."""
+    engine = require_engine()
+    since = time.time()
+    name = "cosched-silent-master"
+    word = make_data_dir(tmp_path / "word")
+    daemon = mesos_daemon(cluster, tmp_path, name, mesos="watchdog_heartbeats = 1.5", data_roots=True)
+    try:
+        fid = framework_id_of(daemon)
+        log = daemon.log
+        running = daemon.submit(
+            image=image,
+            command=["sh", "-c", f"until [ -e {word}/go ]; do sleep 0.2; done"],
+            data_dirs=[str(word)],
+            cores=1,
+            memory_mib=64,
+            walltime=300,
+        )
+        daemon.wait_running(running, 60)
+        reconciles = cluster.metric(name, fid, "calls/reconcile")
+        assert "(heartbeat 15.0 s)" in log.read_text()  # the master's interval: 1.5 of them is 22.5 s
+        with cluster.master_stopped():
+            wait_until(lambda: "s (watchdog); re-subscribing" in log.read_text(), 40, "the watchdog to fire")
+            later = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=120)
+            wait_until(
+                lambda: "SUBSCRIBE failed" in log.read_text(), 20, "a SUBSCRIBE the stopped master leaves unanswered"
+            )
+        wait_until(lambda: cluster.metric(name, fid, "calls/reconcile") > reconciles, 40, "a reconciliation")
+        assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == name] == [fid]
+        [task] = [t for t in _framework_tasks(cluster, fid) if t["name"] == f"cosched job {running}"]
+        assert (daemon.job(running)["state"], task["state"]) == ("running", "TASK_RUNNING")
+        (word / "go").touch()
+        jobs = daemon.wait_final([running, later], 90)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        assert daemon.job(later)["reason"] == ""  # it started on the offers that came after, never requeued
+        tasks = _framework_tasks(cluster, fid)
+        assert {t["state"] for t in tasks} == {"TASK_FINISHED"} and len(tasks) == 2
+        ran = containers_of(engine, fid, since)
+        for job_id in (running, later):
+            assert_ran_once(ran[job_id])
+            assert len(ran[job_id]) == 1
+    finally:
+        finish(cluster, daemon)

@@ -108,6 +108,7 @@ def test_loopback_host_needs_no_token(host: str) -> None:
         ({"docker": {"data_roots": ["relative/dir"]}}, r"docker\.data_roots"),
         ({"intervals": {"schedule": 0}}, r"intervals\.schedule: must be > 0"),
         ({"intervals": {"reconcile": -1.5}}, r"intervals\.reconcile: must be > 0"),
+        ({"mesos": {"watchdog_heartbeats": 0.5}}, r"mesos\.watchdog_heartbeats: must be in \[1, 100\]"),
     ],
 )
 def test_out_of_range_values_are_refused(document: dict[str, dict[str, object]], match: str) -> None:

@@ -109,9 +109,12 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         assert refused["cpus"] is None and refused["error"] == "no such running task"
 
         usage = recorder.wait(
-            lambda: recorder.message_where("usage", lambda m: m["tasks"].get("sleeper", {}).get("total") == 4),
+            lambda: recorder.message_where(
+                "usage",
+                lambda m: m["tasks"].get("sleeper", {}).get("total") == 4 and m["tasks"]["sleeper"]["quota"] == 0.3,
+            ),
             30,
-            "usage with the sleeper's progress",
+            "usage with the sleeper's progress, measured under its new quota",
         )
         assert usage["tasks"]["sleeper"]["done"] == 1
         assert 0 <= usage["tasks"]["sleeper"]["mem"] <= 1

@@ -123,11 +123,17 @@ def test_a_gang_whose_part_the_master_never_heard_of_is_lost() -> None:
     assert run.state(lambda agent: False, 0.0, {}) == ("lost", "a part was never launched", [], [])
 
 
-def test_usage_of_a_gang_weighs_parts_by_their_cores() -> None:
+def test_usage_of_a_gang_weighs_parts_by_their_cores_and_is_none_until_sampled_under_its_quota() -> None:
     run = gang()
     run.tasks[1].cores = 3
-    run.tasks[0].usage = {"cpu": 1.0, "mem": 0.2, "done": 1, "total": 2}
-    assert run.usage() is None, "not before every part reported"
-    run.tasks[1].usage = {"cpu": 0.0, "mem": 0.5, "done": 0, "total": 2}
-    assert run.usage() == (0.25, 0.5, 1, 4)
+    run.tasks[0].usage = {"cpu": 1.0, "mem": 0.2, "done": 1, "total": 2, "quota": 0.5}
+    assert run.usage(2.0) is None, "not before every part reported"
+    run.tasks[1].usage = {"cpu": 0.0, "mem": 0.5, "done": 0, "total": 2, "quota": 1.5}
+    assert run.usage(2.0) == (0.25, 0.5, 1, 4)
+    # The job's quota changed since the parts were sampled: their samples are of another job.
+    assert run.usage(1.0) is None
+    run.tasks[0].usage = {"cpu": 0.6, "mem": 0.2, "done": 1, "total": 2, "quota": 0.25}
+    assert run.usage(1.0) is None, "not before every part was sampled under its new share"
+    run.tasks[1].usage = {"cpu": 1.0, "mem": 0.5, "done": 1, "total": 2, "quota": 0.75}
+    assert run.usage(1.0) == (0.9, 0.5, 2, 4)
     assert run.share(run.tasks[1]) == 0.75

@@ -266,6 +266,8 @@ class Scheduler:
         # rebuilt from what is free, as after a shared end.
         self.backfill.ended(job, True)
         self._leave_running(job, now, actions)
+        if self.cosched is not None:
+            self.cosched.requeued(job, now)
         job.state = JobState.PENDING
         job.start = job.end = -1.0
         job.expected_end = math.inf

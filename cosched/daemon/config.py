@@ -47,6 +47,7 @@ default. Example (every key, with its default)::
     hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
     revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
+    watchdog_heartbeats = 3.0     # a stream silent this many heartbeat intervals (15 s each) is dropped, re-subscribed
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -145,6 +146,7 @@ class MesosSection:
     hold_timeout: float = 10.0
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
+    watchdog_heartbeats: float = 3.0
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,11 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
+    if not 1 <= config.mesos.watchdog_heartbeats <= 100:
+        raise ConfigError(
+            f"config key mesos.watchdog_heartbeats: must be in [1, 100] heartbeat intervals, "
+            f"got {config.mesos.watchdog_heartbeats}"
+        )
     for f in fields(intervals):
         if getattr(intervals, f.name) <= 0:
             raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")

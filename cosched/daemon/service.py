@@ -170,6 +170,7 @@ class Daemon:
             hold_timeout=m.hold_timeout,
             refuse_seconds=m.refuse_seconds,
             revive_interval=m.revive_interval,
+            watchdog_heartbeats=m.watchdog_heartbeats,
             data_roots=config.docker.data_roots,
         )
         return MesosBackend(

@@ -73,6 +73,8 @@ class MesosSettings:
     hold_timeout: float = 10.0
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
+    watchdog_heartbeats: float = 3.0
+    """A stream silent for this many heartbeat intervals is dropped and subscribed again."""
     data_roots: tuple[str, ...] = ()
     """Where jobs' data directories may be: storage every agent mounts at the same path."""
 
@@ -127,6 +129,7 @@ class MesosBackend(EventHandler):
                 name=settings.name,
                 user=settings.user,
                 failover_timeout=settings.failover_timeout,
+                watchdog_heartbeats=settings.watchdog_heartbeats,
             ),
             self,
             framework_id=framework_id,
@@ -799,5 +802,5 @@ class MesosBackend(EventHandler):
         """Over the run's parts: CPU used over CPU granted, the fullest memory, tasks done of all."""
         with self.cond:
             run = self.runs.get(handle)
-            usage = None if run is None else run.usage()
+            usage = None if run is None else run.usage(quota)
         return None if usage is None else Sample(*usage)

@@ -474,7 +474,13 @@ class Executor:
         for task_id, task in live:
             sample = self.backend.sample(task.container, task.quota, now)
             if sample is not None:
-                usage[task_id] = {"cpu": sample.cpu, "mem": sample.mem, "done": sample.done, "total": sample.total}
+                usage[task_id] = {
+                    "cpu": sample.cpu,
+                    "mem": sample.mem,
+                    "done": sample.done,
+                    "total": sample.total,
+                    "quota": task.quota,
+                }
         if usage:
             self.send(jobs.usage_message(now, usage))
 

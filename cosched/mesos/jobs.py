@@ -149,7 +149,8 @@ def quota_applied(task_id: str, cpus: float | None, error: str = "") -> bytes:
 
 
 def usage_message(at: float, usage: dict[str, Json]) -> bytes:
-    """Executor -> framework: per task, `cpu` (used over quota), `mem` (over limit), `done`/`total` tasks."""
+    """Executor -> framework: per task, `cpu` (used over `quota`, the CPUs it had), `mem` (over limit),
+    `done`/`total` tasks."""
     return json.dumps({"type": "usage", "at": at, "tasks": usage}).encode()
 
 

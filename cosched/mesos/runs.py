@@ -194,10 +194,15 @@ class Run:
             return str(task.data.get("log_tail") or task.message)
         return "\n".join(f"[part {p}] {t.data.get('log_tail') or t.message}" for p, t in parts)
 
-    def usage(self) -> tuple[float, float, int, int] | None:
-        """(cpu over quota, fullest memory, tasks done, tasks) over its parts; None until each reported."""
+    def usage(self, quota: float) -> tuple[float, float, int, int] | None:
+        """(cpu over quota, fullest memory, tasks done, tasks) over its parts; None until each reported
+        under its share of `quota`. An executor samples every few seconds: its last sample may be
+        from before a quota change, of a job that no longer is (a host that lent since, a guest whose
+        host left), and ASAx judges a job only on a sample under its current quota."""
         parts = [(self.share(t), t.usage) for t in self.tasks.values()]
         if not parts or any(usage is None for _, usage in parts):
+            return None
+        if any(abs(float(u.get("quota", share * quota)) - share * quota) > 1e-3 for share, u in parts if u):
             return None
         used = [(share, u) for share, u in parts if u is not None]
         return (

@@ -272,23 +272,15 @@ class ASAx(CoschedulePolicy):
         """A job ended: a lender's decisions get their loss; a guest's end closes its lender's
         stretch; a job that ran alone teaches its kind's runtime."""
         runtime = job.end - job.start
-        shared = job.id in self._shared
-        self._shared.discard(job.id)
-        if not shared and job.state is JobState.DONE:
+        if job.id not in self._shared and job.state is JobState.DONE:
             self.baselines.add(_kind(job), runtime)
-        lending = self._lent_to.pop(job.id, None)
-        if lending is not None:  # a guest left: its lender has its quota back
-            host_quota = lending.host.quota if lending.host is not None else float(lending.decision.host_cores)
-            self._close(lending, job.end, host_quota - job.quota)
-        pending = self._awaiting.pop(job.id, None)
-        alone = self._alone.pop(job.id, None)
+        alone = self._alone.get(job.id)
+        pending = self._run_over(job, job.end)
         if not pending:
             return
         if job.usage is not None and job.usage.quota >= job.cores:  # its last sample: alone again
             alone = _busy(job)
         for item in pending:
-            self._lent_to.pop(item.decision.guest, None)
-            self._close(item, job.end, job.quota)
             item.decision.host_runtime = runtime
         stretches = [
             Stretch(
@@ -308,6 +300,30 @@ class ASAx(CoschedulePolicy):
             self.resolved.append(decision)
             if loss is not None and weights.observe(item.dists, decision.action, loss):
                 self.weight_history.append((now, decision.learner, [float(a) for a in weights.alpha]))
+
+    def requeued(self, job: Job, now: float) -> None:
+        """A run of `job` was lost with its machine and the job is queued again. Its lendings as a
+        lender end with the run and are resolved now, without a loss, as a crashed lender's are:
+        left waiting, they would be scored at the job's next end against another run's runtime.
+        As a guest, its lending ends here; its lender's end scores it."""
+        for item in self._run_over(job, now):
+            item.decision.note = LOST_RUN
+            self.resolved.append(item.decision)
+
+    def _run_over(self, job: Job, end: float) -> list[_Pending]:
+        """A run of `job` is over: as a guest, its lender has its quota back; as a lender, its
+        lendings (returned, each closed) wait no more, and their guests run on as ordinary jobs."""
+        self._shared.discard(job.id)
+        self._alone.pop(job.id, None)
+        lending = self._lent_to.pop(job.id, None)
+        if lending is not None:
+            host_quota = lending.host.quota if lending.host is not None else float(lending.decision.host_cores)
+            self._close(lending, end, host_quota - job.quota)
+        pending = self._awaiting.pop(job.id, [])
+        for item in pending:
+            self._lent_to.pop(item.decision.guest, None)
+            self._close(item, end, job.quota)
+        return pending
 
     def _close(self, item: _Pending, end: float, shared_quota: float) -> None:
         """The lending ended (its guest or its lender did): what did the lender use meanwhile?"""
@@ -418,6 +434,7 @@ def _busy(job: Job) -> float:
 
 
 NOT_CARRIED_OUT = "none: not carried out (too little CPU for the guest)"
+LOST_RUN = "none: the lender's run was lost with its machine (it was queued again)"
 
 
 def loss_outcome(decision: dict[str, Any]) -> str:

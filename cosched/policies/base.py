@@ -184,3 +184,7 @@ class CoschedulePolicy(ABC):
 
     def observe(self, job: Job, now: float) -> None:  # noqa: B027 - optional hook
         """`job` ended (its `end`, `start` and `state` are set)."""
+
+    def requeued(self, job: Job, now: float) -> None:  # noqa: B027 - optional hook
+        """A run of `job` was lost, not ended by the job, and it is queued again; called before its
+        run's `start`, `quota` and `host` are cleared. The run says nothing about lending."""
