@@ -116,6 +116,9 @@ def test_asax_prediction_is_the_mean_over_seeds_and_the_others_one_replay() -> N
     one, two = (predict("asax", mix, profiles, params, 2, seeds=[seed]) for seed in (1, 2))
     assert both.makespan == pytest.approx((one.makespan + two.makespan) / 2)
     assert replay("static", [1, 2, 3]) == replay("static", [7])
+    # ASAx learns in the replay of the mix (its rounds end), and the mean over seeds says how much
+    assert one.weight_updates > 0 and both.weight_updates == (one.weight_updates + two.weight_updates) / 2
+    assert predict("static", mix, profiles, params, 2, seeds=[1]).weight_updates == 0
 
 
 def test_runs_of_one_mix_average_workflow_by_workflow_and_keep_every_problem() -> None:
@@ -151,6 +154,7 @@ def test_a_saved_run_is_held_against_the_replay_again_without_running(tmp_path: 
     again, settings = read_measured(summary, host_cores=64)
     assert settings["host_cores"] == 2 and settings["seeds"] == [4]
     assert {s: r.overall() for s, r in again.items()} == {s: r.overall() for s, r in measured.items()}
+    assert again["asax"].weight_updates == measured["asax"].weight_updates > 0
     done = subprocess.run(
         [sys.executable, "-m", "cosched.cli", "experiment", "asax", "--real", "--measured", str(summary)],
         capture_output=True,

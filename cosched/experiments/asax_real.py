@@ -33,12 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from cosched.daemon.client import ApiError, Client
+from cosched.daemon.store import Store
 from cosched.errors import ConfigError
 from cosched.model import Cluster
 from cosched.replay.driver import PolicySet, replay
 from cosched.replay.rates import StageRates
 from cosched.replay.workflow_runs import WorkflowRuns
 from cosched.workflows.interference import InterferenceParams, StageProfile, runtime_alone
+from experts.weights import WeightBook
 from workloads.real import make_data_dir, real_workflow, size_params, stage_dag, stage_module, verify
 from workloads.workflows import APPS, MIX_CORES, Stage, Workflow
 
@@ -109,6 +111,8 @@ class StrategyRun:
     workflows: list[WorkflowResult]
     makespan: float
     host_cores: int
+    weight_updates: float = 0.0
+    """ASAx's rounds ended (weight updates), over all its learners: whether it learned in the run."""
 
     def per_app(self, app: str) -> dict[str, float]:
         runs = [w for w in self.workflows if w.app == app]
@@ -190,6 +194,16 @@ class LocalDaemon:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=60)
 
+    def weight_updates(self) -> int:
+        """ASAx's weight updates, read from the state file the daemon keeps them in (none without ASAx)."""
+        state = Store(self.root / "state" / "state.sqlite").get_meta("weights")
+        return 0 if state is None else updates(WeightBook.from_state(state))
+
+
+def updates(book: WeightBook) -> int:
+    """Rounds ended over all of a book's learners (0 for a book never used)."""
+    return sum(book.get(learner).t for learner in book.classes())
+
 
 def _quota_seconds(job: dict[str, Any]) -> float:
     """CPU-seconds granted to a job: its cores, or the quotas of its log, over its run."""
@@ -252,7 +266,7 @@ def run_real(
         daemon.stop()
     first = min(w["submitted"] for w in statuses.values())
     last = max(w["_end"] for w in statuses.values())
-    return StrategyRun(strategy, results, last - first, host_cores)
+    return StrategyRun(strategy, results, last - first, host_cores, daemon.weight_updates())
 
 
 def _wait(
@@ -373,7 +387,8 @@ def mean_run(runs: Sequence[StrategyRun]) -> StrategyRun:
             )
         )
     makespan = statistics.fmean(run.makespan for run in runs)
-    return StrategyRun(runs[0].strategy, workflows, makespan, runs[0].host_cores)
+    learned = statistics.fmean(run.weight_updates for run in runs)
+    return StrategyRun(runs[0].strategy, workflows, makespan, runs[0].host_cores, learned)
 
 
 def _predict_once(
@@ -446,7 +461,8 @@ def _predict_once(
             )
         )
     makespan = max(j.end for j in result.jobs) - min(j.submit for j in result.jobs)
-    return StrategyRun(strategy, workflows, makespan, host_cores)
+    learned = updates(policy.book) if strategy == "asax" else 0
+    return StrategyRun(strategy, workflows, makespan, host_cores, learned)
 
 
 def host_cpus() -> list[int]:

@@ -85,6 +85,8 @@ def table3(real: Mapping[str, StrategyRun], predicted: Mapping[str, StrategyRun]
                 "makespan s": f"{measured['makespan']:.0f}",
                 "replay makespan": f"{guess['makespan']:.0f}",
                 "failed": int(measured["failed"]),
+                "weight updates": f"{run.weight_updates:g}",
+                "replay updates": f"{predicted[strategy].weight_updates:g}",
             }
         )
     return format_table(rows, title="Table 3 on this host: per strategy (workflow wait and response)")
@@ -114,6 +116,7 @@ def write_json(
     def run_dict(run: StrategyRun) -> dict[str, Any]:
         return {
             "makespan": run.makespan,
+            "weight_updates": run.weight_updates,
             "overall": run.overall(),
             "per_app": {app: run.per_app(app) for app in APPS},
             "workflows": [
@@ -158,6 +161,7 @@ def read_measured(path: Path, host_cores: int) -> tuple[dict[str, StrategyRun], 
                 [WorkflowResult(**workflow) for workflow in body["workflows"]],
                 float(body["makespan"]),
                 cores,
+                float(body.get("weight_updates", 0)),  # not saved before it was reported
             )
             for strategy, body in document["measured"].items()
         }
