@@ -248,3 +248,27 @@ def test_workloads_write_gives_the_data_dir_to_the_jobs_user(tmp_path: Path, cap
     main(["workloads", "write", "synthetic", "--dir", str(data), "--image", "x:y", "--owner", "4321:4322"])
     assert (data.stat().st_uid, data.stat().st_gid) == (4321, 4322)
     assert str(data) in capsys.readouterr().out
+
+
+def test_progress_is_read_only_from_the_process_it_was_remembered_for(tmp_path: Path) -> None:
+    """A container's pid is remembered with its start time: once that process is gone, a
+    process the kernel gives the same pid (a host one) is never read through /proc."""
+    import subprocess
+
+    from cosched.daemon.sandbox import process_start, read_progress
+
+    progress = tmp_path / "progress"
+    progress.write_text("3/7")
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        start = process_start(child.pid)
+        assert start > 0
+        assert read_progress(child.pid, start, str(progress)) == (3, 7)
+        # the same pid, another start time: another process, as after pid reuse
+        assert read_progress(child.pid, start + 1, str(progress)) == (0, 0)
+    finally:
+        child.kill()
+        child.wait()
+    assert process_start(child.pid) == 0 or process_start(child.pid) != start
+    assert read_progress(child.pid, start, str(progress)) == (0, 0)
+    assert read_progress(os.getpid(), process_start(os.getpid()), str(progress)) == (3, 7)

@@ -29,7 +29,7 @@ import requests.exceptions
 
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
-from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, read_progress
+from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, process_start, read_progress
 from cosched.errors import CoschedError
 
 if TYPE_CHECKING:
@@ -107,6 +107,8 @@ class DockerBackend:
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""
         self._pids: dict[str, int] = {}
+        self._starts: dict[str, int] = {}
+        """Container -> its process's start time, which with the pid names that process (`process_start`)."""
         self._cgroups: dict[str, CgroupFiles] = {}
         self._last_cpu: dict[str, tuple[float, float]] = {}
 
@@ -418,7 +420,8 @@ class DockerBackend:
 
     def _progress(self, container_id: str) -> tuple[int, int]:
         """`done/total` from the job's progress file, read link-free through its root in /proc."""
-        return read_progress(self._pids.get(container_id, 0), PROGRESS_PATH)
+        pid = self._pids.get(container_id, 0)
+        return read_progress(pid, self._starts.get(container_id, 0), PROGRESS_PATH)
 
     # -- internals ----------------------------------------------------------
     def _inspect(self, container_id: str) -> dict[str, Any]:
@@ -438,12 +441,14 @@ class DockerBackend:
 
     def _remember(self, container_id: str, pid: int) -> None:
         self._pids[container_id] = pid
+        self._starts[container_id] = process_start(pid) if pid > 0 else 0
         files = CgroupFiles.of_pid(pid) if pid > 0 else None
         if files is not None:
             self._cgroups[container_id] = files
 
     def _forget(self, container_id: str) -> None:
         self._pids.pop(container_id, None)
+        self._starts.pop(container_id, None)
         self._cgroups.pop(container_id, None)
         self._last_cpu.pop(container_id, None)
 

@@ -160,21 +160,58 @@ def _umount(target: str) -> None:
             raise OSError(code, os.strerror(code), target)
 
 
-def read_progress(pid: int, path: str) -> tuple[int, int]:
-    """`done/total` from the file at `path` inside process `pid`'s root; (0, 0) if absent or not plain.
+def process_start(pid: int) -> int:
+    """When process `pid` started (clock ticks since boot), 0 if there is none: with the pid,
+    it names one process, where a pid alone may name the next one the kernel gives it to."""
+    try:
+        proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    try:
+        return _start_of(proc)
+    finally:
+        os.close(proc)
+
+
+def _start_of(proc: int) -> int:
+    """Field 22 of `stat` in an open /proc/<pid> directory; 0 if unreadable (process gone)."""
+    try:
+        fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+        try:
+            text = os.read(fd, 4096).decode("ascii", "replace")
+        finally:
+            os.close(fd)
+        return int(text.rpartition(")")[2].split()[19])  # after the command, which may hold spaces
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def read_progress(pid: int, start: int, path: str) -> tuple[int, int]:
+    """`done/total` from the file at `path` inside the root of process `pid` started at `start`
+    (`process_start`); (0, 0) if absent, not plain, or if that process is gone.
 
     Every component is opened with O_NOFOLLOW from the container's root, so
     a link (absolute links would resolve against the host's root), a FIFO, a
     device or a huge file yields nothing instead of a host file, a blocked
-    daemon or a swollen one.
+    daemon or a swollen one. The root is opened through the /proc directory whose
+    start time was checked, which keeps naming that process: once a container's
+    process has exited, a host process given its pid is never read.
     """
-    if pid <= 0:
+    if pid <= 0 or start <= 0:
         return 0, 0
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
-        fd = os.open(f"/proc/{pid}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        proc = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return 0, 0
+    try:
+        if _start_of(proc) != start:
+            return 0, 0
+        fd = os.open("root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+    except OSError:
+        return 0, 0
+    finally:
+        os.close(proc)
     try:
         parts = Path(path).parts[1:]
         for part in parts[:-1]:
