@@ -63,6 +63,7 @@ def test_explain_shows_each_experts_advice(capsys: pytest.CaptureFixture[str], e
     rc, text, _ = cli(capsys, "explain", str(decision["host"]), "--log", str(out / "decisions.jsonl"))
     assert rc == 0
     assert f"job {decision['host']} as lender" in text
+    assert f"[size {decision['size']}, seed {decision['seed']}] t=" in text  # which run of the log
     for name in decision["experts"]:
         assert f"expert {name}" in text
     rc, text, _ = cli(capsys, "explain", "999999", "--log", str(out / "decisions.jsonl"))

@@ -271,8 +271,11 @@ def explain(decisions: Path, job_id: int) -> str:
             if job_id not in (d.get("host"), d.get("guest")):
                 continue
             role = "lender" if d["host"] == job_id else "borrower"
+            # A log holds several runs (sizes, seeds), each numbering its jobs from 1: say whose.
+            run = ", ".join(f"{key} {d[key]}" for key in ("size", "seed") if key in d)
             lines.append(
-                f"t={d['time']:.0f}s  job {job_id} as {role}: host {d['host']} ({d['app_class']}) "
+                f"{f'[{run}] ' if run else ''}t={d['time']:.0f}s  job {job_id} as {role}: "
+                f"host {d['host']} ({d['app_class']}) "
                 f"-> guest {d['guest']}, lent {100 * d['fraction']:.0f}% (action {d['action']})"
             )
             feats = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in d["features"].items())
