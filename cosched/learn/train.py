@@ -25,8 +25,9 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn.envs import BackfillEnv, JobSelectionEnv
-from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.learn.features import RLBF_FEATURES
 from cosched.learn.network import PolicyNetwork
+from cosched.learn.rules import rule
 from cosched.model import Cluster
 from cosched.traces.trace import Trace
 
@@ -46,6 +47,7 @@ LOG = "training.jsonl"
 CURVE = "learning-curve.png"
 MODEL = "model.npz"
 RECORD = "record.json"
+WARM_START = "warm-start.json"
 
 
 @dataclass
@@ -71,12 +73,15 @@ class TrainSettings:
     ppo: dict[str, Any] = field(default_factory=dict)
     """MaskablePPO arguments that override the defaults of `new_agent` (kept in the record)."""
     warm_start: str = "shortest"
-    """`shortest`: before PPO, fit the actor to pick the job with the shortest requested time
-    (`warm_start`); `none`: PPO from a random actor, as the papers."""
+    """A rule of `cosched.learn.rules` (`shortest`: the job with the shortest requested time) the
+    actor is fitted to imitate before PPO (`warm_start`); `none`: PPO from a random actor, as the
+    papers."""
     log_time: bool = False
     """Times as features on a log scale (`features.scaled_time`); False: divided by the scale."""
     reward: str = "paper"
     """What the environment rewards (`cosched.learn.REWARDS`), the paper's by default."""
+    expected_start: bool = False
+    """DBF: each job's row also holds the time until it would fit (`features.dbf_observation`)."""
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -159,6 +164,7 @@ def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> Backfil
             length=settings.length,
             log_time=settings.log_time,
             reward=settings.reward,
+            expected_start=settings.expected_start,
         )
     raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf")
 
@@ -322,8 +328,9 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
         env.reset(seed=settings.seed + int(agent.num_timesteps))  # fresh windows, still seeded
     else:
         agent = new_agent(settings, env)
-        if settings.warm_start == "shortest":
-            warm_start(agent, env, settings.seed)
+        if settings.warm_start != "none":
+            agreement = warm_start(agent, env, settings)
+            (out / WARM_START).write_text(json.dumps({"rule": settings.warm_start, "agreement": agreement}) + "\n")
         env.reset(seed=settings.seed)
     total = settings.epochs * settings.steps
     remaining = total - int(agent.num_timesteps)
@@ -342,28 +349,27 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
     return path
 
 
-def shortest_request(env: BackfillEnv | JobSelectionEnv, mask: np.ndarray, observation: np.ndarray) -> int:
-    """The allowed job with the shortest requested time (DBF forwards only when none is allowed)."""
-    if isinstance(env, BackfillEnv):
-        requested = observation.reshape(-1, RLBF_FEATURES)[:, 1]
-    else:
-        requested = observation[CLUSTER_QUANTILES:].reshape(-1, DBF_FEATURES)[:, 1]
-        if not mask[:-1].any():
-            return len(mask) - 1
-    return int(np.argmin(np.where(mask[: len(requested)], requested, np.inf)))
-
-
-def warm_start(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, seed: int, decisions: int = 4096) -> float:
-    """Fit the actor to the shortest-request choice on `decisions` decisions of the heuristic's
-    own episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
+def warm_start(
+    agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, decisions: int = 4096
+) -> float:
+    """Fit the actor to the rule `settings.warm_start` on `decisions` decisions of the rule's own
+    episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
     instead of a random one: on 2 cores PPO alone did not get there in our training budget
     (docs/learned-policies.md). Returns the fraction of decisions the actor then agrees with."""
-    rng = np.random.default_rng(seed)
-    obs, _ = env.reset(seed=seed + 777)
+    decide = rule(
+        settings.warm_start,
+        settings.kind,
+        time_scale=env.time_scale,
+        capacity=env.cluster.capacity_units,
+        log_time=settings.log_time,
+        expected_start=settings.expected_start,
+    )
+    rng = np.random.default_rng(settings.seed)
+    obs, _ = env.reset(seed=settings.seed + 777)
     observations, masks, actions = [], [], []
     while len(actions) < decisions:
         mask = env.action_masks()
-        action = shortest_request(env, mask, obs)
+        action = decide(obs, mask)
         observations.append(obs)
         masks.append(mask)
         actions.append(action)
@@ -402,7 +408,13 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
     else:
         layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
         layers.append(policy.action_net)
-        config = {"kind": "dbf", "head": settings.head, "tail": settings.tail, "time_scale": env.time_scale}
+        config = {
+            "kind": "dbf",
+            "head": settings.head,
+            "tail": settings.tail,
+            "time_scale": env.time_scale,
+            "expected_start": settings.expected_start,
+        }
     config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
     network = PolicyNetwork(
         config,
@@ -446,6 +458,7 @@ def training_record(
         "episodes": sum(line.get("episodes", 0) for line in log),
         "wall_seconds": round(wall, 1),
         "last_epoch": log[-1] if log else None,
+        "warm_start": json.loads((out / WARM_START).read_text()) if (out / WARM_START).is_file() else None,
         "machine": {
             "node": platform.node(),
             "processor": platform.processor() or platform.machine(),
