@@ -148,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         "f1; dbf also ORDER-reserving (holds cores for a blocked job, needs --expected-start); none: a random actor",
     )
     tr.add_argument(
+        "--actor",
+        choices=("mlp", "kernel"),
+        default="mlp",
+        help="dbf: the paper's MLP over the whole observation, or one network scoring each job of the window",
+    )
+    tr.add_argument(
         "--expected-start",
         action="store_true",
         help="dbf: each job of the window also shows the time until it would fit by the running jobs' estimates",
@@ -316,6 +322,7 @@ def _train(args: argparse.Namespace) -> int:
         log_time=args.time_features == "log",
         reward=args.reward,
         expected_start=args.expected_start,
+        actor=args.actor,
     )
     path = train(settings, trace, cluster, args.out, resume=args.resume)
     record = json.loads((args.out / "record.json").read_text())

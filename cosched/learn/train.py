@@ -25,7 +25,7 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn.envs import BackfillEnv, JobSelectionEnv
-from cosched.learn.features import RLBF_FEATURES
+from cosched.learn.features import RLBF_FEATURES, dbf_row_features
 from cosched.learn.network import PolicyNetwork
 from cosched.learn.rules import rule
 from cosched.model import Cluster
@@ -34,9 +34,10 @@ from cosched.traces.trace import Trace
 try:
     import torch
     from sb3_contrib import MaskablePPO
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
     from stable_baselines3.common.callbacks import BaseCallback
     from torch import nn
+
+    from cosched.learn.torch_nets import KernelPolicy, WindowKernelPolicy
 except ImportError as exc:  # pragma: no cover - the CLI turns this into one line
     raise ImportError(
         "training needs torch and sb3-contrib: pip install torch==2.13.0 && pip install 'cosched[train]'"
@@ -82,66 +83,9 @@ class TrainSettings:
     """What the environment rewards (`cosched.learn.REWARDS`), the paper's by default."""
     expected_start: bool = False
     """DBF: each job's row also holds the time until it would fit (`features.dbf_observation`)."""
-
-
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    """Linear layers of `sizes` with ReLU between them (none after the last)."""
-    layers: list[nn.Module] = []
-    for k in range(len(sizes) - 1):
-        layers += [nn.Linear(sizes[k], sizes[k + 1]), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-class KernelExtractor(nn.Module):
-    """RLBackfilling's networks: the actor scores every job row with one small MLP (the
-    paper's kernel network, 5-32-16-8-1); the critic reads the flattened rows (32-16-8)."""
-
-    def __init__(self, window: int) -> None:
-        super().__init__()
-        self.window = window
-        self.latent_dim_pi = window
-        self.latent_dim_vf = 8
-        self.kernel = nn.Sequential(
-            nn.Linear(RLBF_FEATURES, 32),
-            nn.ReLU(),
-            nn.Linear(32, 16),
-            nn.ReLU(),
-            nn.Linear(16, 8),
-            nn.ReLU(),
-            nn.Linear(8, 1),
-        )
-        self.value = nn.Sequential(
-            nn.Linear(window * RLBF_FEATURES, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU()
-        )
-
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.forward_actor(features), self.forward_critic(features)
-
-    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        rows = features.view(features.shape[0], self.window, RLBF_FEATURES)
-        return self.kernel(rows).squeeze(-1)
-
-    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
-        return self.value(features)
-
-
-class KernelPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
-    """MaskablePPO's policy with the kernel actor: its per-row scores are the logits."""
-
-    def __init__(self, *args: Any, window: int = 128, **kwargs: Any) -> None:
-        self.window = window
-        super().__init__(*args, **kwargs)
-
-    def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = KernelExtractor(self.window)
-
-    def _build(self, lr_schedule: Any) -> None:
-        super()._build(lr_schedule)
-        self.action_net = nn.Identity()
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return {**super()._get_constructor_parameters(), "window": self.window}
+    actor: str = "mlp"
+    """DBF's actor: `mlp`, the paper's (an MLP over the whole observation), or `kernel`, one
+    network scoring each job of the window (`torch_nets.WindowKernelExtractor`)."""
 
 
 def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> BackfillEnv | JobSelectionEnv:
@@ -174,7 +118,8 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
     the paper's lambda 0.97, learning rate 1e-3 and early stop at a KL of 0.01 learned far
     slower here than Monte Carlo returns (lambda 1) at 3e-4 with no KL stop (docs/learned-
     policies.md), so those are the defaults. DBF: gamma 0.99, learning rate 3e-4, clip 0.2,
-    minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores."""
+    minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores
+    (or its actor is the kernel one, `settings.actor`)."""
     common: dict[str, Any] = {"n_steps": settings.steps, "seed": settings.seed, "verbose": 0, "device": "cpu"}
     if settings.kind == "rlbf":
         arguments: dict[str, Any] = {
@@ -193,8 +138,13 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
         "clip_range": 0.2,
         "batch_size": 128,
         "n_epochs": 10,
-        "policy_kwargs": {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU},
     }
+    if settings.actor == "kernel":
+        arguments["policy_kwargs"] = {"size": env.size, "features": dbf_row_features(settings.expected_start)}
+        return MaskablePPO(WindowKernelPolicy, env, **{**common, **arguments, **settings.ppo})
+    if settings.actor != "mlp":
+        raise ConfigError(f"unknown dbf actor {settings.actor!r}; known: mlp, kernel")
+    arguments["policy_kwargs"] = {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU}
     return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
 
 
@@ -406,8 +356,6 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
             "time_scale": env.time_scale,
         }
     else:
-        layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
-        layers.append(policy.action_net)
         config = {
             "kind": "dbf",
             "head": settings.head,
@@ -415,6 +363,12 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
             "time_scale": env.time_scale,
             "expected_start": settings.expected_start,
         }
+        if settings.actor == "kernel":
+            layers, actor = policy.mlp_extractor.exported()
+            config.update(actor)
+        else:
+            layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
+            layers.append(policy.action_net)
     config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
     network = PolicyNetwork(
         config,
