@@ -3,8 +3,9 @@
 RLBackfilling's actor is the paper's kernel network: one small MLP scores every job row.
 DBF's is, by default, the paper's MLP over the whole observation (`MlpPolicy`), or with
 `actor="kernel"` the same idea for its window (`WindowKernelExtractor`): a flat MLP must
-learn the same comparison of jobs once for each of the window's slots, and imitating even
-F1's order it picked a different job in 6% of unseen decisions (docs/learned-policies.md).
+learn the same comparison of jobs once for each of the window's slots. Fitted to imitate the
+rule f1-reserving (window 24 + 8), the MLP scored 67 mean bsld on the test windows, the kernel
+actor 27, the rule itself 23 (docs/learned-policies.md, round three).
 """
 
 from __future__ import annotations
