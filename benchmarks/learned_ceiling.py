@@ -11,13 +11,16 @@ alone, and many windows show how much a mean over 10 of them can move by chance:
 * ``vs EASY``: the mean paired difference in bsld against FCFS+EASY, +- its standard error.
 * ``top window``: the share of the policy's summed bsld that its worst window carries.
 
-Rules: ``first`` (submission order), ``shortest`` (requested time), ``fewest`` (cores),
-``area`` (cores x requested time), ``f1`` (F1's log10(requested time) x cores; its submit-time
-term is near constant within a window). With ``--dirlab-windows``, the windows are those
+Rules (`cosched.learn.rules`): ``first`` (submission order), ``shortest`` (requested time),
+``fewest`` (cores), ``area`` (cores x requested time), ``f1`` (F1's log10(requested time) x cores;
+its submit-time term is near constant within a window). With ``--dirlab-windows``, the windows are those
 DIR-LAB's test script draws (``np.random.seed(SEED)``, then ``randint(L, n - L - 1)`` per window).
 
 With ``--dbf HEAD TAIL`` the same for DBF: the rules pick among the jobs of its (split) window
 that fit and forward only when none does, beside FCFS, SJF and F1 with EASY and ``dbf`` models.
+A ``-reserving`` rule also forwards to hold cores, as EASY does, from what the observation shows
+(`dbf_observation(expected_start=True)`): the first job of the window in the rule's order gets a
+reservation at the time it would fit; another job starts only if it ends by then.
 
 Running
 -------
@@ -33,7 +36,7 @@ import argparse
 import numpy as np
 
 from cosched.learn.envs import time_scale_of
-from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.learn.rules import rule
 from cosched.policies.learned import DBF, RLBackfill
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import cluster_for, cut, load_workload, run_study
@@ -41,31 +44,8 @@ from cosched.reporting.report import format_table
 from cosched.traces.trace import Trace
 
 RULES = {"rlbf": ("first", "shortest", "fewest", "area"), "dbf": ("first", "shortest", "f1")}
-
-
-def rule(name: str, kind: str, time_scale: float, capacity: int):
-    """A `decide` that picks, among the jobs that fit, the lowest score (ties: arrival order);
-    DBF forwards only when no job of its window fits."""
-
-    def decide(observation: np.ndarray, mask: np.ndarray) -> int:
-        if kind == "rlbf":
-            rows, allowed = observation.reshape(-1, RLBF_FEATURES), np.flatnonzero(mask)
-            requested, cores = rows[allowed, 1] * time_scale, rows[allowed, 2] * capacity
-        else:
-            rows, allowed = observation[CLUSTER_QUANTILES:].reshape(-1, DBF_FEATURES), np.flatnonzero(mask[:-1])
-            if not len(allowed):
-                return len(mask) - 1
-            requested, cores = rows[allowed, 1] * time_scale, rows[allowed, 0] * capacity
-        score = {
-            "first": allowed,
-            "shortest": requested,
-            "fewest": cores,
-            "area": requested * cores,
-            "f1": np.log10(np.maximum(requested, 1.0)) * cores,
-        }[name]
-        return int(allowed[np.argmin(score)])
-
-    return decide
+RESERVING = ("first-reserving", "shortest-reserving", "f1-reserving")
+"""DBF rules that hold cores for a blocked job (`cosched.learn.rules`)."""
 
 
 def windows(trace: Trace, seeds: list[int], samples: int, length: int, dirlab: bool) -> list[Trace]:
@@ -97,14 +77,15 @@ def main() -> None:
     if args.dbf is None:
         sets = [("FCFS+EASY", PolicySet("fcfs", "easy")), ("FCFS+EASY-AR", PolicySet("fcfs", "easy", "actual"))]
         for name in RULES["rlbf"]:
-            backfill = RLBackfill(decide=rule(name, "rlbf", scale, capacity), time_scale=scale)
+            backfill = RLBackfill(decide=rule(name, "rlbf", time_scale=scale, capacity=capacity), time_scale=scale)
             sets.append((f"rule: {name}", PolicySet("fcfs", backfill)))
         sets += [(f"rlbf:{model}", PolicySet("fcfs", f"rlbf:{model}")) for model in args.models]
     else:
         head, tail = args.dbf
-        sets = [(f"{q.upper()}+EASY", PolicySet(q, "easy")) for q in ("fcfs", "sjf", "f1")]
-        for name in RULES["dbf"]:
-            queue = DBF(decide=rule(name, "dbf", scale, capacity), head=head, tail=tail, time_scale=scale)
+        sets = [(f"{q.upper()}+EASY", PolicySet(q, "easy")) for q in ("fcfs", "sjf", "smallest", "f1")]
+        for name in RULES["dbf"] + RESERVING:
+            decide = rule(name, "dbf", time_scale=scale, capacity=capacity, expected_start=True)
+            queue = DBF(decide=decide, head=head, tail=tail, time_scale=scale, expected_start=True)
             sets.append((f"rule: {name}, window {head} + {tail}", PolicySet(queue, "none")))
         sets += [(f"dbf:{model}", PolicySet(f"dbf:{model}", "none")) for model in args.models]
 

@@ -64,7 +64,14 @@ def main() -> None:
         ("BackfillEnv (rlbf), 256-job windows", BackfillEnv(trace, cluster)),
         (
             f"JobSelectionEnv (dbf {dbf.config['head']}+{dbf.config['tail']}), 256 starts",
-            JobSelectionEnv(trace, cluster, head=int(dbf.config["head"]), tail=int(dbf.config["tail"])),
+            JobSelectionEnv(
+                trace,
+                cluster,
+                head=int(dbf.config["head"]),
+                tail=int(dbf.config["tail"]),
+                log_time=bool(dbf.config.get("log_time", False)),
+                expected_start=bool(dbf.config.get("expected_start", False)),
+            ),
         ),
     ):
         rate, episodes = env_speed(env, args.steps, args.seed)

@@ -142,9 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-minutes", type=float, help="stop after the epoch that passes this much training time")
     tr.add_argument(
         "--warm-start",
-        choices=("shortest", "none"),
         default="shortest",
-        help="fit the actor to shortest-request-first before PPO (default), or start PPO from a random actor",
+        metavar="RULE",
+        help="before PPO, fit the actor to imitate a rule: shortest (request, the default), first, fewest, area, "
+        "f1; dbf also ORDER-reserving (holds cores for a blocked job, needs --expected-start); none: a random actor",
+    )
+    tr.add_argument(
+        "--actor",
+        choices=("mlp", "kernel"),
+        default="mlp",
+        help="dbf: the paper's MLP over the whole observation, or one network scoring each job of the window",
+    )
+    tr.add_argument(
+        "--expected-start",
+        action="store_true",
+        help="dbf: each job of the window also shows the time until it would fit by the running jobs' estimates",
     )
     tr.add_argument(
         "--time-features",
@@ -280,12 +292,15 @@ def _ppo_argument(text: str) -> tuple[str, object]:
 
 def _train(args: argparse.Namespace) -> int:
     try:
+        from cosched.learn.rules import check_rule
         from cosched.learn.train import TrainSettings, train
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
     if args.policy == "dbf" and args.head + args.tail < 1:
         raise ConfigError("--head + --tail must be at least 1")
     create("queue", args.queue)  # an unknown base policy fails before any work
+    if args.warm_start != "none":
+        check_rule(args.warm_start, args.policy, args.expected_start)
     trace = load_workload(args.trace, seed=args.seed, procs=args.procs, cleaning=args.cleaning)
     cluster = cluster_for(trace, "core", args.procs)
     settings = TrainSettings(
@@ -306,6 +321,8 @@ def _train(args: argparse.Namespace) -> int:
         warm_start=args.warm_start,
         log_time=args.time_features == "log",
         reward=args.reward,
+        expected_start=args.expected_start,
+        actor=args.actor,
     )
     path = train(settings, trace, cluster, args.out, resume=args.resume)
     record = json.loads((args.out / "record.json").read_text())

@@ -348,11 +348,17 @@ def test_an_environment_episode_decides_as_the_plugin_replays() -> None:
         _episode(env, 3, rlbf.act)
         plugin = replay(env.episode.jobs(), Cluster(64), PolicySet("fcfs", f"rlbf:{name}"))
         assert starts(env._run.result()) == starts(plugin)
-    dbf = load_model("dbf", None)
-
-    head, tail = int(dbf.config["head"]), int(dbf.config["tail"])
+    dbf = load_model("dbf", None)  # the default: a kernel actor that also sees when jobs would fit, log times
+    assert dbf.config["actor"] == "kernel" and dbf.config["expected_start"] and dbf.config["log_time"]
     env = JobSelectionEnv(
-        trace, Cluster(64), head=head, tail=tail, length=150, time_scale=float(dbf.config["time_scale"])
+        trace,
+        Cluster(64),
+        head=int(dbf.config["head"]),
+        tail=int(dbf.config["tail"]),
+        length=150,
+        time_scale=float(dbf.config["time_scale"]),
+        log_time=True,
+        expected_start=True,
     )
     _episode(env, 3, dbf.act)
     started = {job.id: job.start for job in env._run.pending if job.start >= 0}

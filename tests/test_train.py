@@ -30,19 +30,23 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     require_module("torch")
     require_module("sb3_contrib")
     runs = {}
-    for policy, extra in (
+    dbf = ["--head", "6", "--tail", "2", "--length", "100", "--time-features", "log", "--reward", "bsld"]
+    kernel = ["--actor", "kernel", "--expected-start", "--warm-start", "f1-reserving"]
+    for label, extra in (
         ("rlbf", ["--length", "150", "--window", "32", "--time-features", "log", "--reward", "trace"]),
-        ("dbf", ["--head", "6", "--tail", "2", "--length", "100", "--time-features", "log", "--reward", "bsld"]),
+        ("dbf", dbf),
+        ("dbf-kernel", [*dbf, *kernel]),
     ):
-        out = tmp_path_factory.mktemp(policy)
-        run = _train(out, policy, "--epochs", "1", *extra)
+        out = tmp_path_factory.mktemp(label)
+        run = _train(out, label.split("-")[0], "--epochs", "1", *extra)
         assert run.returncode == 0, run.stderr[-2000:]
-        runs[policy] = out
+        runs[label] = out
     return runs
 
 
 def test_training_writes_its_files_and_a_model_the_plugin_runs(trained: dict[str, Path]) -> None:
-    for policy, out in trained.items():
+    for label, out in trained.items():
+        policy = label.split("-")[0]
         for name in ("checkpoint.zip", "training.jsonl", "learning-curve.png", "model.npz", "record.json"):
             assert (out / name).is_file(), name
         record = json.loads((out / "record.json").read_text())
@@ -51,6 +55,12 @@ def test_training_writes_its_files_and_a_model_the_plugin_runs(trained: dict[str
         settings = record["settings"]
         assert settings["log_time"] and settings["reward"] == {"rlbf": "trace", "dbf": "bsld"}[policy]
         assert PolicyNetwork.load(out / "model.npz").config["log_time"] is True  # the plugin observes as trained
+        assert (
+            record["warm_start"]["rule"]
+            == settings["warm_start"]
+            == ("f1-reserving" if "kernel" in label else "shortest")
+        )
+        assert record["warm_start"]["agreement"] > 0.8  # the actor does imitate the rule before PPO
         spec = ("fcfs", f"rlbf:{out / 'model.npz'}") if policy == "rlbf" else (f"dbf:{out / 'model.npz'}", "none")
         jobs = load_workload(TRACE, seed=2).slice(0, 300).jobs()
         result = replay(jobs, Cluster(64), PolicySet(*spec), validate=True)
@@ -75,14 +85,26 @@ def test_numpy_network_acts_as_the_torch_policy(trained: dict[str, Path]) -> Non
     from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 
     trace = load_workload(TRACE, seed=9)
-    for policy, out in trained.items():
+    for label, out in trained.items():
         network = PolicyNetwork.load(out / "model.npz")
         agent = MaskablePPO.load(out / "checkpoint.zip", device="cpu")
         scale, log = float(network.config["time_scale"]), bool(network.config["log_time"])
-        if policy == "rlbf":
+        if label == "rlbf":
             env = BackfillEnv(trace, Cluster(64), length=150, window=32, time_scale=scale, log_time=log)
         else:
-            env = JobSelectionEnv(trace, Cluster(64), head=6, tail=2, length=100, time_scale=scale, log_time=log)
+            expected_start = bool(network.config["expected_start"])
+            env = JobSelectionEnv(
+                trace,
+                Cluster(64),
+                head=6,
+                tail=2,
+                length=100,
+                time_scale=scale,
+                log_time=log,
+                expected_start=expected_start,
+            )
+            assert expected_start is (label == "dbf-kernel")
+            assert network.config.get("actor", "mlp") == ("kernel" if expected_start else "mlp")
         obs, _ = env.reset(seed=4)
         for _ in range(40):
             mask = env.action_masks()
@@ -96,6 +118,23 @@ def test_numpy_network_acts_as_the_torch_policy(trained: dict[str, Path]) -> Non
             obs, _, terminated, truncated, _ = env.step(int(action))
             if terminated or truncated:
                 obs, _ = env.reset()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--warm-start", "f1-reserving"], "rule 'f1-reserving' reads when jobs would fit: it needs --expected-start"),
+        (["--warm-start", "fastest"], "unknown dbf rule 'fastest'; known: first, shortest"),
+    ],
+)
+def test_a_warm_start_rule_the_observation_cannot_serve_is_one_line(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    require_module("torch")
+    require_module("sb3_contrib")
+    run = _train(tmp_path / "o", "dbf", *args)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert error in run.stderr and not (tmp_path / "o").exists()
 
 
 def test_training_without_the_extra_is_one_line(tmp_path: Path) -> None:

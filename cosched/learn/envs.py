@@ -25,7 +25,7 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn import REWARDS
-from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.learn.features import CLUSTER_QUANTILES, RLBF_FEATURES, dbf_row_features
 from cosched.model import Cluster, Job, JobState
 from cosched.policies.learned import DBF, RLBackfill
 from cosched.replay.driver import PolicySet, Replay, replay
@@ -231,6 +231,7 @@ class JobSelectionEnv(_ReplayEnv):
         weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
         log_time: bool = False,
         reward: str = "paper",
+        expected_start: bool = False,
     ) -> None:
         super().__init__(trace, cluster, length)
         if 2 * length > len(trace):
@@ -246,9 +247,18 @@ class JobSelectionEnv(_ReplayEnv):
         self._runtime: dict[int, float] = {}
         self._queued: dict[int, Job] = {}
         self._accrued_at = 0.0
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (CLUSTER_QUANTILES + self.size * DBF_FEATURES,), np.float32)
+        self.expected_start = expected_start
+        rows = self.size * dbf_row_features(expected_start)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (CLUSTER_QUANTILES + rows,), np.float32)
         self.action_space = gym.spaces.Discrete(self.size + 1)
-        self.policy = DBF(decide=self._decide, head=head, tail=tail, time_scale=self.time_scale, log_time=log_time)
+        self.policy = DBF(
+            decide=self._decide,
+            head=head,
+            tail=tail,
+            time_scale=self.time_scale,
+            log_time=log_time,
+            expected_start=expected_start,
+        )
         self._penalty = 0.0
         self._started = 0
         self._max_queue = self._max_wait = 0.0

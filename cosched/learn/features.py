@@ -13,11 +13,13 @@ capacity. Padding rows are masked.
 
 DBF (Wang, Harwood and Rodriguez): a window of M queued jobs, the first `head` and
 the last `tail` (the split window; `tail = 0` is the head-only window), each as
-(size, requested time, wait, present), and the cluster as the remaining estimated
-busy time of its units. The paper gives one value per core; here it is summarised
-by `CLUSTER_QUANTILES` evenly spaced values of the sorted per-unit times, so one
-model runs on a cluster of any size (the daemon's host as well as Lublin's 256
-cores). The last action is DBF's forward (wait for the next arrival or end).
+(size, requested time, wait, present) and, with `expected_start`, the time until it
+would fit by the running jobs' estimates (its reserved start under EASY, 0 when it
+fits now), and the cluster as the remaining estimated busy time of its units. The
+paper gives one value per core; here it is summarised by `CLUSTER_QUANTILES` evenly
+spaced values of the sorted per-unit times, so one model runs on a cluster of any
+size (the daemon's host as well as Lublin's 256 cores). The last action is DBF's
+forward (wait for the next arrival or end).
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ CAP = 1.0 - 1e-5
 RLBF_FEATURES = 5
 RLBF_PAD = np.array([0.0, 1.0, 1.0, 1.0, 1.0], dtype=np.float32)
 DBF_FEATURES = 4
+"""Per job of DBF's window: size, requested time, wait, present."""
+DBF_START_FEATURES = 5
+"""The same and the time until the job would fit (`dbf_observation(expected_start=True)`)."""
 CLUSTER_QUANTILES = 32
 
 
@@ -48,6 +53,13 @@ def scaled_time(seconds: np.ndarray, time_scale: float, log_time: bool) -> np.nd
     if log_time:
         return np.log1p(np.maximum(seconds, 0.0)) / math.log1p(time_scale)
     return seconds / time_scale
+
+
+def unscaled_time(features: np.ndarray, time_scale: float, log_time: bool) -> np.ndarray:
+    """Seconds back from `scaled_time`'s features (for rules that read an observation)."""
+    if log_time:
+        return np.expm1(features * math.log1p(time_scale))
+    return features * time_scale
 
 
 def rlbf_candidates(view: SchedulerView, head: int) -> list[Job]:
@@ -98,14 +110,38 @@ def dbf_window(queue: Sequence[Job], head: int, tail: int) -> list[Job]:
     return list(queue[:head]) + (list(queue[len(queue) - tail :]) if tail else [])
 
 
+def dbf_row_features(expected_start: bool) -> int:
+    """Features per job row of DBF's observation."""
+    return DBF_START_FEATURES if expected_start else DBF_FEATURES
+
+
+def until_fits(view: SchedulerView, needs: np.ndarray) -> np.ndarray:
+    """For each need, the time from now until it fits by the running jobs' estimated ends
+    (`shadow_time`'s rule, for many jobs at once): 0 if it fits now, inf if it never does."""
+    now, free = view.now, view.free_units
+    freed = list(view.releases())
+    ends = np.fromiter((end for end, _ in freed), np.float64, len(freed))
+    available = free + np.cumsum(np.fromiter((units for _, units in freed), np.float64, len(freed)))
+    first = np.searchsorted(available, needs, side="left")
+    later = np.append(ends, math.inf)[first] - now
+    return np.where(needs <= free, 0.0, later)
+
+
 def dbf_observation(
-    window_jobs: Sequence[Job], view: SchedulerView, size: int, time_scale: float, log_time: bool = False
+    window_jobs: Sequence[Job],
+    view: SchedulerView,
+    size: int,
+    time_scale: float,
+    log_time: bool = False,
+    expected_start: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(cluster summary then `size` job rows, flattened; mask over the `size` slots and forward).
 
     A slot may be chosen when it holds a job that fits now. Forward is refused only
     when nothing runs: then nothing would ever happen, and every queued job fits an
-    idle cluster, so some job must start.
+    idle cluster, so some job must start. With `expected_start` each row also says how
+    long until its job would fit: what an agent needs to see to hold cores for a blocked
+    job (EASY's reservation) instead of filling them with jobs that outlast its start.
     """
     now, free, capacity = view.now, view.free_units, view.capacity_units
     cluster = np.zeros(CLUSTER_QUANTILES, dtype=np.float32)
@@ -125,7 +161,7 @@ def dbf_observation(
         values[busy] = scaled_time(remaining[which[busy]], time_scale, log_time)
         values[positions < free] = 0.0
         cluster[:] = np.clip(values, 0.0, CAP)
-    rows = np.zeros((size, DBF_FEATURES), dtype=np.float32)
+    rows = np.zeros((size, dbf_row_features(expected_start)), dtype=np.float32)
     mask = np.zeros(size + 1, dtype=bool)
     n = min(len(window_jobs), size)
     if n:
@@ -137,6 +173,8 @@ def dbf_observation(
         rows[:n, 1] = np.clip(scaled_time(walltime, time_scale, log_time), 0.0, CAP)
         rows[:n, 2] = np.clip((now - submit) / MAX_WAIT, 0.0, CAP)
         rows[:n, 3] = 1.0
+        if expected_start:
+            rows[:n, 4] = np.clip(scaled_time(until_fits(view, need), time_scale, log_time), 0.0, CAP)
         mask[:n] = need <= free
     mask[size] = bool(running)
     return np.concatenate((cluster, rows.reshape(-1))), mask

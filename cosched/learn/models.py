@@ -14,7 +14,7 @@ from cosched.errors import ConfigError
 from cosched.learn.network import PolicyNetwork
 
 SHIPPED = Path(__file__).parent / "models"
-DEFAULT_MODEL = {"rlbf": "sdsc-sp2", "dbf": "lublin-1-m20-split"}
+DEFAULT_MODEL = {"rlbf": "sdsc-sp2", "dbf": "lublin-1-m32-split-bsld"}
 """The model a bare `rlbf` or `dbf` runs."""
 
 

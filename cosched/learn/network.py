@@ -18,9 +18,13 @@ from typing import Any
 import numpy as np
 
 from cosched.errors import ConfigError
+from cosched.learn.features import CLUSTER_QUANTILES
 
 FORMAT = 1
 KINDS = ("rlbf", "dbf")
+NEGLIGIBLE = -1e9
+"""The attention key of an empty slot of DBF's window: finite, so that a window without jobs
+averages instead of giving NaN."""
 
 
 @dataclass(frozen=True)
@@ -40,16 +44,38 @@ class PolicyNetwork:
         """Unmasked logits for one observation (or a batch, leading axis), the same bits on
         any machine at any load (`tests/test_learned.py`)."""
         x = np.asarray(obs, dtype=np.float32)
+        if self.config.get("actor") == "kernel":
+            return self._window_kernel(x)
         if self.kind == "rlbf":
             x = x.reshape(*x.shape[:-1], -1, int(self.config["features"]))
-        last = len(self.weights) - 1
-        for k, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            return self._mlp(x, 0, len(self.weights))[..., 0]
+        return self._mlp(x, 0, len(self.weights))
+
+    def _mlp(self, x: np.ndarray, first: int, end: int) -> np.ndarray:
+        """Layers `first` to `end` (exclusive), with the activation between them."""
+        for k in range(first, end):
             # einsum's own loops, not BLAS: a multi-threaded BLAS sums in an order that depends on
             # the machine's load, and one flipped near-tie changes a whole replay's schedule.
-            x = np.einsum("...i,oi->...o", x, w) + b
-            if k < last:
+            x = np.einsum("...i,oi->...o", x, self.weights[k]) + self.biases[k]
+            if k < end - 1:
                 x = np.maximum(x, 0.0) if self.config.get("activation", "relu") == "relu" else np.tanh(x)
-        return x[..., 0] if self.kind == "rlbf" else x
+        return x
+
+    def _window_kernel(self, x: np.ndarray) -> np.ndarray:
+        """DBF's kernel actor (`cosched.learn.torch_nets.WindowKernelExtractor`): keys and
+        values of the window's jobs, their attention average with the cluster as context,
+        then each job's score and forward's."""
+        keys, rows, forward = (int(n) for n in self.config["layers"])
+        cluster = x[..., :CLUSTER_QUANTILES]
+        jobs = x[..., CLUSTER_QUANTILES:].reshape(*x.shape[:-1], -1, int(self.config["features"]))
+        keyed = self._mlp(jobs, 0, keys)
+        key = np.where(jobs[..., 3] > 0, keyed[..., 0], np.float32(NEGLIGIBLE))
+        weight = np.exp(key - key.max(axis=-1, keepdims=True))
+        weight = weight / np.einsum("...m->...", weight)[..., None]
+        context = np.concatenate((np.einsum("...m,...mv->...v", weight, keyed[..., 1:]), cluster), axis=-1)
+        each = np.concatenate((jobs, np.broadcast_to(context[..., None, :], (*jobs.shape[:-1], context.shape[-1]))), -1)
+        scores = self._mlp(each, keys, keys + rows)[..., 0]
+        return np.concatenate((scores, self._mlp(context, keys + rows, keys + rows + forward)), axis=-1)
 
     def act(self, obs: np.ndarray, mask: np.ndarray) -> int:
         """The most likely allowed action (deterministic, as the paper tests its agent)."""

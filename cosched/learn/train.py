@@ -25,17 +25,19 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn.envs import BackfillEnv, JobSelectionEnv
-from cosched.learn.features import CLUSTER_QUANTILES, DBF_FEATURES, RLBF_FEATURES
+from cosched.learn.features import RLBF_FEATURES, dbf_row_features
 from cosched.learn.network import PolicyNetwork
+from cosched.learn.rules import rule
 from cosched.model import Cluster
 from cosched.traces.trace import Trace
 
 try:
     import torch
     from sb3_contrib import MaskablePPO
-    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
     from stable_baselines3.common.callbacks import BaseCallback
     from torch import nn
+
+    from cosched.learn.torch_nets import KernelPolicy, WindowKernelPolicy
 except ImportError as exc:  # pragma: no cover - the CLI turns this into one line
     raise ImportError(
         "training needs torch and sb3-contrib: pip install torch==2.13.0 && pip install 'cosched[train]'"
@@ -46,6 +48,7 @@ LOG = "training.jsonl"
 CURVE = "learning-curve.png"
 MODEL = "model.npz"
 RECORD = "record.json"
+WARM_START = "warm-start.json"
 
 
 @dataclass
@@ -71,72 +74,18 @@ class TrainSettings:
     ppo: dict[str, Any] = field(default_factory=dict)
     """MaskablePPO arguments that override the defaults of `new_agent` (kept in the record)."""
     warm_start: str = "shortest"
-    """`shortest`: before PPO, fit the actor to pick the job with the shortest requested time
-    (`warm_start`); `none`: PPO from a random actor, as the papers."""
+    """A rule of `cosched.learn.rules` (`shortest`: the job with the shortest requested time) the
+    actor is fitted to imitate before PPO (`warm_start`); `none`: PPO from a random actor, as the
+    papers."""
     log_time: bool = False
     """Times as features on a log scale (`features.scaled_time`); False: divided by the scale."""
     reward: str = "paper"
     """What the environment rewards (`cosched.learn.REWARDS`), the paper's by default."""
-
-
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    """Linear layers of `sizes` with ReLU between them (none after the last)."""
-    layers: list[nn.Module] = []
-    for k in range(len(sizes) - 1):
-        layers += [nn.Linear(sizes[k], sizes[k + 1]), nn.ReLU()]
-    return nn.Sequential(*layers[:-1])
-
-
-class KernelExtractor(nn.Module):
-    """RLBackfilling's networks: the actor scores every job row with one small MLP (the
-    paper's kernel network, 5-32-16-8-1); the critic reads the flattened rows (32-16-8)."""
-
-    def __init__(self, window: int) -> None:
-        super().__init__()
-        self.window = window
-        self.latent_dim_pi = window
-        self.latent_dim_vf = 8
-        self.kernel = nn.Sequential(
-            nn.Linear(RLBF_FEATURES, 32),
-            nn.ReLU(),
-            nn.Linear(32, 16),
-            nn.ReLU(),
-            nn.Linear(16, 8),
-            nn.ReLU(),
-            nn.Linear(8, 1),
-        )
-        self.value = nn.Sequential(
-            nn.Linear(window * RLBF_FEATURES, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU()
-        )
-
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.forward_actor(features), self.forward_critic(features)
-
-    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        rows = features.view(features.shape[0], self.window, RLBF_FEATURES)
-        return self.kernel(rows).squeeze(-1)
-
-    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
-        return self.value(features)
-
-
-class KernelPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
-    """MaskablePPO's policy with the kernel actor: its per-row scores are the logits."""
-
-    def __init__(self, *args: Any, window: int = 128, **kwargs: Any) -> None:
-        self.window = window
-        super().__init__(*args, **kwargs)
-
-    def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = KernelExtractor(self.window)
-
-    def _build(self, lr_schedule: Any) -> None:
-        super()._build(lr_schedule)
-        self.action_net = nn.Identity()
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        return {**super()._get_constructor_parameters(), "window": self.window}
+    expected_start: bool = False
+    """DBF: each job's row also holds the time until it would fit (`features.dbf_observation`)."""
+    actor: str = "mlp"
+    """DBF's actor: `mlp`, the paper's (an MLP over the whole observation), or `kernel`, one
+    network scoring each job of the window (`torch_nets.WindowKernelExtractor`)."""
 
 
 def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> BackfillEnv | JobSelectionEnv:
@@ -159,6 +108,7 @@ def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> Backfil
             length=settings.length,
             log_time=settings.log_time,
             reward=settings.reward,
+            expected_start=settings.expected_start,
         )
     raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf")
 
@@ -168,7 +118,8 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
     the paper's lambda 0.97, learning rate 1e-3 and early stop at a KL of 0.01 learned far
     slower here than Monte Carlo returns (lambda 1) at 3e-4 with no KL stop (docs/learned-
     policies.md), so those are the defaults. DBF: gamma 0.99, learning rate 3e-4, clip 0.2,
-    minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores."""
+    minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores
+    (or its actor is the kernel one, `settings.actor`)."""
     common: dict[str, Any] = {"n_steps": settings.steps, "seed": settings.seed, "verbose": 0, "device": "cpu"}
     if settings.kind == "rlbf":
         arguments: dict[str, Any] = {
@@ -187,8 +138,13 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
         "clip_range": 0.2,
         "batch_size": 128,
         "n_epochs": 10,
-        "policy_kwargs": {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU},
     }
+    if settings.actor == "kernel":
+        arguments["policy_kwargs"] = {"size": env.size, "features": dbf_row_features(settings.expected_start)}
+        return MaskablePPO(WindowKernelPolicy, env, **{**common, **arguments, **settings.ppo})
+    if settings.actor != "mlp":
+        raise ConfigError(f"unknown dbf actor {settings.actor!r}; known: mlp, kernel")
+    arguments["policy_kwargs"] = {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU}
     return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
 
 
@@ -322,8 +278,9 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
         env.reset(seed=settings.seed + int(agent.num_timesteps))  # fresh windows, still seeded
     else:
         agent = new_agent(settings, env)
-        if settings.warm_start == "shortest":
-            warm_start(agent, env, settings.seed)
+        if settings.warm_start != "none":
+            agreement = warm_start(agent, env, settings)
+            (out / WARM_START).write_text(json.dumps({"rule": settings.warm_start, "agreement": agreement}) + "\n")
         env.reset(seed=settings.seed)
     total = settings.epochs * settings.steps
     remaining = total - int(agent.num_timesteps)
@@ -342,28 +299,27 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
     return path
 
 
-def shortest_request(env: BackfillEnv | JobSelectionEnv, mask: np.ndarray, observation: np.ndarray) -> int:
-    """The allowed job with the shortest requested time (DBF forwards only when none is allowed)."""
-    if isinstance(env, BackfillEnv):
-        requested = observation.reshape(-1, RLBF_FEATURES)[:, 1]
-    else:
-        requested = observation[CLUSTER_QUANTILES:].reshape(-1, DBF_FEATURES)[:, 1]
-        if not mask[:-1].any():
-            return len(mask) - 1
-    return int(np.argmin(np.where(mask[: len(requested)], requested, np.inf)))
-
-
-def warm_start(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, seed: int, decisions: int = 4096) -> float:
-    """Fit the actor to the shortest-request choice on `decisions` decisions of the heuristic's
-    own episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
+def warm_start(
+    agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, decisions: int = 4096
+) -> float:
+    """Fit the actor to the rule `settings.warm_start` on `decisions` decisions of the rule's own
+    episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
     instead of a random one: on 2 cores PPO alone did not get there in our training budget
     (docs/learned-policies.md). Returns the fraction of decisions the actor then agrees with."""
-    rng = np.random.default_rng(seed)
-    obs, _ = env.reset(seed=seed + 777)
+    decide = rule(
+        settings.warm_start,
+        settings.kind,
+        time_scale=env.time_scale,
+        capacity=env.cluster.capacity_units,
+        log_time=settings.log_time,
+        expected_start=settings.expected_start,
+    )
+    rng = np.random.default_rng(settings.seed)
+    obs, _ = env.reset(seed=settings.seed + 777)
     observations, masks, actions = [], [], []
     while len(actions) < decisions:
         mask = env.action_masks()
-        action = shortest_request(env, mask, obs)
+        action = decide(obs, mask)
         observations.append(obs)
         masks.append(mask)
         actions.append(action)
@@ -400,9 +356,19 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
             "time_scale": env.time_scale,
         }
     else:
-        layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
-        layers.append(policy.action_net)
-        config = {"kind": "dbf", "head": settings.head, "tail": settings.tail, "time_scale": env.time_scale}
+        config = {
+            "kind": "dbf",
+            "head": settings.head,
+            "tail": settings.tail,
+            "time_scale": env.time_scale,
+            "expected_start": settings.expected_start,
+        }
+        if settings.actor == "kernel":
+            layers, actor = policy.mlp_extractor.exported()
+            config.update(actor)
+        else:
+            layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
+            layers.append(policy.action_net)
     config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
     network = PolicyNetwork(
         config,
@@ -446,6 +412,7 @@ def training_record(
         "episodes": sum(line.get("episodes", 0) for line in log),
         "wall_seconds": round(wall, 1),
         "last_epoch": log[-1] if log else None,
+        "warm_start": json.loads((out / WARM_START).read_text()) if (out / WARM_START).is_file() else None,
         "machine": {
             "node": platform.node(),
             "processor": platform.processor() or platform.machine(),

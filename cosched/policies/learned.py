@@ -82,9 +82,10 @@ class DBF(QueuePolicy):
 
     It sees a split window of the queue, the first `head` jobs and the last `tail` in
     arrival order (`tail = 0`: the usual head-only window), and the cluster's busy
-    units. It picks a job that fits, which starts, and is asked again; or it forwards,
-    and nothing more starts until the next arrival or end (schedule cycling). It needs
-    no backfill policy: picking jobs behind a blocked one is its backfilling.
+    units; with `expected_start`, also when each job would fit. It picks a job that
+    fits, which starts, and is asked again; or it forwards, and nothing more starts
+    until the next arrival or end (schedule cycling). It needs no backfill policy:
+    picking jobs behind a blocked one is its backfilling.
     """
 
     name = "dbf"
@@ -100,6 +101,7 @@ class DBF(QueuePolicy):
         tail: int = 0,
         time_scale: float = 12 * 3600.0,
         log_time: bool = False,
+        expected_start: bool = False,
     ) -> None:
         if decide is None:
             network = load_model("dbf", model)
@@ -107,6 +109,7 @@ class DBF(QueuePolicy):
             head, tail = int(network.config["head"]), int(network.config["tail"])
             time_scale = float(network.config["time_scale"])
             log_time = bool(network.config.get("log_time", False))
+            expected_start = bool(network.config.get("expected_start", False))
         if head < 0 or tail < 0 or head + tail < 1 or time_scale <= 0:
             raise ConfigError(f"dbf needs a window of head + tail >= 1 jobs, got {head} + {tail}")
         self.decide = decide
@@ -114,6 +117,7 @@ class DBF(QueuePolicy):
         self.tail = tail
         self.time_scale = time_scale
         self.log_time = log_time
+        self.expected_start = expected_start
 
     def score(self, job: Job, now: float) -> float:
         return job.submit
@@ -123,7 +127,9 @@ class DBF(QueuePolicy):
         if not queue:
             return ()
         jobs = dbf_window(queue, self.head, self.tail)
-        observation, mask = dbf_observation(jobs, view, self.head + self.tail, self.time_scale, self.log_time)
+        observation, mask = dbf_observation(
+            jobs, view, self.head + self.tail, self.time_scale, self.log_time, self.expected_start
+        )
         if not mask[:-1].any():
             return ()  # nothing in the window fits: forwarding is the only action
         choice = self.decide(observation, mask)
