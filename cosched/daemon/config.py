@@ -56,7 +56,7 @@ default. Example (every key, with its default)::
     reconcile = 30.0              # the store against what Docker reports
 
     [policies]
-    queue = "fcfs"                # or a learned one with its model: "dbf:lublin-1-m20-split"
+    queue = "fcfs"                # or a learned one with its model: "dbf:lublin-1-m32-split-bsld"
     backfill = "easy"             # or "rlbf:hpc2n", "rlbf:/etc/cosched/model.npz"
     estimate = "requested"
     placement = "first-fit"
