@@ -700,3 +700,32 @@ def test_the_shipped_configs_are_the_defaults_and_a_valid_mesos_example() -> Non
         assert getattr(shipped, section.name) == getattr(defaults, section.name), section.name
     mesos = load_config(deploy / "mesos" / "cosched-mesos.toml")
     assert (mesos.backend.kind, mesos.cluster.nodes) == ("mesos", 2)
+
+
+def test_weights_learned_under_another_learner_setting_are_said_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Changing `policies.learner` keys the weights differently: the daemon says the saved ones
+    go unused instead of silently learning from uniform weights again."""
+    from cosched.daemon.service import Daemon
+    from experts.weights import WeightBook
+
+    book = WeightBook(4)
+    book.get("montage").update()
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        store.set_meta(db, "weights", book.to_state())
+        store.set_meta(db, "learner", "class")
+
+    def start(learner: str) -> Daemon:
+        config = from_dict({"daemon": {"state_dir": str(tmp_path)}, "policies": {"learner": learner}})
+        return Daemon(config)
+
+    with caplog.at_level("WARNING", logger="cosched.daemon"):
+        daemon = start("app")
+    assert "learned with learner = 'class'; under learner = 'app'" in caplog.text
+    assert daemon.asax is not None and daemon.asax.book.get("montage").t == 1  # kept, not dropped
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cosched.daemon"):
+        start("class")
+    assert "learned with learner" not in caplog.text

@@ -126,6 +126,7 @@ def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
         daemon.store.save_decision(db, decision.seq + 1, decision.as_dict())
     daemon.saved_decisions = daemon.asax.decided
     daemon.store.set_meta(db, "weights", daemon.asax.book.to_state())
+    daemon.store.set_meta(db, "learner", daemon.config.policies.learner)  # what the weights' keys are
 
 
 def _stage_of(daemon: Daemon, job_id: int) -> str:

@@ -128,6 +128,14 @@ class Daemon:
         )
         if state is not None:
             asax.book = WeightBook.from_state(state).rescheduled(schedule)
+            saved = self.store.get_meta("learner")
+            if saved is not None and saved != p.learner:  # an operator would otherwise see learning start over
+                log.warning(
+                    "ASAx: the saved weights were learned with learner = %r; under learner = %r they stay in the "
+                    "state file unused, and the new learners start from uniform weights",
+                    saved,
+                    p.learner,
+                )
         baselines = self.store.get_meta("baselines")
         if baselines is not None:
             asax.baselines = RuntimeBaselines.from_state(baselines)
