@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def events(daemon: Daemon, changes: list[tuple[int, bool]]) -> list[Event]:
     """A node gone leaves the core's pool (what it had free is rescinded; what its jobs held
     never comes back); a node back is offered whole, less what the core still counts on it."""
-    pool, cluster, events = daemon.core.pool, daemon.cluster, []
+    pool, cluster = daemon.core.pool, daemon.cluster
+    events: list[Event] = []
     final = dict(changes)  # gone and back within one pass: its jobs' ends say what was lost
     for node, up in final.items():
         if not up and node not in daemon.down:

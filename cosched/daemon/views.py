@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
 from cosched.daemon import workflow_stages
-from cosched.model import JobState
+from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from cosched.daemon.service import Daemon
 
 
@@ -29,6 +31,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     core = daemon.core
     running = [job for job in jobs if job.state is JobState.RUNNING]
     policy = core.queue_policy
+    order: Sequence[Job]
     if policy.one_by_one:  # it picks one job at each start of a pass (DBF): no order beyond arrival to show
         order = queued
     else:  # a view of our own over the copies: the core's view belongs to the pass

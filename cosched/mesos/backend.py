@@ -33,6 +33,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Slots
@@ -381,7 +382,7 @@ class MesosBackend(EventHandler):
             if isinstance(action, Accept):
                 work.append(self._accept_call(action, max(arrived.get(o, now) for o in action.offer_ids)))
             elif isinstance(action, Decline):
-                work.append(lambda a=action: self._decline(list(a.offer_ids), a.refuse_seconds))
+                work.append(partial(self._decline, list(action.offer_ids), action.refuse_seconds))
             elif isinstance(action, Suppress):
                 work.append(lambda: self._flow(self.client.suppress, "SUPPRESS"))
             elif isinstance(action, Revive):
@@ -791,9 +792,10 @@ class MesosBackend(EventHandler):
         with self.cond:
             run = self.runs.get(handle)
             shown = [] if run is None else [(t, t.quota, cpus * run.share(t)) for t in run.tasks.values()]
-        if not shown or any(value is None for _, value, _ in shown):
+        read = [(task, value, want) for task, value, want in shown if value is not None]
+        if not shown or len(read) < len(shown):
             return False
-        for task, value, want in shown:
+        for task, value, want in read:
             if abs(value - want) > 1e-3:
                 raise QuotaMismatch(f"task {task.id}: cgroup shows {value} CPUs, expected {want:g}")
         return True
