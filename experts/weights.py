@@ -339,6 +339,11 @@ class WeightBook:
     def __contains__(self, app_class: object) -> bool:
         return app_class in self._weights
 
+    @property
+    def updates(self) -> int:
+        """Rounds ended (weight updates) over all learners: how much the book has learned."""
+        return sum(weights.t for weights in self._weights.values())
+
     def to_state(self) -> dict[str, Any]:
         """JSON-able snapshot of every class, plus the expert count and schedule new classes get."""
         return {

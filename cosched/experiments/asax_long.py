@@ -192,7 +192,7 @@ def regret(run: Run) -> Regret | None:
     per_expert = {name: sum(ledger.experts[i] for ledger in ledgers) for i, name in enumerate(names)}
     return Regret(
         cases=sum(ledger.cases for ledger in ledgers),
-        updates=sum(w.t for w in learners),
+        updates=policy.book.updates,
         asax=sum(ledger.mixed for ledger in ledgers),
         uniform=sum(ledger.experts_mean for ledger in ledgers),
         experts=per_expert,

@@ -197,12 +197,7 @@ class LocalDaemon:
     def weight_updates(self) -> int:
         """ASAx's weight updates, read from the state file the daemon keeps them in (none without ASAx)."""
         state = Store(self.root / "state" / "state.sqlite").get_meta("weights")
-        return 0 if state is None else updates(WeightBook.from_state(state))
-
-
-def updates(book: WeightBook) -> int:
-    """Rounds ended over all of a book's learners (0 for a book never used)."""
-    return sum(book.get(learner).t for learner in book.classes())
+        return 0 if state is None else WeightBook.from_state(state).updates
 
 
 def _quota_seconds(job: dict[str, Any]) -> float:
@@ -461,7 +456,7 @@ def _predict_once(
             )
         )
     makespan = max(j.end for j in result.jobs) - min(j.submit for j in result.jobs)
-    learned = updates(policy.book) if strategy == "asax" else 0
+    learned = policy.book.updates if strategy == "asax" else 0
     return StrategyRun(strategy, workflows, makespan, host_cores, learned)
 
 
