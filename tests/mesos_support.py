@@ -310,9 +310,10 @@ def mesos_daemon(
     mesos: str = "",
     policies: str = "",
     data_roots: bool = False,
+    docker: str = "",
 ) -> Any:
-    """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`
-    and `policies` add keys to those tables; `data_roots` makes `root` the jobs' data root."""
+    """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`,
+    `policies` and `docker` add keys to those tables; `data_roots` makes `root` the jobs' data root."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
@@ -320,6 +321,7 @@ def mesos_daemon(
         cores=2,
         cluster="nodes = 2\nmemory_mib = 1536",
         data_roots=data_roots,
+        docker=docker,
         extra=(
             f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
             f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'

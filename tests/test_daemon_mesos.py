@@ -106,12 +106,12 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
 
 def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Path) -> None:
     """Static lending through the daemon on Mesos: two sleeping 1-core hosts fill both agents; a
-    queued job is placed on a host's core with half its CPU, and the executor's cgroups say so."""
-    from cosched.daemon.cgroups import CgroupFiles
-
+    queued job is placed on a host's core with half its CPU, and the executor's cgroups say so.
+    Every container on the agents has the daemon's job user and limits, not the executor's defaults."""
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-lending", cosched="static")
+    limits = 'job_user = "4321:4321"\npids_limit = 77\nlog_max_mib = 3\nnofile = 333'
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-lending", cosched="static", docker=limits)
     try:
         hosts = [
             daemon.submit(image=image, command=["sleep", "30"], cores=1, memory_mib=128, walltime=60) for _ in range(2)
@@ -128,6 +128,10 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         def cgroup(job_id: int) -> tuple[int, int]:
             labels = {"label": [f"cosched.instance={instance_of(framework_id)}", f"cosched.job={job_id}"]}
             [container] = engine.containers.list(filters=labels)
+            config = container.attrs["HostConfig"]
+            assert container.attrs["Config"]["User"] == "4321:4321" and config["PidsLimit"] == 77
+            assert config["LogConfig"]["Config"]["max-size"] == "3m"
+            assert ("nofile", 333, 333) in [(u["Name"], u["Soft"], u["Hard"]) for u in config["Ulimits"]]
             files = CgroupFiles.of_pid(int(container.attrs["State"]["Pid"]))
             assert files is not None
             return files.quota()

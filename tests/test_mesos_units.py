@@ -6,11 +6,13 @@ import base64
 import itertools
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cosched.daemon.config import DockerSection
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
@@ -157,6 +159,46 @@ def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
     assert {r["name"]: r["scalar"]["value"] for r in task["resources"]} == {"cpus": 2.0, "mem": 256.0}
     sweep = jobs.sweep_task("s1", "S0", jobs.executor_info("s1", "F"), ["t12", "t13"])
     assert jobs.swept_executors(sweep) == ["t12", "t13"]
+
+
+def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
+    """The operator's [docker] job user and limits ride in the executor's environment, so a job on
+    an agent gets them, not the executor's defaults; the agent's engine address does not travel."""
+    daemon = DockerSection(
+        base_url="unix:///daemon-host.sock",
+        data_roots=("/srv/data",),
+        job_user="1234:5678",
+        pids_limit=64,
+        log_max_mib=1,
+        nofile=128,
+        cpu_period=50_000,
+        log_tail=7,
+    )
+    info = jobs.executor_info("t1", "F", "cosched-executor", daemon)
+    [variable] = info["command"]["environment"]["variables"]
+    assert variable["name"] == jobs.JOB_SETTINGS
+    got = jobs.read_job_settings(variable["value"], "unix:///agent.sock")
+    assert got == replace(daemon, base_url="unix:///agent.sock")
+    assert jobs.read_job_settings("", "") == DockerSection()  # none given: the defaults
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("{", "not JSON"),
+        ('{"privileged": true}', "keys among"),
+        ('{"pids_limit": "64"}', "docker.pids_limit has the wrong type"),
+        ('{"data_roots": "/srv"}', "docker.data_roots has the wrong type"),
+        ('{"job_user": "0:0"}', "docker.job_user: expected 'uid:gid' with neither 0"),
+        ('{"pids_limit": 3}', "docker.pids_limit: must be >= 16"),
+        ('{"data_roots": ["srv"]}', "'srv' is not an absolute path"),
+    ],
+)
+def test_bad_job_settings_stop_the_executor_with_one_line(value: str, problem: str) -> None:
+    """A job is never started under settings the daemon would have refused (root, no pids limit)."""
+    with pytest.raises(ConfigError, match=problem) as caught:
+        jobs.read_job_settings(value)
+    assert str(caught.value).startswith(jobs.JOB_SETTINGS) and "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize(

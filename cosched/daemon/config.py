@@ -283,12 +283,7 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(
             "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"
         )
-    if not 1000 <= config.docker.cpu_period <= 1_000_000:
-        raise ConfigError(f"config key docker.cpu_period: must be in 1000..1000000 us, got {config.docker.cpu_period}")
-    for root in config.docker.data_roots:
-        if not os.path.isabs(root):
-            raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
-    _validate_job_limits(config.docker)
+    validate_job_settings(config.docker)
     if config.backend.kind not in ("docker", "mesos"):
         raise ConfigError(f"config key backend.kind: expected 'docker' or 'mesos', got {config.backend.kind!r}")
     if config.backend.kind == "mesos" and not config.mesos.masters.strip():
@@ -308,7 +303,14 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     return config
 
 
-def _validate_job_limits(docker: DockerSection) -> None:
+def validate_job_settings(docker: DockerSection) -> None:
+    """The [docker] keys that make a job's sandbox: checked where the daemon reads its config and
+    again by each Mesos executor, which is handed them (`cosched.mesos.jobs.JOB_SETTINGS`)."""
+    if not 1000 <= docker.cpu_period <= 1_000_000:
+        raise ConfigError(f"config key docker.cpu_period: must be in 1000..1000000 us, got {docker.cpu_period}")
+    for root in docker.data_roots:
+        if not os.path.isabs(root):
+            raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
     uid, sep, gid = docker.job_user.partition(":")
     if not (sep and uid.isdigit() and gid.isdigit()) or int(uid) == 0 or int(gid) == 0:
         raise ConfigError(

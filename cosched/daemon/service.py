@@ -179,7 +179,7 @@ class Daemon:
             refuse_seconds=m.refuse_seconds,
             revive_interval=m.revive_interval,
             watchdog_heartbeats=m.watchdog_heartbeats,
-            data_roots=config.docker.data_roots,
+            job_settings=config.docker,
         )
         return MesosBackend(
             settings,

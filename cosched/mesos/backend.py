@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Slots
 from cosched.daemon.backend import NodeStatus, RunLost
+from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
 from cosched.mesos import calls, jobs
 from cosched.mesos.errors import MesosError
@@ -76,8 +77,9 @@ class MesosSettings:
     revive_interval: float = 1.0
     watchdog_heartbeats: float = 3.0
     """A stream silent for this many heartbeat intervals is dropped and subscribed again."""
-    data_roots: tuple[str, ...] = ()
-    """Where jobs' data directories may be: storage every agent mounts at the same path."""
+    job_settings: DockerSection = field(default_factory=DockerSection)
+    """The daemon's [docker] table: every agent's executor runs jobs as its user, with its limits
+    and data roots (storage every agent mounts at the same path)."""
 
 
 @dataclass
@@ -517,7 +519,7 @@ class MesosBackend(EventHandler):
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
                 command = self.settings.executor_command
-                executor = jobs.executor_info(task.id, framework_id, command, self.settings.data_roots)
+                executor = jobs.executor_info(task.id, framework_id, command, self.settings.job_settings)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
                 launch.infos.setdefault(agent, []).append(
@@ -664,7 +666,8 @@ class MesosBackend(EventHandler):
             if task.agent_id == agent and self._outcome(task) == "sweep"
         ]
         task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
-        executor = jobs.executor_info(task_id, self.framework_id, self.settings.executor_command)
+        settings = self.settings
+        executor = jobs.executor_info(task_id, self.framework_id, settings.executor_command, settings.job_settings)
         need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
         now = time.monotonic()
         info = jobs.sweep_task(task_id, agent, executor, killed)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
 from cosched.daemon.sandbox import StagingMounts
 from cosched.errors import ConfigError
@@ -499,11 +498,12 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = ExecutorSettings.from_env(os.environ)
+        env = os.environ
+        engine = jobs.read_job_settings(env.get(jobs.JOB_SETTINGS, ""), env.get("COSCHED_DOCKER_URL", ""))
     except ConfigError as exc:
         print(f"cosched executor: {exc}", file=sys.stderr)
         return 2
-    roots = tuple(root for root in os.environ.get(jobs.DATA_ROOTS, "").split(os.pathsep) if root)
-    engine = DockerSection(base_url=os.environ.get("COSCHED_DOCKER_URL", ""), data_roots=roots)
+    roots = engine.data_roots
     sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or "."
     # Data directories are pinned by private nosuid,nodev mounts as the local daemon does; that needs root.
     staging = StagingMounts(Path(sandbox) / "mounts") if roots and os.geteuid() == 0 else None

@@ -14,10 +14,11 @@ import base64
 import binascii
 import json
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
+from cosched.daemon.config import DockerSection, validate_job_settings
+from cosched.errors import ConfigError
 from cosched.mesos.errors import MesosError
 
 Json = dict[str, Any]
@@ -25,12 +26,45 @@ Json = dict[str, Any]
 EXECUTOR_COMMAND = "python3 -m cosched.mesos.executor"
 """How agents start the executor by default: cosched installed on every agent (see docs/mesos.md)."""
 
-DATA_ROOTS = "COSCHED_DATA_ROOTS"
-"""The executor's environment variable naming the directories jobs' data directories may be under."""
+JOB_SETTINGS = "COSCHED_JOB_SETTINGS"
+"""The executor's environment variable holding the daemon's [docker] job settings, as JSON: the
+user jobs run as, their limits, the data roots and the CFS period. A job on an agent gets the
+sandbox the operator configured, as on one host, never the executor's defaults."""
+
+JOB_KEYS = ("cpu_period", "data_roots", "log_tail", "job_user", "pids_limit", "log_max_mib", "nofile")
+"""The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
 EXECUTOR_CPUS = 0.05
 EXECUTOR_MEM = 64.0
 """The executor's own resources (a Python process waiting on one HTTP stream)."""
+
+
+def read_job_settings(text: str, base_url: str = "") -> DockerSection:
+    """The executor's side of `executor_info`: the job settings from `JOB_SETTINGS`, checked as the
+    daemon checks its config (a ConfigError names the key). Empty: the defaults."""
+    if not text:
+        return DockerSection(base_url=base_url)
+    try:
+        body = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{JOB_SETTINGS}: not JSON: {exc}") from None
+    if not isinstance(body, dict) or set(body) - set(JOB_KEYS):
+        raise ConfigError(f"{JOB_SETTINGS}: expected an object with keys among {', '.join(JOB_KEYS)}")
+    defaults = DockerSection()
+    for key, value in body.items():
+        wanted = type(getattr(defaults, key))
+        if wanted is tuple:
+            ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        else:
+            ok = isinstance(value, wanted) and not isinstance(value, bool)
+        if not ok:
+            raise ConfigError(f"{JOB_SETTINGS}: docker.{key} has the wrong type: {value!r}")
+    settings = DockerSection(base_url=base_url, **{**body, "data_roots": tuple(body.get("data_roots", ()))})
+    try:
+        validate_job_settings(settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{JOB_SETTINGS}: {exc}") from None
+    return settings
 
 
 class BadPayload(MesosError, ValueError):
@@ -38,13 +72,18 @@ class BadPayload(MesosError, ValueError):
 
 
 def executor_info(
-    executor_id: str, framework_id: str, command: str = EXECUTOR_COMMAND, data_roots: tuple[str, ...] = ()
+    executor_id: str,
+    framework_id: str,
+    command: str = EXECUTOR_COMMAND,
+    job_settings: DockerSection | None = None,
 ) -> Json:
     """An executor of its own per task, named as the task (another namespace in Mesos): one killed
     takes only its task with it, the next task never waits for the agent to forget it, and it
-    leaves once its task's end is acknowledged. `data_roots` are where jobs' data directories may
-    be (the daemon's `docker.data_roots`: storage every agent mounts at the same path)."""
-    environment = {"variables": [{"name": DATA_ROOTS, "value": os.pathsep.join(data_roots)}]}
+    leaves once its task's end is acknowledged. `job_settings` is the daemon's [docker] table
+    (`JOB_KEYS` of it; None: the defaults); its `data_roots` must be storage every agent mounts at
+    the same path."""
+    body = {key: getattr(job_settings or DockerSection(), key) for key in JOB_KEYS}
+    environment = {"variables": [{"name": JOB_SETTINGS, "value": json.dumps(body)}]}
     return {
         "executor_id": {"value": executor_id},
         "framework_id": {"value": framework_id},
