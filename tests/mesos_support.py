@@ -72,6 +72,11 @@ class Cluster:
     def master(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def zookeeper(self) -> str:
+        """The ZooKeeper group its master is elected in (a cluster started with `zookeeper`)."""
+        return f"zk://127.0.0.1:{self.env['ZK_PORT']}/mesos"
+
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(f"http://{self.master}{path}", timeout=10) as response:
             return json.load(response)
@@ -311,9 +316,11 @@ def mesos_daemon(
     policies: str = "",
     data_roots: bool = False,
     docker: str = "",
+    masters: str = "",
 ) -> Any:
     """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`,
-    `policies` and `docker` add keys to those tables; `data_roots` makes `root` the jobs' data root."""
+    `policies` and `docker` add keys to those tables; `data_roots` makes `root` the jobs' data root;
+    `masters` replaces the master's address (e.g. the cluster's ZooKeeper group)."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
@@ -323,7 +330,7 @@ def mesos_daemon(
         data_roots=data_roots,
         docker=docker,
         extra=(
-            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{cluster.master}"\nname = "{name}"\n'
+            f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{masters or cluster.master}"\nname = "{name}"\n'
             f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'
         ),
     )

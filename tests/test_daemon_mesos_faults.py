@@ -287,13 +287,14 @@ def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job
 
 
 def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_path: Path) -> None:
-    """The master restarts (ZooKeeper, replicated-log registry) under a running job: the daemon's
-    client is refused, redirected, re-subscribes as the same framework and reconciles; the job
-    runs on, finishes once, and a job submitted meanwhile starts on the new master's offers."""
+    """The master restarts (ZooKeeper, replicated-log registry) under a running job: the daemon,
+    which knows only the ZooKeeper group (`masters = "zk://..."`), loses the master, asks ZooKeeper
+    again, re-subscribes as the same framework and reconciles; the job runs on, finishes once, and
+    a job submitted meanwhile starts on the new master's offers."""
     engine = require_engine()
     since = time.time()
     name = "cosched-master-restart"
-    daemon = mesos_daemon(zk_cluster, tmp_path, name)
+    daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper)
     try:
         fid = framework_id_of(daemon)
         running = daemon.submit(image=image, command=["sleep", "15"], cores=1, memory_mib=64, walltime=120)
@@ -307,7 +308,10 @@ def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_
         for job_id in (running, later):
             assert_ran_once(ran[job_id])
             assert len(ran[job_id]) == 1
-        assert "re-subscribing" in daemon.log.read_text()
+        log = daemon.log.read_text()
+        assert "re-subscribing" in log
+        named = f"ZooKeeper {zk_cluster.zookeeper} names 1 master(s), the leader http://{zk_cluster.master}"
+        assert log.count(named) >= 2, log[-3000:]  # at the start, and again after the restart
     finally:
         finish(zk_cluster, daemon)
 

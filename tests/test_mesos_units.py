@@ -6,6 +6,8 @@ import base64
 import itertools
 import json
 import random
+import socket
+import time
 from dataclasses import replace
 
 import pytest
@@ -16,7 +18,17 @@ from cosched.daemon.config import DockerSection
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
-from cosched.mesos.masters import Master, follow_location, parse_masters
+from cosched.mesos.masters import (
+    MASTER_ENTRY,
+    DiscoveryFailed,
+    Master,
+    ZooKeeperGroup,
+    _master_info,
+    follow_location,
+    parse_masters,
+    parse_zookeeper,
+    zookeeper_masters,
+)
 from cosched.mesos.recordio import RecordIODecoder, RecordIOError, encode
 
 # -- RecordIO -----------------------------------------------------------------------------------------------
@@ -130,11 +142,54 @@ def test_master_addresses_parse_and_a_location_is_followed() -> None:
     assert follow_location("https://m9:5050/api/v1/scheduler", current) == Master("m9", 5050, "https")
 
 
-@pytest.mark.parametrize("bad", ["zk://z1:2181/mesos", "m1:notaport", "ftp://m1", "", "m1:99999"])
+@pytest.mark.parametrize(
+    "bad", ["zk://z1:2181/mesos", "m1,zk://z1:2181/mesos", "m1:notaport", "ftp://m1", "", "m1:99999"]
+)
 def test_bad_master_addresses_are_one_line_config_errors(bad: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_masters(bad)
     assert "\n" not in str(error.value)
+
+
+def test_a_zookeeper_group_parses_and_its_master_entries_are_read() -> None:
+    assert parse_zookeeper("m1:5050") is None
+    group = parse_zookeeper("zk://z1:2181,10.0.0.3:2182/mesos/")
+    assert (
+        group == ZooKeeperGroup("z1:2181,10.0.0.3:2182", "/mesos") and str(group) == "zk://z1:2181,10.0.0.3:2182/mesos"
+    )
+    info = {"address": {"hostname": "m1.example", "ip": "10.0.0.7", "port": 5051}, "pid": "master@10.0.0.7:5051"}
+    assert _master_info(json.dumps(info).encode(), group) == Master("10.0.0.7", 5051)
+    assert _master_info(b'{"pid": "master@10.0.0.8:5050"}', group) == Master("10.0.0.8", 5050)  # no address
+    with pytest.raises(DiscoveryFailed, match="not MasterInfo JSON"):
+        _master_info(b"\x08\x01", group)  # the protobuf entries of Mesos < 0.24
+    assert [MASTER_ENTRY.match(n) is not None for n in ("json.info_0000000003", "log_replicas", "info_1")] == [
+        True,
+        False,
+        False,
+    ]
+
+
+@pytest.mark.parametrize(
+    "bad", ["zk://z1:2181", "zk://z1:2181/", "zk://u:p@z1:2181/mesos", "zk://z1/mesos", "zk://z1:2181,/mesos"]
+)
+def test_bad_zookeeper_groups_are_one_line_config_errors(bad: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_zookeeper(bad)
+    assert "\n" not in str(error.value) and bad in str(error.value)
+
+
+def test_an_unreachable_zookeeper_is_a_retryable_discovery_failure() -> None:
+    """Nobody listens: the client retries with backoff (Unavailable), it does not crash or hang."""
+    pytest.importorskip("kazoo")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    group = parse_zookeeper(f"zk://127.0.0.1:{port}/mesos")
+    assert group is not None
+    started = time.monotonic()
+    with pytest.raises(DiscoveryFailed, match=f"ZooKeeper zk://127.0.0.1:{port}/mesos"):
+        zookeeper_masters(group, timeout=1.0)
+    assert time.monotonic() - started < 10
 
 
 # -- backoff -------------------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ default. Example (every key, with its default)::
     kind = "docker"               # or "mesos": the cluster's nodes are Mesos agents ([mesos])
 
     [mesos]
-    masters = ""                  # host:port of the masters, comma-separated (any one redirects to the leader)
+    masters = ""                  # host:port of the masters, comma-separated (any one redirects to the leader),
+                                  # or their ZooKeeper group: "zk://z1:2181,z2:2181/mesos"
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
@@ -287,7 +288,9 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     if config.backend.kind not in ("docker", "mesos"):
         raise ConfigError(f"config key backend.kind: expected 'docker' or 'mesos', got {config.backend.kind!r}")
     if config.backend.kind == "mesos" and not config.mesos.masters.strip():
-        raise ConfigError("config key mesos.masters: backend.kind = 'mesos' needs the masters' host:port")
+        raise ConfigError(
+            "config key mesos.masters: backend.kind = 'mesos' needs the masters' host:port or a zk://host:port/path"
+        )
     for key in ("launch_timeout", "hold_timeout", "refuse_seconds", "revive_interval"):
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:

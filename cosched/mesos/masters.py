@@ -1,17 +1,24 @@
-"""Where the Mesos masters are: parsing the configured addresses and a leader's redirect `Location`.
+"""Where the Mesos masters are: the configured addresses, ZooKeeper, and a leader's redirect `Location`.
 
-Only explicit `host:port` lists are understood; a `zk://` address (ZooKeeper discovery) is refused with a
-clear error rather than half-supported. A non-leading master answers 307 with `Location:
-//leader:port/api/v1/scheduler`, so the configured list needs to name only one reachable master.
+Two ways to name them, as Mesos's own `--master` flag takes them: a `host:port` list, or
+`zk://host:port[,host:port...]/path`, the ZooKeeper group the masters elect their leader in (what
+a production cluster runs with: its masters come and go, ZooKeeper always says who they are).
+A group is read again whenever the master subscribed to fails, so a new leader on another host
+is found without a config change. A non-leading master answers 307 with `Location:
+//leader:port/api/v1/scheduler`, so either way one reachable master is enough to find the leader.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from cosched.errors import ConfigError
+from cosched.mesos.errors import MesosError
 
 DEFAULT_PORT = 5050
 SCHEDULER_PATH = "/api/v1/scheduler"
@@ -27,11 +34,81 @@ class Master:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class ZooKeeperGroup:
+    """`zk://hosts/path`: the ZooKeeper servers and the znode the masters contend under."""
+
+    hosts: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"zk://{self.hosts}{self.path}"
+
+
+class DiscoveryFailed(MesosError):
+    """ZooKeeper could not be reached, or names no master now (retryable: elections take seconds)."""
+
+
+MASTER_ENTRY = re.compile(r"^json\.info_(\d+)$")
+"""A contending master's znode: its MasterInfo as JSON, the lowest sequence number is the leader."""
+
+
+def parse_zookeeper(text: str) -> ZooKeeperGroup | None:
+    """`zk://host:port[,host:port...]/path` -> ZooKeeperGroup; None for anything not `zk://`."""
+    text = text.strip()
+    if not text.startswith("zk://"):
+        return None
+    hosts, slash, path = text.removeprefix("zk://").partition("/")
+    if "@" in hosts:
+        raise ConfigError(f"mesos master {text!r}: ZooKeeper credentials (user:password@) are not supported")
+    servers = hosts.split(",")
+    if not slash or not path.strip("/") or not all(re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", h) for h in servers):
+        raise ConfigError(f"mesos master {text!r}: expected zk://host:port[,host:port...]/path")
+    return ZooKeeperGroup(hosts, "/" + path.strip("/"))
+
+
+def zookeeper_masters(group: ZooKeeperGroup, timeout: float) -> list[Master]:
+    """The masters contending in `group` now, the leader first. Raises DiscoveryFailed."""
+    from kazoo.client import KazooClient  # only a zk:// framework needs it
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    client = KazooClient(hosts=group.hosts, timeout=timeout, read_only=True)
+    client.logger.setLevel(logging.WARNING)
+    try:
+        client.start(timeout=timeout)
+        names = client.get_children(group.path)
+        entries = sorted((int(m[1]), name) for name in names if (m := MASTER_ENTRY.match(name)))
+        masters = [_master_info(client.get(f"{group.path}/{name}")[0], group) for _, name in entries]
+    except (KazooException, KazooTimeoutError, OSError) as exc:
+        raise DiscoveryFailed(f"ZooKeeper {group}: {type(exc).__name__} {exc}".rstrip()) from None
+    finally:
+        client.stop()
+        client.close()
+    if not masters:
+        raise DiscoveryFailed(f"ZooKeeper {group}: no master is registered (an election may be under way)")
+    return masters
+
+
+def _master_info(data: bytes, group: ZooKeeperGroup) -> Master:
+    """A master's address from the MasterInfo JSON it registered (`address`, else its old `pid`)."""
+    try:
+        info = json.loads(data)
+        address = info.get("address") or {}
+        host = address.get("ip") or address.get("hostname")  # the IP it advertises, as agents use
+        port = address.get("port")
+        if not (host and port):
+            host, port = info["pid"].split("@", 1)[1].rsplit(":", 1)
+        return Master(str(host), int(port))
+    except (ValueError, KeyError, AttributeError, TypeError, IndexError):
+        raise DiscoveryFailed(f"ZooKeeper {group}: a master entry that is not MasterInfo JSON: {data[:80]!r}") from None
+
+
 def parse_master(text: str) -> Master:
     """`host`, `host:port` or `http(s)://host:port[/...]` -> Master; anything else is a ConfigError."""
     text = text.strip()
     if text.startswith("zk://"):
-        raise ConfigError(f"mesos master {text!r}: ZooKeeper discovery is not supported, list the masters' host:port")
+        raise ConfigError(f"mesos master {text!r}: a ZooKeeper group must be the only address given")
     parts = urlsplit(text if "://" in text else f"http://{text}")
     try:
         port = parts.port or DEFAULT_PORT

@@ -27,7 +27,15 @@ from cosched.mesos import calls
 from cosched.mesos.backoff import Backoff
 from cosched.mesos.errors import CallError, MesosError, NotSubscribed, RecordIOError
 from cosched.mesos.handler import EventHandler
-from cosched.mesos.masters import Master, follow_location, parse_masters
+from cosched.mesos.masters import (
+    DiscoveryFailed,
+    Master,
+    ZooKeeperGroup,
+    follow_location,
+    parse_masters,
+    parse_zookeeper,
+    zookeeper_masters,
+)
 from cosched.mesos.recordio import RecordIODecoder
 from cosched.mesos.transport import EventStream, Redirected, Unavailable, open_stream, post_call
 
@@ -74,14 +82,17 @@ class SchedulerClient:
     ) -> None:
         self.config = config
         self.handler = handler
-        self.masters = parse_masters(config.masters)
+        group = parse_zookeeper(config.masters) if isinstance(config.masters, str) else None
+        self.group: ZooKeeperGroup | None = group
+        """zk://: the masters are read from ZooKeeper before the first subscription and after each failure."""
+        self.masters: list[Master] = [] if group else parse_masters(config.masters)
         self._on_framework_id = on_framework_id
         self._backoff = backoff or Backoff(config.backoff_base, config.backoff_cap)
         self._user = config.user or getpass.getuser()
 
         self._lock = threading.Lock()
         self._framework_id = framework_id or None
-        self._master: Master = self.masters[0]
+        self._master: Master | None = self.masters[0] if self.masters else None
         self._stream: EventStream | None = None
         self._stream_id: str | None = None
         self._heartbeat: float | None = None
@@ -136,8 +147,8 @@ class SchedulerClient:
             return self._framework_id
 
     @property
-    def master(self) -> Master:
-        """The master subscribed to (or tried last)."""
+    def master(self) -> Master | None:
+        """The master subscribed to (or tried last; None before ZooKeeper named one)."""
         with self._lock:
             return self._master
 
@@ -192,7 +203,7 @@ class SchedulerClient:
         for attempt in range(self.config.call_attempts):
             with self._lock:
                 master, stream_id, framework_id = self._master, self._stream_id, self._framework_id
-            if stream_id is None or framework_id is None:
+            if stream_id is None or framework_id is None or master is None:
                 raise NotSubscribed(f"{call['type']}: not subscribed to a Mesos master")
             body = dict(call, framework_id=calls.value(framework_id))
             try:
@@ -222,7 +233,7 @@ class SchedulerClient:
                 stream = self._subscribe()
             except Redirected as exc:
                 try:
-                    leader = follow_location(exc.location, self.master)
+                    leader = follow_location(exc.location, exc.master)
                 except MesosError as bad:
                     self._fail(str(bad))
                     return
@@ -258,16 +269,33 @@ class SchedulerClient:
                 return
 
     def _try_next_master(self) -> None:
-        """After a failure, the next configured master (from the first when a redirect target failed)."""
+        """After a failure, the next configured master (from the first when a redirect target failed);
+        with ZooKeeper, whichever it names at the next try."""
         with self._lock:
-            if self._master in self.masters:
+            if self.group is not None:
+                self._master = None
+            elif self._master in self.masters:
                 self._master = self.masters[(self.masters.index(self._master) + 1) % len(self.masters)]
             else:
                 self._master = self.masters[0]
 
+    def _discover(self) -> Master:
+        """The leader ZooKeeper names now (Unavailable if it names none: retried with backoff)."""
+        assert self.group is not None
+        try:
+            masters = zookeeper_masters(self.group, self.config.connect_timeout)
+        except DiscoveryFailed as exc:
+            raise Unavailable(str(exc)) from None
+        log.info("ZooKeeper %s names %d master(s), the leader %s", self.group, len(masters), masters[0])
+        with self._lock:
+            self.masters, self._master = masters, masters[0]
+        return masters[0]
+
     def _subscribe(self) -> EventStream:
         with self._lock:
             master, framework_id = self._master, self._framework_id
+        if master is None:
+            master = self._discover()
         info = calls.framework_info(
             name=self.config.name,
             user=self._user,

@@ -31,6 +31,7 @@ class Redirected(MesosError):
 
     def __init__(self, master: Master, location: str) -> None:
         super().__init__(f"master {master} is not the leader, it redirects to {location}")
+        self.master = master
         self.location = location
 
 
