@@ -9,15 +9,18 @@ import random
 import socket
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.daemon.config import DockerSection
+from cosched.daemon.sandbox import StagingMounts
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
+from cosched.mesos.executor import staging_for
 from cosched.mesos.masters import (
     MASTER_ENTRY,
     DiscoveryFailed,
@@ -235,6 +238,15 @@ def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
     got = jobs.read_job_settings(variable["value"], "unix:///agent.sock")
     assert got == replace(daemon, base_url="unix:///agent.sock")
     assert jobs.read_job_settings("", "") == DockerSection()  # none given: the defaults
+
+
+def test_an_executor_given_data_roots_pins_them_or_refuses_to_run(tmp_path: Path) -> None:
+    """As the local daemon: a data dir is mounted from the directory checked, never bound by its path,
+    and only root can mount, so a non-root executor with data roots starts no job at all."""
+    assert staging_for((), tmp_path, 1000) is None  # no data dirs can be asked for
+    assert isinstance(staging_for(("/srv",), tmp_path, 0), StagingMounts)
+    with pytest.raises(ConfigError, match="needs the executor to run as root"):
+        staging_for(("/srv",), tmp_path, 1000)
 
 
 @pytest.mark.parametrize(

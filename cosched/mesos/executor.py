@@ -494,19 +494,32 @@ def instance_of(framework_id: str) -> str:
     return "mesos-" + re.sub(r"[^A-Za-z0-9_.-]", "", framework_id)[:48]
 
 
+def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMounts | None:
+    """Where jobs' data directories are pinned, as the local daemon pins them: a private nosuid,nodev
+    mount of the directory opened and checked, never its path bound by name (a symlink swapped in
+    after the check would reach the host). Mounting needs root, so an executor given data roots
+    that is not root refuses to run, as the daemon does."""
+    if not roots:
+        return None
+    if euid != 0:
+        raise ConfigError(
+            "docker.data_roots: jobs' data dirs are bind-mounted nosuid,nodev at launch, which needs the "
+            "executor to run as root (mesos.user = 'root'), or leave data_roots empty"
+        )
+    return StagingMounts(sandbox / "mounts")
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         settings = ExecutorSettings.from_env(os.environ)
         env = os.environ
         engine = jobs.read_job_settings(env.get(jobs.JOB_SETTINGS, ""), env.get("COSCHED_DOCKER_URL", ""))
+        sandbox = env.get("MESOS_SANDBOX") or env.get("MESOS_DIRECTORY") or "."
+        staging = staging_for(engine.data_roots, Path(sandbox), os.geteuid())
     except ConfigError as exc:
         print(f"cosched executor: {exc}", file=sys.stderr)
         return 2
-    roots = engine.data_roots
-    sandbox = os.environ.get("MESOS_SANDBOX") or os.environ.get("MESOS_DIRECTORY") or "."
-    # Data directories are pinned by private nosuid,nodev mounts as the local daemon does; that needs root.
-    staging = StagingMounts(Path(sandbox) / "mounts") if roots and os.geteuid() == 0 else None
     backend = DockerBackend(instance_of(settings.framework_id), engine, staging)
     try:
         backend.connect()
