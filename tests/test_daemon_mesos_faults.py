@@ -119,6 +119,41 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
         finish(cluster, daemon)
 
 
+def test_a_daemon_restarted_while_an_agent_is_away_starts_without_its_node(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """The nodes' agents are saved at the first start: restarted while one machine is down, the
+    daemon starts without it (its node down, the other node's jobs run) instead of waiting for it,
+    and the machine's return gives the core its node back."""
+    engine = require_engine()
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-away-agent")
+    argv: list[bytes] = []
+    try:
+        fid = framework_id_of(daemon)
+        assert [n["up"] for n in daemon.client.call("GET", "/v1/nodes")] == [True, True]
+        daemon.stop()
+        argv = _kill_node(cluster, engine, 2, fid)
+        wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
+        started = time.monotonic()
+        daemon.start(timeout=60)
+        assert time.monotonic() - started < 30, "it waited for the absent agent"
+        assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
+        assert "agent agent2 (node 1) made no offer" in daemon.log.read_text()
+        now = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
+        assert daemon.wait_final([now], 60)[now]["state"] == "done" and _on_node(daemon, now) == 0
+
+        cluster.start_agent(2, argv)
+        argv = []
+        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
+        both = [daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in "ab"]
+        assert {j["state"] for j in daemon.wait_final(both, 90).values()} == {"done"}
+        assert {_on_node(daemon, j) for j in both} == {0, 1}
+    finally:
+        if argv:
+            cluster.start_agent(2, argv)
+        finish(cluster, daemon)
+
+
 def _on_node(daemon: Any, job_id: int) -> int:
     """The first node of the job's (last) run."""
     with daemon.db() as db:

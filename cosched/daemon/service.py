@@ -187,12 +187,19 @@ class Daemon:
             framework_id=self.store.get_meta("framework_id"),
             on_framework_id=self._keep_framework_id,
             metrics=self.metrics,
+            node_hosts=self.store.get_meta("mesos_nodes") or (),
+            on_nodes=self._keep_nodes,
         )
 
     def _keep_framework_id(self, framework_id: str) -> None:
         """A restarted daemon subscribes as the same framework, so its running tasks are still its own."""
         with self.store.transaction() as db:
             self.store.set_meta(db, "framework_id", framework_id)
+
+    def _keep_nodes(self, hostnames: list[str]) -> None:
+        """The agents the nodes are, by hostname: a restarted daemon need not wait for every one."""
+        with self.store.transaction() as db:
+            self.store.set_meta(db, "mesos_nodes", hostnames)
 
     @staticmethod
     def _staging(config: DaemonConfig) -> StagingMounts | None:

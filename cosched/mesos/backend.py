@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,10 @@ GUEST_CPUS = 0.01
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered quota message is sent again."""
 _SWEEP = "cosched-sweep-"
+KNOWN_AGENTS_GRACE = 10.0
+"""Seconds a restarted daemon waits for the agents it knows before it starts without the absent ones
+(live agents offer within the master's first allocations, about a second)."""
+
 FORGOTTEN = 100_000
 """Ended runs remembered, so that a late update of one is known for a stray (a few MB)."""
 
@@ -122,10 +126,15 @@ class MesosBackend(EventHandler):
         framework_id: str | None = None,
         on_framework_id: Callable[[str], None] | None = None,
         metrics: DaemonMetrics | None = None,
+        node_hosts: Sequence[str] = (),
+        on_nodes: Callable[[list[str]], None] | None = None,
     ) -> None:
+        """`node_hosts` are the nodes' hostnames an earlier run saved (through `on_nodes`): with them,
+        the daemon starts without the agents that do not offer, their nodes down until they do."""
         self.settings = settings
         self.nodes = nodes
         self.metrics = metrics
+        self._on_nodes = on_nodes
         self.client = SchedulerClient(
             SchedulerConfig(
                 masters=settings.masters,
@@ -147,9 +156,11 @@ class MesosBackend(EventHandler):
         self.hostnames: dict[str, str] = {}
         """Agent id -> hostname, of the agents that offered."""
         self.node_hosts: list[str] = []
-        """Hostnames by node: the first `nodes` agents that offered, in hostname order."""
+        """Hostnames by node: the first `nodes` agents that offered, in hostname order, at the first
+        start; the saved ones at every later start."""
         self.agents: list[str] = []
-        """Agent ids by node (an agent that comes back under its hostname takes its node again)."""
+        """Agent ids by node ('' until it offers; an agent that comes back under its hostname takes
+        its node again)."""
         self.down: set[int] = set()
         self.changes: list[tuple[int, bool]] = []
         self.runs: dict[str, Run] = {}
@@ -172,6 +183,10 @@ class MesosBackend(EventHandler):
         self._started = False
         self._closing = False
         self._offers_thread: threading.Thread | None = None
+        if node_hosts and len(node_hosts) == nodes:
+            self.node_hosts, self.agents = list(node_hosts), [""] * nodes
+        elif node_hosts:
+            log.warning("%d nodes were saved, the cluster has %d: the nodes are mapped anew", len(node_hosts), nodes)
 
     # -- the connection ----------------------------------------------------------
     def connect(self, timeout: float = 30.0) -> None:
@@ -187,20 +202,48 @@ class MesosBackend(EventHandler):
             self.client.revive()
         except MesosError as exc:
             log.warning("REVIVE: %s", exc)
-        deadline = time.monotonic() + timeout
         with self.cond:
-            while len(self.hostnames) < self.nodes:
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())):
-                    raise EngineUnavailable(
-                        f"Mesos offered {len(self.hostnames)} agent(s) in {timeout:.0f} s; the cluster has {self.nodes}"
-                    )
-            if not self.agents:
-                self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
-                self.node_hosts = [self.hostnames[a] for a in self.agents]
+            if self.node_hosts:
+                self._wait_known_agents(min(timeout, KNOWN_AGENTS_GRACE))
+            else:
+                self._map_nodes(timeout)
         if self._offers_thread is None:  # the agents are known: what they offered is decided on from now
             self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
             self._offers_thread.start()
         self._settle()
+
+    def _map_nodes(self, timeout: float) -> None:
+        """Under the lock, at the first start: the nodes are the first `nodes` agents that offer, in
+        hostname order (saved, so that a later start knows them without waiting for all)."""
+        deadline = time.monotonic() + timeout
+        while len(self.hostnames) < self.nodes:
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())):
+                raise EngineUnavailable(
+                    f"Mesos offered {len(self.hostnames)} agent(s) in {timeout:.0f} s; the cluster has {self.nodes}"
+                )
+        self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+        self.node_hosts = [self.hostnames[a] for a in self.agents]
+        if self._on_nodes is not None:
+            self._on_nodes(list(self.node_hosts))
+
+    def _wait_known_agents(self, grace: float) -> None:
+        """Under the lock, at a later start: wait `grace` s at most for the saved agents to offer; a node
+        whose agent did not is down (its jobs' runs are lost, as a lost agent's) until it offers."""
+        deadline = time.monotonic() + grace
+        while "" in self.agents:
+            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                break
+        for node, agent in enumerate(self.agents):
+            if not agent and node not in self.down:
+                log.warning(
+                    "agent %s (node %d) made no offer in %.0f s: the daemon starts without it, the node is down "
+                    "until it offers",
+                    self.node_hosts[node],
+                    node,
+                    grace,
+                )
+                self.down.add(node)
+                self.changes.append((node, False))
 
     def _settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
         """Wait until reconciliation has told the tasks the master knows (no update for `quiet` s)."""
@@ -253,7 +296,8 @@ class MesosBackend(EventHandler):
                 self.hostnames[offer.agent_id] = offer.hostname
                 if node is not None:
                     if self.agents[node] != offer.agent_id:
-                        log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
+                        if self.agents[node]:
+                            log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
                         self.agents[node] = offer.agent_id
                     if node in self.down and offer.cpus + 1e-9 >= 1.0:  # a whole core: worth the core's trying
                         log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
