@@ -228,7 +228,8 @@ class MesosBackend(EventHandler):
 
     def _wait_known_agents(self, grace: float) -> None:
         """Under the lock, at a later start: wait `grace` s at most for the saved agents to offer; a node
-        whose agent did not is down (its jobs' runs are lost, as a lost agent's) until it offers."""
+        whose agent did not is down (nothing starts there; its runs end as their tasks' states say)
+        until it offers."""
         deadline = time.monotonic() + grace
         while "" in self.agents:
             if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
