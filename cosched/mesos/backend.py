@@ -203,10 +203,14 @@ class MesosBackend(EventHandler):
         except MesosError as exc:
             log.warning("REVIVE: %s", exc)
         with self.cond:
-            if self.node_hosts:
-                self._wait_known_agents(min(timeout, KNOWN_AGENTS_GRACE))
-            else:
+            first = not self.node_hosts
+            if first:
                 self._map_nodes(timeout)
+            else:
+                self._wait_known_agents(min(timeout, KNOWN_AGENTS_GRACE))
+            hosts = list(self.node_hosts)
+        if first and self._on_nodes is not None:  # saved outside the lock: the store has its own
+            self._on_nodes(hosts)
         if self._offers_thread is None:  # the agents are known: what they offered is decided on from now
             self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
             self._offers_thread.start()
@@ -223,17 +227,14 @@ class MesosBackend(EventHandler):
                 )
         self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
         self.node_hosts = [self.hostnames[a] for a in self.agents]
-        if self._on_nodes is not None:
-            self._on_nodes(list(self.node_hosts))
 
     def _wait_known_agents(self, grace: float) -> None:
         """Under the lock, at a later start: wait `grace` s at most for the saved agents to offer; a node
         whose agent did not is down (nothing starts there; its runs end as their tasks' states say)
         until it offers."""
         deadline = time.monotonic() + grace
-        while "" in self.agents:
-            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
-                break
+        while "" in self.agents and (left := deadline - time.monotonic()) > 0:
+            self.cond.wait(left)
         for node, agent in enumerate(self.agents):
             if not agent and node not in self.down:
                 log.warning(

@@ -512,8 +512,8 @@ def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMoun
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        settings = ExecutorSettings.from_env(os.environ)
         env = os.environ
+        settings = ExecutorSettings.from_env(env)
         engine = jobs.read_job_settings(env.get(jobs.JOB_SETTINGS, ""), env.get("COSCHED_DOCKER_URL", ""))
         sandbox = env.get("MESOS_SANDBOX") or env.get("MESOS_DIRECTORY") or "."
         staging = staging_for(engine.data_roots, Path(sandbox), os.geteuid())
