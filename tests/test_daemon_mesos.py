@@ -182,6 +182,47 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
         finish(cluster, daemon)
 
 
+def test_a_data_dir_swapped_for_a_symlink_is_refused_by_the_agents_executor(cluster: Cluster, tmp_path: Path) -> None:
+    """The hostile job of tests/test_sandbox.py on Mesos: a data dir accepted by the daemon, then
+    swapped for a symlink to a host directory while the job waits, is refused where the job would
+    start (the executor opens it from its root without following links); the host file is untouched
+    and the next job runs."""
+    from workloads.real import make_data_dir
+
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-swap", data_roots=True)
+    try:
+        data = make_data_dir(tmp_path / "swap")
+        host = tmp_path.parent / f"{tmp_path.name}-host-secret"  # outside every data root
+        host.mkdir()
+        (host / "passwd").write_text("root:x:0:0\n")
+        blockers = [
+            daemon.submit(image=image, command=["sleep", "4"], cores=1, memory_mib=64, walltime=60) for _ in "ab"
+        ]
+        for job_id in blockers:
+            daemon.wait_running(job_id, 60)
+        hostile = daemon.submit(
+            image=image,
+            command=["sh", "-c", f"echo owned > {data}/passwd"],
+            cores=1,
+            memory_mib=64,
+            walltime=60,
+            data_dirs=[str(data)],
+        )
+        assert daemon.job(hostile)["state"] == "pending"
+        data.rmdir()
+        data.symlink_to(host)
+        jobs = daemon.wait_final([*blockers, hostile], 90)
+        assert jobs[hostile]["state"] == "failed", jobs[hostile]
+        assert "changed since the job was accepted" in jobs[hostile]["reason"], jobs[hostile]
+        assert (host / "passwd").read_text() == "root:x:0:0\n"
+        after = daemon.submit(image=image, command=["true"], cores=1, memory_mib=64, walltime=60)
+        assert daemon.wait_final([after], 60)[after]["state"] == "done"
+    finally:
+        finish(cluster, daemon)
+
+
 def test_a_montage_workflow_runs_on_the_agents(cluster: Cluster, tmp_path: Path) -> None:
     """The real Montage workflow (its test size) in the workflow image: stages are jobs placed on
     both agents, their data directory shared (the agents see the daemon's paths, as a cluster's
