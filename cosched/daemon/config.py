@@ -49,6 +49,8 @@ default. Example (every key, with its default)::
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
     revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
     watchdog_heartbeats = 3.0     # a stream silent this many heartbeat intervals (15 s each) is dropped, re-subscribed
+    principal = ""                # with secret_file: authenticate as this principal (HTTP basic), for a master
+    secret_file = ""              # run with --authenticate_http_frameworks; the file holds the secret alone
 
     [intervals]                   # seconds
     schedule = 1.0                # scheduling pass: ends, submissions, launches
@@ -148,6 +150,8 @@ class MesosSection:
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
     watchdog_heartbeats: float = 3.0
+    principal: str = ""
+    secret_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,8 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
+    if bool(config.mesos.principal) != bool(config.mesos.secret_file):
+        raise ConfigError("config keys mesos.principal and mesos.secret_file: give both (authentication) or neither")
     if not 1 <= config.mesos.watchdog_heartbeats <= 100:
         raise ConfigError(
             f"config key mesos.watchdog_heartbeats: must be in [1, 100] heartbeat intervals, "

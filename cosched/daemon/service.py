@@ -166,7 +166,7 @@ class Daemon:
     def _backend(self, config: DaemonConfig) -> Backend:
         if config.backend.kind == "docker":
             return DockerBackend(self.instance, config.docker, self._staging(config))
-        from cosched.mesos.backend import MesosBackend, MesosSettings
+        from cosched.mesos.backend import MesosBackend, MesosSettings, read_secret
 
         m = config.mesos
         settings = MesosSettings(
@@ -180,6 +180,8 @@ class Daemon:
             revive_interval=m.revive_interval,
             watchdog_heartbeats=m.watchdog_heartbeats,
             job_settings=config.docker,
+            principal=m.principal,
+            secret=read_secret(m.secret_file) if m.secret_file else "",
         )
         return MesosBackend(
             settings,

@@ -34,12 +34,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Slots
 from cosched.daemon.backend import NodeStatus, RunLost
 from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
+from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
@@ -81,9 +83,25 @@ class MesosSettings:
     revive_interval: float = 1.0
     watchdog_heartbeats: float = 3.0
     """A stream silent for this many heartbeat intervals is dropped and subscribed again."""
+    principal: str = ""
+    """With `secret`: the principal the framework authenticates as (a master with framework authentication)."""
+    secret: str = field(default="", repr=False)
     job_settings: DockerSection = field(default_factory=DockerSection)
     """The daemon's [docker] table: every agent's executor runs jobs as its user, with its limits
     and data roots (storage every agent mounts at the same path)."""
+
+
+def read_secret(path: str) -> str:
+    """The framework's secret from its file (the whole file, less a final newline): a file, not the
+    config, so that the config can be readable by all and the secret by root alone."""
+    try:
+        secret = Path(path).read_text(encoding="utf-8").rstrip("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"config key mesos.secret_file: cannot read {path}: {reason}") from None
+    if not secret:
+        raise ConfigError(f"config key mesos.secret_file: {path} is empty")
+    return secret
 
 
 @dataclass
@@ -142,6 +160,8 @@ class MesosBackend(EventHandler):
                 user=settings.user,
                 failover_timeout=settings.failover_timeout,
                 watchdog_heartbeats=settings.watchdog_heartbeats,
+                principal=settings.principal,
+                secret=settings.secret,
             ),
             self,
             framework_id=framework_id,

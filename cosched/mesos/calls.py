@@ -28,9 +28,13 @@ def framework_info(
     failover_timeout: float = WEEK_SECONDS,
     roles: Iterable[str] = (),
     hostname: str | None = None,
+    principal: str = "",
 ) -> Json:
-    """A checkpointing framework that the master keeps (tasks included) for `failover_timeout` after it leaves."""
+    """A checkpointing framework that the master keeps (tasks included) for `failover_timeout` after it leaves;
+    `principal` is the one it authenticates as (a master checks that they agree)."""
     info: Json = {"name": name, "user": user, "checkpoint": True, "failover_timeout": float(failover_timeout)}
+    if principal:
+        info["principal"] = principal
     roles = list(roles)
     if roles:
         info["roles"] = roles

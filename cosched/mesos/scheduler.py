@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cosched.mesos import calls
@@ -37,7 +37,7 @@ from cosched.mesos.masters import (
     zookeeper_masters,
 )
 from cosched.mesos.recordio import RecordIODecoder
-from cosched.mesos.transport import EventStream, Redirected, Unavailable, open_stream, post_call
+from cosched.mesos.transport import EventStream, Redirected, Unavailable, basic_auth, open_stream, post_call
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,9 @@ class SchedulerConfig:
     """Tries of one call on 503 / connection errors before CallError."""
     backoff_base: float = 0.5
     backoff_cap: float = 30.0
+    principal: str = ""
+    """With `secret`: HTTP basic authentication on every call, for a master that authenticates frameworks."""
+    secret: str = field(default="", repr=False)
 
 
 class SchedulerClient:
@@ -89,6 +92,7 @@ class SchedulerClient:
         self._on_framework_id = on_framework_id
         self._backoff = backoff or Backoff(config.backoff_base, config.backoff_cap)
         self._user = config.user or getpass.getuser()
+        self._auth = basic_auth(config.principal, config.secret) if config.principal else None
 
         self._lock = threading.Lock()
         self._framework_id = framework_id or None
@@ -207,7 +211,7 @@ class SchedulerClient:
                 raise NotSubscribed(f"{call['type']}: not subscribed to a Mesos master")
             body = dict(call, framework_id=calls.value(framework_id))
             try:
-                post_call(master, body, stream_id, self.config.call_timeout)
+                post_call(master, body, stream_id, self.config.call_timeout, auth=self._auth)
                 return
             except Redirected as exc:
                 raise CallError(f"{call['type']}: {exc}") from None
@@ -302,8 +306,9 @@ class SchedulerClient:
             framework_id=framework_id,
             failover_timeout=self.config.failover_timeout,
             roles=self.config.roles,
+            principal=self.config.principal,
         )
-        stream = open_stream(master, calls.subscribe(info), self.config.connect_timeout)
+        stream = open_stream(master, calls.subscribe(info), self.config.connect_timeout, auth=self._auth)
         with self._lock:
             self._stream = stream
             self._heartbeat = None

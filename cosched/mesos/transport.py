@@ -10,6 +10,7 @@ keeps them thread-safe without a pool. See docs/mesos.md.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -49,10 +50,18 @@ def _connection(master: Master, timeout: float) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(master.host, master.port, timeout=timeout)
 
 
-def _headers(stream_id: str | None) -> dict[str, str]:
+def basic_auth(principal: str, secret: str) -> str:
+    """The `Authorization` value of HTTP basic authentication, as a master started with
+    `--authenticate_http_frameworks --http_framework_authenticators=basic` checks it."""
+    return "Basic " + base64.b64encode(f"{principal}:{secret}".encode()).decode()
+
+
+def _headers(stream_id: str | None, auth: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if stream_id:
         headers["Mesos-Stream-Id"] = stream_id
+    if auth:
+        headers["Authorization"] = auth
     return headers
 
 
@@ -73,12 +82,17 @@ def _check(master: Master, call_type: str, response: http.client.HTTPResponse, o
 
 
 def post_call(
-    master: Master, call: dict[str, Any], stream_id: str | None, timeout: float, path: str = SCHEDULER_PATH
+    master: Master,
+    call: dict[str, Any],
+    stream_id: str | None,
+    timeout: float,
+    path: str = SCHEDULER_PATH,
+    auth: str | None = None,
 ) -> Reply:
     """POST one call and read the whole answer; raises Unavailable, Redirected or CallError unless 2xx."""
     connection = _connection(master, timeout)
     try:
-        connection.request("POST", path, json.dumps(call).encode(), _headers(stream_id))
+        connection.request("POST", path, json.dumps(call).encode(), _headers(stream_id, auth))
         response = connection.getresponse()
         _check(master, call["type"], response, (200, 202))
         return Reply(response.status, response.read().decode("utf-8", "replace"))
@@ -125,7 +139,7 @@ class EventStream:
 
 
 def open_stream(
-    master: Master, call: dict[str, Any], connect_timeout: float, path: str = SCHEDULER_PATH
+    master: Master, call: dict[str, Any], connect_timeout: float, path: str = SCHEDULER_PATH, auth: str | None = None
 ) -> EventStream:
     """POST SUBSCRIBE and return the event stream; raises Unavailable, Redirected or CallError otherwise.
 
@@ -133,7 +147,7 @@ def open_stream(
     """
     connection = _connection(master, connect_timeout)
     try:
-        connection.request("POST", path, json.dumps(call).encode(), _headers(None))
+        connection.request("POST", path, json.dumps(call).encode(), _headers(None, auth))
         sock = connection.sock
         response = connection.getresponse()
         _check(master, "SUBSCRIBE", response, (200,))
