@@ -74,7 +74,7 @@ def zookeeper_masters(group: ZooKeeperGroup, timeout: float) -> list[Master]:
     from kazoo.handlers.threading import KazooTimeoutError
 
     client = KazooClient(hosts=group.hosts, timeout=timeout, read_only=True)
-    client.logger.setLevel(logging.WARNING)
+    client.logger.setLevel(logging.ERROR)  # each retry says why in one line of our own
     try:
         client.start(timeout=timeout)
         names = client.get_children(group.path)
