@@ -215,7 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     asax.add_argument(
         "--ceiling",
         action="store_true",
-        help="also sweep an oracle that knows every stage's interference: the most lending gains within 5%%",
+        help="also sweep an oracle that knows every stage's interference, and its rule on measured CPU alone: "
+        "the most lending gains within 5%%",
     )
     asax.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     add_real_options(asax)
@@ -375,9 +376,10 @@ def _experiment_asax(args: argparse.Namespace) -> int:
     print()
     print(asax_report.learning(experiment))
     if args.ceiling:
-        from cosched.experiments.asax_ceiling import format_ceiling, sweep
+        from cosched.experiments.asax_ceiling import RULES, format_ceiling, sweep
 
-        sweeps = {size: sweep(size, experiment.select(size, "slurm")[0]) for size in args.sizes}
+        bases = {size: experiment.select(size, "slurm")[0] for size in args.sizes}
+        sweeps = {size: {rule: sweep(size, base, rule) for rule in RULES} for size, base in bases.items()}
         print()
         print(format_ceiling(experiment, sweeps))
     if args.out:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cosched.cli import main
-from cosched.experiments.asax_ceiling import Oracle
+from cosched.experiments.asax_ceiling import LiveCpuModel, Oracle
 from cosched.experiments.asax_long import (
     LongExperiment,
     arrivals,
@@ -22,7 +22,7 @@ from cosched.experiments.asax_long import (
     regret,
     run_long,
 )
-from cosched.model import Job
+from cosched.model import Job, JobState, Usage
 from cosched.workflows.interference import runtime_alone, shipped_profiles
 from experts.default import default_experts
 
@@ -89,6 +89,31 @@ def test_oracle_lends_from_an_idle_stage_not_from_a_cpu_bound_one() -> None:
     assert oracle.lend(None, guest, [job(3, "blast.blastn", 32)]) is None  # type: ignore[arg-type]
 
 
+def test_the_live_model_lends_by_measured_cpu_and_learns_a_guests_demand_from_its_runs_alone() -> None:
+    """Its rule sees CPU only: a host busy on 4 of 32 cores lends, one busy on all does not; a guest
+    kind never run alone needs all its cores, one measured alone at 2 busy CPUs needs far fewer."""
+    model = LiveCpuModel(host_loss=0.05, guest_speed=0.8)
+
+    def job(job_id: int, stage: str, cores: int, busy: float) -> Job:
+        running = Job(id=job_id, submit=0.0, cores=cores, walltime=1e5, stage=stage, quota=float(cores))
+        running.usage = Usage(cpu=busy / cores, mem=0.1, tasks_done=0, at=1.0, quota=float(cores))
+        return running
+
+    guest = job(1, "statistics.moments", 8, 0.0)
+    assert model.lend(None, guest, [job(2, "blast.blastn", 32, 32.0)]) is None  # type: ignore[arg-type]
+    idle = job(3, "montage.project", 32, 4.0)
+    first = model.lend(None, guest, [idle])  # type: ignore[arg-type]
+    assert first is not None and first.host is idle and first.fraction * 32 >= 0.8 * 8
+    busier = job(5, "montage.project", 32, 30.0)  # 3 cores to spare within 5%: not the 6.4 of 8 asked
+    assert model.lend(None, guest, [busier]) is None  # type: ignore[arg-type]
+    alone = job(4, "statistics.moments", 8, 2.0)
+    alone.start, alone.end, alone.state = 0.0, 10.0, JobState.DONE
+    model.observe(alone, 10.0)
+    assert model.demands[("statistics.moments", 8)] == pytest.approx(2.0)
+    second = model.lend(None, guest, [busier])  # type: ignore[arg-type]
+    assert second is not None and 0.8 * 2 <= second.fraction * 32 <= 0.05 * 30 + 2
+
+
 def run_cli(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -141,3 +166,22 @@ def test_saving_by_thirds_is_one_without_learning(small: LongExperiment) -> None
     from cosched.experiments.asax_long_report import saving_by_thirds
 
     assert np.allclose(saving_by_thirds(small.select("uniform")[0]), 1.0)
+
+
+def test_the_ceiling_table_has_each_rules_best_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cosched.experiments import asax_ceiling
+    from cosched.experiments.asax import run_experiment
+
+    monkeypatch.setattr(asax_ceiling, "HOST_LOSSES", (0.1,))
+    monkeypatch.setattr(asax_ceiling, "GUEST_SPEEDS", (0.8,))
+    experiment = run_experiment(sizes=(64,), seeds=(1,))
+    base = experiment.select(64, "slurm")[0]
+    sweeps = {64: {rule: asax_ceiling.sweep(64, base, rule) for rule in asax_ceiling.RULES}}
+    table = asax_ceiling.format_ceiling(experiment, sweeps)
+    for rule in asax_ceiling.RULES:
+        [point] = sweeps[64][rule]
+        assert point.degradation >= 0 and point.wait_change < 0  # lending shortens waits, at some cost
+        if asax_ceiling.ceiling([point], "response_change") is not None:
+            assert f"{rule}, best response (host loss <= 0.1, guest speed >= 0.8)" in table
+        else:
+            assert f"{rule}, best response: none within 5%" in table

@@ -183,17 +183,17 @@ class ASAx(CoschedulePolicy):
             return running
         asked = self._asked_by.get(guest.id)
         if not asked:
-            return [h for h in running if _measured(h)]
+            return [h for h in running if measured_now(h)]
         by_id = {h.id: h for h in running}
-        return [by_id[i] for i in by_id.keys() - asked if _measured(by_id[i])]
+        return [by_id[i] for i in by_id.keys() - asked if measured_now(by_id[i])]
 
     def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
-        measured = [h for h in hosts if _measured(h) and (guest.id, h.id) not in self._asked]
+        measured = [h for h in hosts if measured_now(h) and (guest.id, h.id) not in self._asked]
         for host in sorted(measured, key=lambda h: (h.usage.cpu if h.usage else 1.0, h.id)):
             self._asked.add((guest.id, host.id))
             self._asked_by.setdefault(guest.id, set()).add(host.id)
             if host.quota >= host.cores:  # measured alone, at full quota
-                self._alone[host.id] = _busy(host)
+                self._alone[host.id] = busy_cpus(host)
             features = self.features(host, view.now)
             dists = self.experts.predict_all(features)
             learner = self.learner_of(host)
@@ -235,7 +235,7 @@ class ASAx(CoschedulePolicy):
                 decision.note = "nothing lent"
                 weights.observe(dists, action, 0.0)
                 continue
-            pending = _Pending(decision, dists, host, _busy(host))
+            pending = _Pending(decision, dists, host, busy_cpus(host))
             self._awaiting.setdefault(host.id, []).append(pending)
             self._lent_to[guest.id] = pending
             self._shared.update((host.id, guest.id))
@@ -279,7 +279,7 @@ class ASAx(CoschedulePolicy):
         if not pending:
             return
         if job.usage is not None and job.usage.quota >= job.cores:  # its last sample: alone again
-            alone = _busy(job)
+            alone = busy_cpus(job)
         for item in pending:
             item.decision.host_runtime = runtime
         stretches = [
@@ -332,7 +332,7 @@ class ASAx(CoschedulePolicy):
         host = item.host
         measured = host is not None and host.usage is not None and host.usage.at > item.decision.time
         item.until, item.shared_quota = end, shared_quota
-        item.shared_busy = _busy(host) if measured and host is not None else None
+        item.shared_busy = busy_cpus(host) if measured and host is not None else None
 
     def verdict(self, job: Job, runtime: float, stretches: Sequence[Stretch]) -> tuple[float | None, float | None, str]:
         """A lender's loss, the runtime alone it was held against, and how it was found.
@@ -419,14 +419,14 @@ def _kind(job: Job) -> Kind:
     return (job.stage or "unknown", job.cores)
 
 
-def _measured(job: Job) -> bool:
+def measured_now(job: Job) -> bool:
     """A lender is judged on a measurement under the quota it has now: a sample from before its
     quota changed (a guest that just lost its host, a host whose guest just left) is of another job."""
     usage = job.usage
     return usage is not None and (not usage.quota or abs(usage.quota - job.quota) < 1e-9)
 
 
-def _busy(job: Job) -> float:
+def busy_cpus(job: Job) -> float:
     """The CPUs a job kept busy when last measured (its current quota if the backend did not say)."""
     usage = job.usage
     assert usage is not None
