@@ -154,6 +154,37 @@ def test_a_daemon_restarted_while_an_agent_is_away_starts_without_its_node(
         finish(cluster, daemon)
 
 
+def test_a_daemon_first_started_while_an_agent_is_away_takes_it_as_a_node_when_it_comes(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """No nodes saved yet and one machine down: after waiting for every agent the daemon starts with
+    the node it lacks down; the agent that comes then takes that node, and the mapping is saved."""
+    argv = cluster.kill_agent(2)  # no framework of this test yet: nothing of ours ran there
+    daemon = None
+    try:
+        wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
+        daemon = mesos_daemon(cluster, tmp_path, "cosched-first-away")
+        assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
+        assert "the cluster has 2: node 1 is down until a new agent offers" in daemon.log.read_text()
+        first = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
+        assert daemon.wait_final([first], 60)[first]["state"] == "done" and _on_node(daemon, first) == 0
+
+        cluster.start_agent(2, argv)
+        argv = []
+        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 taken by agent2")
+        both = [daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in "ab"]
+        assert {j["state"] for j in daemon.wait_final(both, 90).values()} == {"done"}
+        assert {_on_node(daemon, j) for j in both} == {0, 1}
+        with daemon.db() as db:
+            saved = db.execute("SELECT value FROM meta WHERE key = 'mesos_nodes'").fetchone()[0]
+        assert json.loads(saved) == ["agent1", "agent2"]
+    finally:
+        if argv:
+            cluster.start_agent(2, argv)
+        if daemon is not None:
+            finish(cluster, daemon)
+
+
 def _on_node(daemon: Any, job_id: int) -> int:
     """The first node of the job's (last) run."""
     with daemon.db() as db:

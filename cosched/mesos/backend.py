@@ -238,15 +238,27 @@ class MesosBackend(EventHandler):
 
     def _map_nodes(self, timeout: float) -> None:
         """Under the lock, at the first start: the nodes are the first `nodes` agents that offer, in
-        hostname order (saved, so that a later start knows them without waiting for all)."""
+        hostname order (saved, so that a later start knows them without waiting for all). Nodes no
+        agent offered for in `timeout` s are down, each taken by the next new agent that offers."""
         deadline = time.monotonic() + timeout
-        while len(self.hostnames) < self.nodes:
-            if not self.cond.wait(max(0.0, deadline - time.monotonic())):
-                raise EngineUnavailable(
-                    f"Mesos offered {len(self.hostnames)} agent(s) in {timeout:.0f} s; the cluster has {self.nodes}"
-                )
-        self.agents = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
-        self.node_hosts = [self.hostnames[a] for a in self.agents]
+        while len(self.hostnames) < self.nodes and (left := deadline - time.monotonic()) > 0:
+            self.cond.wait(left)
+        if not self.hostnames:
+            raise EngineUnavailable(f"Mesos offered no agent in {timeout:.0f} s; the cluster has {self.nodes}")
+        present = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+        missing = self.nodes - len(present)
+        self.agents = present + [""] * missing
+        self.node_hosts = [self.hostnames[a] for a in present] + [""] * missing
+        for node in range(len(present), self.nodes):
+            log.warning(
+                "Mesos offered %d agent(s) in %.0f s; the cluster has %d: node %d is down until a new agent offers",
+                len(present),
+                timeout,
+                self.nodes,
+                node,
+            )
+            self.down.add(node)
+            self.changes.append((node, False))
 
     def _wait_known_agents(self, grace: float) -> None:
         """Under the lock, at a later start: wait `grace` s at most for the saved agents to offer; a node
@@ -260,7 +272,7 @@ class MesosBackend(EventHandler):
                 log.warning(
                     "agent %s (node %d) made no offer in %.0f s: the daemon starts without it, the node is down "
                     "until it offers",
-                    self.node_hosts[node],
+                    self.node_hosts[node] or "(none yet)",
                     node,
                     grace,
                 )
@@ -307,10 +319,16 @@ class MesosBackend(EventHandler):
     def on_offers(self, offers: list[dict[str, Any]]) -> None:
         now = time.monotonic()
         surplus = []
+        hosts = None
         with self.cond:
             for raw in offers:
                 offer = parse_offer(raw, now)
                 node = self._node_of_host(offer.hostname)
+                if node is None and offer.agent_id not in self.hostnames and "" in self.node_hosts:
+                    node = self.node_hosts.index("")  # a node no agent had: this one is it from now on
+                    log.warning("agent %s takes node %d", offer.hostname, node)
+                    self.node_hosts[node] = offer.hostname
+                    hosts = list(self.node_hosts)
                 beyond = self.node_hosts or len(self.hostnames) >= self.nodes
                 if node is None and beyond and offer.agent_id not in self.hostnames:
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
@@ -328,6 +346,8 @@ class MesosBackend(EventHandler):
                 self.book.add([offer])
             self._dirty = True
             self.cond.notify_all()
+        if hosts is not None and self._on_nodes is not None:
+            self._on_nodes(hosts)
         if surplus:
             self._decline(surplus, 3600.0)
 
