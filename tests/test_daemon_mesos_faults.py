@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,6 +169,13 @@ def test_a_daemon_first_started_while_an_agent_is_away_takes_it_as_a_node_when_i
         daemon = mesos_daemon(cluster, tmp_path, "cosched-first-away")
         assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
         assert "the cluster has 2: node 1 is down until a new agent offers" in daemon.log.read_text()
+        shown = subprocess.run(
+            [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert re.search(r"node1\s+-\s+-\s+DOWN", shown), shown
         first = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
         assert daemon.wait_final([first], 60)[first]["state"] == "done" and _on_node(daemon, first) == 0
 

@@ -260,8 +260,8 @@ def _nodes(args: argparse.Namespace) -> int:
         {
             "NODE": f"node{r['node']}",
             **(
-                {"HOSTNAME": r["hostname"], "AGENT": r["agent"], "STATE": "up" if r["up"] else "DOWN"}
-                if r.get("hostname")
+                {"HOSTNAME": r["hostname"] or "-", "AGENT": r["agent"] or "-", "STATE": "up" if r["up"] else "DOWN"}
+                if r.get("hostname") is not None  # a Mesos agent's node ('' while no agent took it)
                 else {"CPUS": _ranges(r["cpus"])}
             ),
             "ALLOC": f"{r['allocated']}/{r['cores']}",
