@@ -36,7 +36,7 @@ class Request:
 class Stream:
     """How to answer one SUBSCRIBE: `events` are sent as `chunks` (byte slices of the framed events)."""
 
-    kind: str = "stream"  # "stream", "redirect", "503"
+    kind: str = "stream"  # "stream", "redirect", "503", "404" (a master starting: no API route yet)
     heartbeat: float = 0.2
     events: list[dict[str, Any]] = field(default_factory=list)
     split_at: list[int] = field(default_factory=list)
@@ -159,6 +159,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._answer(307, headers={"Location": step.location})
         if step.kind == "503":
             return self._answer(503, b"No leading master")
+        if step.kind == "404":
+            return self._answer(404)
         self._stream(step)
 
     def _stream(self, step: Stream) -> None:

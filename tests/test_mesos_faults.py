@@ -103,6 +103,15 @@ def test_503_and_refused_connections_are_retried_with_growing_backoff() -> None:
         assert client.master.port == master.server_address[1]
 
 
+def test_a_404_from_a_master_that_is_starting_is_retried() -> None:
+    """A restarted master listens before it serves the scheduler API, and answers 404 meanwhile
+    (seen on the real master in CI): the client retries, it does not stop for good."""
+    recorder, plan = Recorder(), [Stream(kind="404"), Stream(heartbeats=True)]
+    with stand_in(plan) as master, running([master.address], recorder) as client:
+        assert client.wait_subscribed(15), client.failure
+        assert len(master.calls("SUBSCRIBE")) == 2 and client.failure is None
+
+
 def test_a_record_cut_across_http_chunks_is_decoded_and_its_update_acknowledged() -> None:
     events = [{"type": "OFFERS", "offers": {"offers": [OFFER]}}, {"type": "UPDATE", "update": {"status": UPDATE}}]
     subscribed, offers, _ = (len(encode(json.dumps(e).encode())) for e in [subscribed_event("F1", 0.2), *events])

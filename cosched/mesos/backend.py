@@ -216,7 +216,8 @@ class MesosBackend(EventHandler):
             self._started = True
         if not self.client.wait_subscribed(timeout):
             raise EngineUnavailable(
-                f"cannot reach a Mesos master at {self.settings.masters}: {self.client.failure or 'no answer'}"
+                f"cannot reach a Mesos master at {self.settings.masters}: "
+                f"{self.client.failure or self.client.last_problem or 'no answer'}"
             )
         try:  # refuse filters an earlier run of this framework set would keep agents away
             self.client.revive()

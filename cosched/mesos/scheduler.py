@@ -106,6 +106,8 @@ class SchedulerClient:
         self._subscribed = threading.Event()
         self._thread: threading.Thread | None = None
         self.failure: str | None = None
+        self.last_problem: str | None = None
+        """The last retryable failure to subscribe (a master unreachable, starting, or without a leader)."""
         """One line saying why the client stopped on its own (ERROR event, SUBSCRIBE refused)."""
         self.subscriptions = 0
         """SUBSCRIBED events received so far (a re-subscription adds one)."""
@@ -250,6 +252,7 @@ class SchedulerClient:
                 continue
             except Unavailable as exc:
                 log.warning("%s; retrying", exc)
+                self.last_problem = str(exc)
                 self._try_next_master()
                 if self._stopping.wait(self._backoff.delay(failures)):
                     return

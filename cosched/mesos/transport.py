@@ -78,6 +78,8 @@ def _check(master: Master, call_type: str, response: http.client.HTTPResponse, o
     body = _one_line(response.read(4096).decode("utf-8", "replace"))
     if response.status == 503:
         raise Unavailable(f"master {master} answered {call_type} with 503 {body}")
+    if response.status == 404:  # libprocess listens before the master serves its API: a master starting
+        raise Unavailable(f"master {master} answered {call_type} with 404 (no API there yet: starting?) {body}")
     raise CallError(f"master {master} refused {call_type}: {response.status} {response.reason}: {body}")
 
 
