@@ -36,35 +36,58 @@ GUEST_SPEEDS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.95)
 DEGRADATION_BUDGET = 0.05
 
 
-class Oracle(CoschedulePolicy):
+class GreedyLender(CoschedulePolicy):
+    """The rule of both: for each host that could hold the guest, the largest tenth of it that keeps
+    the host at least 1 - `host_loss` of its speed alone and gives the guest at least `guest_speed`
+    of its own; the host where the guest runs fastest wins. `speeds` says how fast each would run."""
+
+    def __init__(self, host_loss: float, guest_speed: float) -> None:
+        self.host_loss = host_loss
+        self.guest_speed = guest_speed
+
+    def speeds(self, guest: Job, host: Job, lent: float) -> tuple[float, float] | None:
+        """(host's speed, guest's speed) with `lent` of the host's cores lent; None: not a host to judge."""
+        raise NotImplementedError
+
+    def chose(self, host: Job, guest: Job) -> None:
+        """A lending was decided."""
+
+    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
+        best: tuple[float, Job, float] | None = None
+        for host in hosts:
+            for tenths in range(9, 0, -1):
+                judged = self.speeds(guest, host, min(tenths / 10 * host.cores, guest.cores))
+                if judged is None:
+                    break
+                host_speed, fast = judged
+                if host_speed < 1 - self.host_loss:
+                    continue
+                if fast >= self.guest_speed:
+                    if best is None or fast > best[0]:
+                        best = (fast, host, tenths / 10)
+                    break
+        if best is None:
+            return None
+        self.chose(best[1], guest)
+        return Lending(best[1], best[2])
+
+
+class Oracle(GreedyLender):
     """Lends as the interference model says is cheap enough (see the module docstring)."""
 
     name = "oracle"
 
     def __init__(self, host_loss: float, guest_speed: float, profiles: dict[str, StageProfile] | None = None) -> None:
-        self.host_loss = host_loss
-        self.guest_speed = guest_speed
+        super().__init__(host_loss, guest_speed)
         self.profiles = profiles or shipped_profiles()
 
-    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
-        best: tuple[float, Job, float] | None = None
-        mine = self.profiles[guest.stage or ""]
-        for host in hosts:
-            theirs = self.profiles[host.stage or ""]
-            for tenths in range(9, 0, -1):
-                lent = min(tenths / 10 * host.cores, guest.cores)
-                kept = host.cores - lent
-                if speed(theirs, host.cores, kept, mine, lent) < 1 - self.host_loss:
-                    continue
-                fast = speed(mine, guest.cores, lent, theirs, kept)
-                if fast >= self.guest_speed:
-                    if best is None or fast > best[0]:
-                        best = (fast, host, tenths / 10)
-                    break
-        return Lending(best[1], best[2]) if best else None
+    def speeds(self, guest: Job, host: Job, lent: float) -> tuple[float, float]:
+        mine, theirs = self.profiles[guest.stage or ""], self.profiles[host.stage or ""]
+        kept = host.cores - lent
+        return speed(theirs, host.cores, kept, mine, lent), speed(mine, guest.cores, lent, theirs, kept)
 
 
-class LiveCpuModel(CoschedulePolicy):
+class LiveCpuModel(GreedyLender):
     """The oracle's rule on measured CPU alone: a host keeps `kept / busy` of its speed, a guest runs
     at `lent / demand`, where `busy` is the host's measured busy CPUs and `demand` the guest kind's
     busy CPUs when one last ran alone at full quota (its requested cores before)."""
@@ -72,30 +95,18 @@ class LiveCpuModel(CoschedulePolicy):
     name = "live-model"
 
     def __init__(self, host_loss: float, guest_speed: float) -> None:
-        self.host_loss = host_loss
-        self.guest_speed = guest_speed
+        super().__init__(host_loss, guest_speed)
         self.demands: dict[tuple[str, int], float] = {}
         self.shared: set[int] = set()
 
-    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
-        best: tuple[float, Job, float] | None = None
-        demand = self.demands.get((guest.stage or "", guest.cores), float(guest.cores))
-        for host in hosts:
-            if not measured_now(host):
-                continue
-            busy = max(busy_cpus(host), 1e-9)
-            for tenths in range(9, 0, -1):
-                lent = min(tenths / 10 * host.cores, guest.cores)
-                if min(1.0, (host.cores - lent) / busy) < 1 - self.host_loss:
-                    continue
-                fast = min(1.0, lent / demand)
-                if fast >= self.guest_speed and (best is None or fast > best[0]):
-                    best = (fast, host, tenths / 10)
-                break
-        if best is None:
+    def speeds(self, guest: Job, host: Job, lent: float) -> tuple[float, float] | None:
+        if not measured_now(host):
             return None
-        self.shared.update((best[1].id, guest.id))
-        return Lending(best[1], best[2])
+        demand = self.demands.get((guest.stage or "", guest.cores), float(guest.cores))
+        return min(1.0, (host.cores - lent) / max(busy_cpus(host), 1e-9)), min(1.0, lent / demand)
+
+    def chose(self, host: Job, guest: Job) -> None:
+        self.shared.update((host.id, guest.id))
 
     def observe(self, job: Job, now: float) -> None:
         alone = job.id not in self.shared and job.usage is not None and job.usage.quota >= job.cores
