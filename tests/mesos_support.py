@@ -338,6 +338,16 @@ def mesos_daemon(
     return daemon
 
 
+def nodes_shown(daemon: Any) -> str:
+    """What `cosched nodes` prints for the daemon: the operator's view of its agents."""
+    return subprocess.run(
+        [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def finish(cluster: Cluster, daemon: Any) -> None:
     """After a test: stop the daemon, tear its framework down (no task outlives the test), check
     none of its containers is left, and wait for both agents (a test may have restarted one)."""

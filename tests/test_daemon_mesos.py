@@ -25,6 +25,7 @@ from mesos_support import (
     finish,
     framework_id_of,
     mesos_daemon,
+    nodes_shown,
     start_cluster,
     stop_cluster,
     wait_until,
@@ -77,12 +78,7 @@ def test_the_daemon_runs_jobs_on_mesos_agents_and_survives_a_sigkill(cluster: Cl
         assert len({t["slave_id"] for t in tasks}) == 2  # first fit: one job per agent
 
         # The operator's view: the nodes are the agents; /metrics counts launches and offers.
-        nodes = subprocess.run(
-            [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        nodes = nodes_shown(daemon)
         for agent in cluster.state()["slaves"]:
             assert f"{agent['hostname']} " in nodes and agent["id"] in nodes
         metrics = urllib.request.urlopen(f"{daemon.client.url}/metrics", timeout=10).read().decode()

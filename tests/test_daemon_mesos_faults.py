@@ -14,8 +14,6 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +31,7 @@ from mesos_support import (
     finish,
     framework_id_of,
     mesos_daemon,
+    nodes_shown,
     start_cluster,
     stop_cluster,
     wait_until,
@@ -107,11 +106,7 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
         cluster.start_agent(2, argv)
         argv = []
         wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
-        later = [
-            daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in range(2)
-        ]
-        assert {j["state"] for j in daemon.wait_final(later, 90).values()} == {"done"}
-        assert {_on_node(daemon, j) for j in later} == {0, 1}
+        later = _two_jobs_run_on_both_nodes(daemon, image)
         ran = containers_of(engine, fid, since)
         for job_id in (first, second, *later):
             assert_ran_once(ran[job_id])
@@ -142,15 +137,12 @@ def test_a_daemon_restarted_while_an_agent_is_away_starts_without_its_node(
         assert time.monotonic() - started < 30, "it waited for the absent agent"
         assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
         assert "agent agent2 (node 1) made no offer" in daemon.log.read_text()
-        now = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
-        assert daemon.wait_final([now], 60)[now]["state"] == "done" and _on_node(daemon, now) == 0
+        _a_job_runs_on_node_0(daemon, image)
 
         cluster.start_agent(2, argv)
         argv = []
         wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
-        both = [daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in "ab"]
-        assert {j["state"] for j in daemon.wait_final(both, 90).values()} == {"done"}
-        assert {_on_node(daemon, j) for j in both} == {0, 1}
+        _two_jobs_run_on_both_nodes(daemon, image)
     finally:
         if argv:
             cluster.start_agent(2, argv)
@@ -169,22 +161,14 @@ def test_a_daemon_first_started_while_an_agent_is_away_takes_it_as_a_node_when_i
         daemon = mesos_daemon(cluster, tmp_path, "cosched-first-away")
         assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
         assert "the cluster has 2: node 1 is down until a new agent offers" in daemon.log.read_text()
-        shown = subprocess.run(
-            [sys.executable, "-m", "cosched.cli", "nodes", "--url", daemon.client.url],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        shown = nodes_shown(daemon)
         assert re.search(r"node1\s+-\s+-\s+DOWN", shown), shown
-        first = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
-        assert daemon.wait_final([first], 60)[first]["state"] == "done" and _on_node(daemon, first) == 0
+        _a_job_runs_on_node_0(daemon, image)
 
         cluster.start_agent(2, argv)
         argv = []
         wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 taken by agent2")
-        both = [daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in "ab"]
-        assert {j["state"] for j in daemon.wait_final(both, 90).values()} == {"done"}
-        assert {_on_node(daemon, j) for j in both} == {0, 1}
+        _two_jobs_run_on_both_nodes(daemon, image)
         with daemon.db() as db:
             saved = db.execute("SELECT value FROM meta WHERE key = 'mesos_nodes'").fetchone()[0]
         assert json.loads(saved) == ["agent1", "agent2"]
@@ -193,6 +177,20 @@ def test_a_daemon_first_started_while_an_agent_is_away_takes_it_as_a_node_when_i
             cluster.start_agent(2, argv)
         if daemon is not None:
             finish(cluster, daemon)
+
+
+def _a_job_runs_on_node_0(daemon: Any, image: str) -> None:
+    """With node 1 down, a 1-core job starts on node 0 and ends."""
+    job = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=64, walltime=60)
+    assert daemon.wait_final([job], 60)[job]["state"] == "done" and _on_node(daemon, job) == 0
+
+
+def _two_jobs_run_on_both_nodes(daemon: Any, image: str) -> list[int]:
+    """With both nodes up, two 1-core jobs run side by side, one on each, and end; their ids."""
+    jobs = [daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=60) for _ in "ab"]
+    assert {j["state"] for j in daemon.wait_final(jobs, 90).values()} == {"done"}
+    assert {_on_node(daemon, j) for j in jobs} == {0, 1}
+    return jobs
 
 
 def _on_node(daemon: Any, job_id: int) -> int:
