@@ -272,3 +272,33 @@ def test_progress_is_read_only_from_the_process_it_was_remembered_for(tmp_path: 
     assert process_start(child.pid) == 0 or process_start(child.pid) != start
     assert read_progress(child.pid, start, str(progress)) == (0, 0)
     assert read_progress(os.getpid(), process_start(os.getpid()), str(progress)) == (3, 7)
+
+
+def test_a_job_writes_to_memory_not_to_the_engines_disk(daemon: DaemonProcess) -> None:
+    """The image is read-only and `/tmp`, `/var/tmp` are tmpfs charged to the job's memory: 100 MB
+    written there show in its memory use, not in the container's layer on the engine's disk, and
+    scripts written there still run."""
+    client = require_engine()
+    data = make_data_dir(daemon.root / "scratch")
+    script = (
+        f"touch /etc/written 2> {data}/image; "
+        f"printf '#!/bin/sh\\necho ran\\n' > /var/tmp/job.sh && chmod +x /var/tmp/job.sh && /var/tmp/job.sh > {data}/exec; "
+        f"dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>/dev/null && touch {data}/filled; "
+        f"i=0; while [ ! -e {data}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
+    )
+    job_id = daemon.submit(
+        image=daemon.image, command=sh(script), cores=1, walltime=120, memory_mib=256, data_dirs=[str(data)]
+    )
+    deadline = time.monotonic() + 90
+    while not (data / "filled").exists():
+        assert time.monotonic() < deadline, f"the job never wrote its 100 MB: {daemon.job(job_id)}"
+        time.sleep(0.1)
+    labels = [f"cosched.instance={daemon.instance()}", f"cosched.job={job_id}"]
+    (listed,) = client.api.containers(all=True, size=True, filters={"label": labels})
+    assert "SizeRootFs" in listed and listed.get("SizeRw", 0) < 1 << 20, listed  # the engine omits a 0
+    container = client.containers.get(listed["Id"])
+    assert container.stats(stream=False)["memory_stats"]["usage"] >= 100 << 20
+    assert "Read-only file system" in (data / "image").read_text()
+    assert (data / "exec").read_text() == "ran\n"
+    (data / "go").touch()
+    assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"

@@ -8,7 +8,9 @@ a restarted daemon finds its own containers (and only its own) by label.
 Safety rules the operator can rely on (docs/security.md): a job runs as the
 configured unprivileged uid:gid with every capability dropped and
 `no-new-privileges`, under a pids limit, a log size cap and file ulimits, with
-no network; the only host paths mounted are its declared data directories,
+no network and a read-only image: its scratch space (`/tmp`, `/var/tmp`) is
+memory, so a job cannot fill the engine's disk; the only host paths mounted are
+its declared data directories,
 under the configured `data_roots`, re-checked link by link at launch and
 mounted `nosuid,nodev` (`cosched.daemon.sandbox`).
 """
@@ -40,6 +42,17 @@ log = logging.getLogger("cosched.docker")
 LABEL_INSTANCE = "cosched.instance"
 LABEL_JOB = "cosched.job"
 PROGRESS_PATH = "/tmp/cosched-progress"
+SCRATCH_DIRS = ("/tmp", "/var/tmp")
+
+
+def scratch_mounts(memory_mib: int) -> dict[str, str]:
+    """Where a job may write besides its data dirs: tmpfs, because the image is mounted
+    read-only (as Apptainer does). A writable layer lives on the engine's disk, so one job
+    writing without end would fill it for every other job and for the daemon's state; tmpfs
+    pages are charged to the job's memory cgroup, so scratch space is bounded by the memory it
+    was given (the `size` only makes `df` say so). `exec` because jobs run what they write
+    there (Docker's tmpfs default is `noexec`); `nosuid,nodev` stay."""
+    return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in SCRATCH_DIRS}
 """Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
 
 IMAGE_RECHECK = 5.0
@@ -264,6 +277,8 @@ class DockerBackend:
                     ),
                     privileged=False,
                     network_mode="none",
+                    read_only=True,
+                    tmpfs=scratch_mounts(memory_mib),
                     detach=True,
                 )
             except docker.errors.ImageNotFound:
