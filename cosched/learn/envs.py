@@ -17,8 +17,8 @@ agent is handed holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, ClassVar
+from collections.abc import Generator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -49,7 +49,9 @@ def time_scale_of(trace: Trace) -> float:
 class _ReplayEnv(gym.Env):  # type: ignore[misc]
     """What both environments share: windows, the paused replay, the pending decision."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gym.Env types it an instance variable
+    observation_space: gym.spaces.Box
+    action_space: gym.spaces.Discrete
 
     def __init__(self, trace: Trace, cluster: Cluster, length: int) -> None:
         if length < 2 or length > len(trace):
@@ -60,7 +62,7 @@ class _ReplayEnv(gym.Env):  # type: ignore[misc]
         self._answer: int | None = None
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
         self._run: Replay | None = None
-        self._passes: Iterator[float] | None = None
+        self._passes: Generator[float, None, None] | None = None
         self._now = 0.0
         self.episode: Trace | None = None
         """The window of the trace the current episode replays."""
@@ -90,7 +92,9 @@ class _ReplayEnv(gym.Env):  # type: ignore[misc]
         self._answer = self._pending = None
         self.episode = window
         self._run = Replay(window.jobs(), self.cluster, policies, keep_slots=False)
-        self._passes = self._run.passes(pause=self._pause)
+        passes = self._run.passes(pause=self._pause)
+        assert isinstance(passes, Generator)  # its close() gives an abandoned replay's jobs their runtimes back
+        self._passes = passes
         return self._advance()
 
     def _pause(self, now: float) -> bool:

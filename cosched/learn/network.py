@@ -91,7 +91,8 @@ class PolicyNetwork:
             arrays[f"check_{key}"] = value
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
+            # allow_pickle named (its default), else mypy matches **arrays to it; no key is "allow_pickle"
+            np.savez_compressed(handle, allow_pickle=True, **arrays)
         return path
 
     @classmethod

@@ -16,11 +16,12 @@ if it ends by then (EASY without its extra-capacity rule).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn.features import CLUSTER_QUANTILES, RLBF_FEATURES, dbf_row_features, unscaled_time
-from cosched.policies.learned import Decide
 
 ORDERS = ("first", "shortest", "fewest", "area", "f1")
 RESERVING = "-reserving"
@@ -59,8 +60,9 @@ def rule(
     capacity: int,
     log_time: bool = False,
     expected_start: bool = False,
-) -> Decide:
-    """The `decide` of rule `name` for observations of `kind` made with these settings."""
+) -> Callable[[np.ndarray, np.ndarray], int]:
+    """The `decide` of rule `name` for observations of `kind` made with these settings
+    (a `policies.learned.Decide` that always answers: a rule never leaves a decision open)."""
     check_rule(name, kind, expected_start)
     order = name.removesuffix(RESERVING)
     reserving = name != order

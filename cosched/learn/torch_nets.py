@@ -116,7 +116,8 @@ class _ScoresPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
     def _build(self, lr_schedule: Any) -> None:
         super()._build(lr_schedule)
         self.action_net = nn.Identity()
-        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+        # SB3 types optimizer_class as type[Optimizer], whose __init__ takes no lr (SB3 ignores it too)
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)  # type: ignore[call-arg]
 
 
 class KernelPolicy(_ScoresPolicy):
@@ -127,7 +128,8 @@ class KernelPolicy(_ScoresPolicy):
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = KernelExtractor(self.window)
+        # SB3 types it MlpExtractor, but takes any module with its latent dims and forward_actor/critic
+        self.mlp_extractor = KernelExtractor(self.window)  # type: ignore[assignment]
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "window": self.window}
@@ -141,7 +143,8 @@ class WindowKernelPolicy(_ScoresPolicy):
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
-        self.mlp_extractor = WindowKernelExtractor(self.size, self.features)
+        # SB3 types it MlpExtractor, but takes any module with its latent dims and forward_actor/critic
+        self.mlp_extractor = WindowKernelExtractor(self.size, self.features)  # type: ignore[assignment]
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return {**super()._get_constructor_parameters(), "size": self.size, "features": self.features}

@@ -34,10 +34,11 @@ from cosched.traces.trace import Trace
 try:
     import torch
     from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
     from stable_baselines3.common.callbacks import BaseCallback
     from torch import nn
 
-    from cosched.learn.torch_nets import KernelPolicy, WindowKernelPolicy
+    from cosched.learn.torch_nets import KernelExtractor, KernelPolicy, WindowKernelExtractor, WindowKernelPolicy
 except ImportError as exc:  # pragma: no cover - the CLI turns this into one line
     raise ImportError(
         "training needs torch and sb3-contrib: pip install torch==2.13.0 && pip install 'cosched[train]'"
@@ -140,6 +141,7 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
         "n_epochs": 10,
     }
     if settings.actor == "kernel":
+        assert isinstance(env, JobSelectionEnv)  # make_env's for kind dbf
         arguments["policy_kwargs"] = {"size": env.size, "features": dbf_row_features(settings.expected_start)}
         return MaskablePPO(WindowKernelPolicy, env, **{**common, **arguments, **settings.ppo})
     if settings.actor != "mlp":
@@ -316,7 +318,9 @@ def warm_start(
     )
     rng = np.random.default_rng(settings.seed)
     obs, _ = env.reset(seed=settings.seed + 777)
-    observations, masks, actions = [], [], []
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
+    actions: list[int] = []
     while len(actions) < decisions:
         mask = env.action_masks()
         action = decide(obs, mask)
@@ -332,14 +336,14 @@ def warm_start(
     optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
     for _ in range(400):
         batch = torch.as_tensor(rng.integers(0, len(y), 256))
-        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(x[batch])))
+        logits = _logits(policy, x[batch])
         logits = logits.masked_fill(~m[batch], -1e8)
         loss = nn.functional.cross_entropy(logits, y[batch])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     with torch.no_grad():
-        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(x)))
+        logits = _logits(policy, x)
         agree = float((logits.masked_fill(~m, -1e8).argmax(1) == y).float().mean())
     return agree
 
@@ -347,8 +351,10 @@ def warm_start(
 def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, path: Path) -> Path:
     """The actor as a NumPy model, with a check batch of torch's own logits."""
     policy = agent.policy
+    extractor = policy.mlp_extractor
     if settings.kind == "rlbf":
-        layers = [m for m in policy.mlp_extractor.kernel if isinstance(m, nn.Linear)]
+        assert isinstance(extractor, KernelExtractor)  # KernelPolicy's
+        layers = [m for m in extractor.kernel if isinstance(m, nn.Linear)]
         config: dict[str, Any] = {
             "kind": "rlbf",
             "features": RLBF_FEATURES,
@@ -364,10 +370,12 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
             "expected_start": settings.expected_start,
         }
         if settings.actor == "kernel":
-            layers, actor = policy.mlp_extractor.exported()
+            assert isinstance(extractor, WindowKernelExtractor)  # WindowKernelPolicy's
+            layers, actor = extractor.exported()
             config.update(actor)
         else:
-            layers = [m for m in policy.mlp_extractor.policy_net if isinstance(m, nn.Linear)]
+            layers = [m for m in extractor.policy_net if isinstance(m, nn.Linear)]
+            assert isinstance(policy.action_net, nn.Linear)  # MlpPolicy's, for a Discrete action space
             layers.append(policy.action_net)
     config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
     network = PolicyNetwork(
@@ -378,15 +386,23 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
     obs, masks = _sample_observations(env, settings.seed, 32)
     with torch.no_grad():
         tensor = torch.as_tensor(obs)
-        logits = policy.action_net(policy.mlp_extractor.forward_actor(policy.extract_features(tensor))).numpy()
+        logits = _logits(policy, tensor).numpy()
     return network.save(path, check={"obs": obs, "mask": masks, "logits": logits.astype(np.float32)})
+
+
+def _logits(policy: MaskableActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
+    """The actor's logits for a batch of observations, before masking."""
+    features = policy.extract_features(obs)
+    assert isinstance(features, torch.Tensor)  # a pair only if actor and critic had their own extractors
+    return policy.action_net(policy.mlp_extractor.forward_actor(features))
 
 
 def _sample_observations(env: BackfillEnv | JobSelectionEnv, seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Observations of real decisions (random allowed actions), for the export's check batch."""
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed + 12345)
-    observations, masks = [], []
+    observations: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
     while len(observations) < count:
         mask = env.action_masks()
         observations.append(obs)
