@@ -282,7 +282,8 @@ def test_a_job_writes_to_memory_not_to_the_engines_disk(daemon: DaemonProcess) -
     data = make_data_dir(daemon.root / "scratch")
     script = (
         f"touch /etc/written 2> {data}/image; "
-        f"printf '#!/bin/sh\\necho ran\\n' > /var/tmp/job.sh && chmod +x /var/tmp/job.sh && /var/tmp/job.sh > {data}/exec; "
+        "printf '#!/bin/sh\\necho ran\\n' > /var/tmp/job.sh && chmod +x /var/tmp/job.sh && "
+        f"/var/tmp/job.sh > {data}/exec; "
         f"dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>/dev/null && touch {data}/filled; "
         f"i=0; while [ ! -e {data}/go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
     )

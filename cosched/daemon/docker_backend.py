@@ -42,7 +42,9 @@ log = logging.getLogger("cosched.docker")
 LABEL_INSTANCE = "cosched.instance"
 LABEL_JOB = "cosched.job"
 PROGRESS_PATH = "/tmp/cosched-progress"
+"""Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
 SCRATCH_DIRS = ("/tmp", "/var/tmp")
+"""Where a job may write besides its data dirs (`scratch_mounts`)."""
 
 
 def scratch_mounts(memory_mib: int) -> dict[str, str]:
@@ -53,7 +55,7 @@ def scratch_mounts(memory_mib: int) -> dict[str, str]:
     was given (the `size` only makes `df` say so). `exec` because jobs run what they write
     there (Docker's tmpfs default is `noexec`); `nosuid,nodev` stay."""
     return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in SCRATCH_DIRS}
-"""Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
+
 
 IMAGE_RECHECK = 5.0
 """Seconds an image the engine confirmed is taken as there without asking again."""
