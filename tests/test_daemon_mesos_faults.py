@@ -226,14 +226,16 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, imag
         finish(cluster, daemon)
 
 
-def _hog(cluster: Cluster, name: str) -> tuple[Any, str]:
-    """Another framework takes every CPU of agent2 with a task of its own: a cluster shared."""
+def _hog(cluster: Cluster, name: str, leave_cpus: float = 0.0, leave_mem: float = 0.0) -> tuple[Any, str]:
+    """Another framework takes agent2 with a task of its own, all but `leave_cpus` and `leave_mem`
+    MiB (and at least 64 MiB): a cluster shared."""
     recorder = Recorder()
     client = cluster.client(recorder, name).start()
     assert client.wait_subscribed(15), client.failure
     offer = recorder.wait(lambda: recorder.offers_from("agent2"), 30, "an offer of agent2")[-1]
-    cpus = next(r["scalar"]["value"] for r in offer["resources"] if r["name"] == "cpus")
-    task = command_task("hog", offer["agent_id"]["value"], "sleep 600", cpus=cpus, mem=64)
+    offered = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r["name"] in ("cpus", "mem")}
+    cpus, mem = offered["cpus"] - leave_cpus, max(offered["mem"] - leave_mem, 64) if leave_mem else 64
+    task = command_task("hog", offer["agent_id"]["value"], "sleep 600", cpus=cpus, mem=mem)
     client.accept([offer["id"]["value"]], [calls.launch([task])], refuse_seconds=600)
     recorder.wait(lambda: "TASK_RUNNING" in recorder.states("hog"), 30, "the hog running")
     client.suppress()
@@ -290,6 +292,44 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
         assert_ran_once(containers_of(engine, fid, since)[gang])
         assert cluster.metric(name, fid, "calls/revive") >= 1
         wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 2, 10, "a SUPPRESS once the queue is empty")
+    finally:
+        hog.teardown()
+        finish(cluster, daemon)
+
+
+def test_an_agent_another_framework_partly_holds_is_out_of_the_core_until_it_has_room(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """Another framework leaves agent2 a CPU but too little memory for a job. The job placed there
+    finds no room within the launch timeout, and node 1 leaves the core. Agent2 keeps offering
+    its CPU, but the node stays down until an offer has room for that launch. Before, the first such
+    offer brought the node back whole, and the core placed the job there again, each try holding a
+    pass for the launch timeout. Once the other framework is gone, the job runs there, once."""
+    engine = require_engine()
+    since = time.time()
+    hog, agent2 = _hog(cluster, "hog-partial", leave_cpus=1.0, leave_mem=100.0)
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-partial", mesos="hold_timeout = 1.0\nlaunch_timeout = 4.0")
+    try:
+        fid = framework_id_of(daemon)
+        blocker = daemon.submit(image=image, command=["sleep", "600"], cores=1, memory_mib=128, walltime=900)
+        daemon.wait_running(blocker, 60)
+        assert [j["id"] for j in _node(daemon, 0)["jobs"]] == [blocker]
+        job = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=128, walltime=60)
+        wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 out of the core after its launch timeout")
+        offers = _offer_counts(cluster, "cosched-partial", fid)["sent"]
+        # Agent2 offers again (its CPU), long enough for two more tries of 4 s had the node come back.
+        wait_until(lambda: _offer_counts(cluster, "cosched-partial", fid)["sent"] > offers, 30, "agent2 offering")
+        time.sleep(12)
+        tries = daemon.log.read_text().count(f"job {job} could not start on its machines")
+        assert tries == 1 and not _node(daemon, 1)["up"], (tries, nodes_shown(daemon))
+        assert daemon.job(job)["state"] == "pending"
+
+        hog.kill("hog", agent2)
+        assert daemon.wait_final([job], 60)[job]["state"] == "done"
+        assert _node(daemon, 1)["up"]
+        ran = [t for t in _framework_tasks(cluster, fid) if t["name"] == f"cosched job {job}"]
+        assert [(t["state"], t["slave_id"]) for t in ran] == [("TASK_FINISHED", agent2)]
+        assert_ran_once(containers_of(engine, fid, since)[job])
     finally:
         hog.teardown()
         finish(cluster, daemon)

@@ -15,7 +15,7 @@ SUPPRESSes while nothing waits and REVIVEs (rate-limited) when something does.
 
 Runs lost, not ended by their job, come back as `lost` (the daemon requeues the job): an agent
 removed (FAILURE, or a task gone with it), no offer from the agent in `launch_timeout` (its node
-is taken out of the core's until it offers again), a gang part that could not start, an executor
+is taken out of the core's until it offers room for that launch), a gang part that could not start, an executor
 killed. A killed executor may leave its containers running on its agent: the run counts as lost
 only after a new executor there removed them (`jobs.sweep_task`), so a job never runs twice.
 A guest's task asks Mesos for memory and a token 0.01 CPU; its CPU is the quota the core lent.
@@ -182,6 +182,11 @@ class MesosBackend(EventHandler):
         """Agent ids by node ('' until it offers; an agent that comes back under its hostname takes
         its node again)."""
         self.down: set[int] = set()
+        self.wanted: dict[int, Need] = {}
+        """Down nodes taken out because their agent had no room for a launch: what that launch needed there.
+        Such a node comes back once its agent offers room for it, not at its first offer: another
+        framework holding part of the agent would otherwise let the core place the same launch there
+        again, and each try would hold a pass for `launch_timeout`."""
         self.changes: list[tuple[int, bool]] = []
         self.runs: dict[str, Run] = {}
         self.launches: dict[str, _Launch] = {}
@@ -335,16 +340,16 @@ class MesosBackend(EventHandler):
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
                     continue
                 self.hostnames[offer.agent_id] = offer.hostname
-                if node is not None:
-                    if self.agents[node] != offer.agent_id:
-                        if self.agents[node]:
-                            log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
-                        self.agents[node] = offer.agent_id
-                    if node in self.down and offer.cpus + 1e-9 >= 1.0:  # a whole core: worth the core's trying
-                        log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
-                        self.down.discard(node)
-                        self.changes.append((node, True))
+                if node is not None and self.agents[node] != offer.agent_id:
+                    if self.agents[node]:
+                        log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
+                    self.agents[node] = offer.agent_id
                 self.book.add([offer])
+                if node is not None and node in self.down and self._back(node, offer.agent_id):
+                    log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
+                    self.down.discard(node)
+                    self.wanted.pop(node, None)
+                    self.changes.append((node, True))
             self._dirty = True
             self.cond.notify_all()
         if hosts is not None and self._on_nodes is not None:
@@ -368,13 +373,16 @@ class MesosBackend(EventHandler):
         self.book.agent_lost(agent)
         self._node_down(agent, why)
 
-    def _node_down(self, agent: str, why: str) -> None:
-        """Under the lock: the agent's node leaves the core until the agent offers again."""
+    def _node_down(self, agent: str, why: str, wanted: Need | None = None) -> None:
+        """Under the lock: the agent's node leaves the core until the agent offers again (with room
+        for `wanted`, a launch it had no room for)."""
         node = self._node_of_agent(agent)
         if node is not None and node not in self.down:
             log.warning("agent %s (node %d) %s: its jobs are queued again", self.hostnames.get(agent, agent), node, why)
             self.down.add(node)
             self.changes.append((node, False))
+            if wanted is not None:
+                self.wanted[node] = wanted
         self.sweeps.pop(agent, None)
         self.cond.notify_all()
 
@@ -634,6 +642,12 @@ class MesosBackend(EventHandler):
         held = [o for o in self.book.held if o.agent_id == need.agent_id]
         return sum(o.cpus for o in held) + 1e-9 >= need.cpus and sum(o.mem for o in held) + 1e-9 >= need.mem
 
+    def _back(self, node: int, agent: str) -> bool:
+        """Under the lock: whether a down node's agent now offers enough to be in the core again: room
+        for the launch it had none for, or else a whole core (a machine back offers all it has)."""
+        wanted = self.wanted.get(node)
+        return self._room(Need(agent, wanted.cpus, wanted.mem) if wanted else Need(agent, 1.0, 0.0))
+
     def _wait_launched(self, launch: _Launch) -> float:
         """Under the lock: until every task runs; RunLost or LaunchRefused when the run cannot."""
         timeout, run = self.settings.launch_timeout, launch.run
@@ -643,11 +657,11 @@ class MesosBackend(EventHandler):
                 break
         if launch.demand is not None:
             needs = launch.demand.needs
-            short = [n.agent_id for n in needs if n.agent_id not in launch.had_room and not self._room(n)]
+            short = [n for n in needs if n.agent_id not in launch.had_room and not self._room(n)]
             launch.demand = None
-            for agent in short:  # gone, or its resources are someone else's: out of the core until it offers
-                self._node_down(agent, f"made no offer with room in {timeout:.0f} s")
-            hosts = ", ".join(self.hostnames.get(a, a) for a in short)
+            for need in short:  # gone, or its resources are someone else's: out of the core until it has room
+                self._node_down(need.agent_id, f"made no offer with room in {timeout:.0f} s", wanted=need)
+            hosts = ", ".join(self.hostnames.get(n.agent_id, n.agent_id) for n in short)
             raise RunLost(f"no offer of agent(s) {hosts} with room in {timeout:.0f} s")
         if launch.failure:
             raise RunLost(launch.failure)
