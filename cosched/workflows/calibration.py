@@ -47,6 +47,7 @@ from itertools import combinations_with_replacement
 from pathlib import Path
 from typing import Any
 
+from cosched.daemon.docker_backend import PROGRESS_PATH, scratch_mounts
 from cosched.errors import ConfigError
 from cosched.workflows.interference import (
     MAX_THROTTLE_PENALTY,
@@ -242,7 +243,8 @@ def profiles_toml(profiles: dict[str, StageProfile], params: InterferenceParams,
 
 
 class StageRunner:
-    """Runs stages of the workflow image as the daemon would: cpuset, CFS quota, memory limit."""
+    """Runs stages of the workflow image as the daemon would: cpuset, CFS quota, memory limit, a
+    read-only image with scratch in memory."""
 
     def __init__(self, client: Any, image: str, size: str, cpu_period: int = 100_000) -> None:
         self.client = client
@@ -259,13 +261,15 @@ class StageRunner:
             command,
             name=f"cosched-calibrate-{uuid.uuid4().hex[:10]}",
             labels={LABEL: "1"},
-            environment={"COSCHED_CORES": str(cores), "COSCHED_PROGRESS": "/tmp/cosched-progress"},
+            environment={"COSCHED_CORES": str(cores), "COSCHED_PROGRESS": PROGRESS_PATH},
             cpuset_cpus=",".join(map(str, cpus)),
             cpu_period=self.cpu_period,
             cpu_quota=max(1000, int(quota * self.cpu_period)),
             mem_limit=MEMORY_PER_CORE_MIB * cores * 2**20,
             volumes={str(data_dir): {"bind": str(data_dir), "mode": "rw"}},
             network_mode="none",
+            read_only=True,
+            tmpfs=scratch_mounts(MEMORY_PER_CORE_MIB * cores),
             detach=True,
         )
 
