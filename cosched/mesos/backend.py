@@ -208,6 +208,10 @@ class MesosBackend(EventHandler):
         self._started = False
         self._closing = False
         self._offers_thread: threading.Thread | None = None
+        self._mapping = True
+        """Until the agents are known: offers keep coming (no SUPPRESS) while those that came are declined, not
+        held (an agent is known by its first offer; holding them would keep them from other frameworks, and a
+        master with an offer timeout rescinds them)."""
         if node_hosts and len(node_hosts) == nodes:
             self.node_hosts, self.agents = list(node_hosts), [""] * nodes
         elif node_hosts:
@@ -228,18 +232,21 @@ class MesosBackend(EventHandler):
             self.client.revive()
         except MesosError as exc:
             log.warning("REVIVE: %s", exc)
+        if self._offers_thread is None:  # offers are declined while the agents are learnt from them
+            self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
+            self._offers_thread.start()
         with self.cond:
             first = not self.node_hosts
             if first:
                 self._map_nodes(timeout)
             else:
                 self._wait_known_agents(min(timeout, KNOWN_AGENTS_GRACE))
+            self._mapping = False
+            self._dirty = True
+            self.cond.notify_all()
             hosts = list(self.node_hosts)
         if first and self._on_nodes is not None:  # saved outside the lock: the store has its own
             self._on_nodes(hosts)
-        if self._offers_thread is None:  # the agents are known: what they offered is decided on from now
-            self._offers_thread = threading.Thread(target=self._offer_loop, name="mesos-offers", daemon=True)
-            self._offers_thread.start()
         self._settle()
 
     def _map_nodes(self, timeout: float) -> None:
@@ -471,7 +478,7 @@ class MesosBackend(EventHandler):
             self.launches[demand.key].had_room.update(need.agent_id for need in demand.needs if self._room(need))
         demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
         arrived = {offer.id: offer.received_at for offer in self.book.held}
-        actions = self.book.decide(demands, self._queued, now, watching=bool(self.down))
+        actions = self.book.decide(demands, self._queued, now, watching=bool(self.down) or self._mapping)
         if self.metrics is not None:
             self.metrics.offers_held.set(len(self.book.held))
         work: list[Callable[[], None]] = []
