@@ -227,14 +227,15 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, imag
 
 
 def _hog(cluster: Cluster, name: str, leave_cpus: float = 0.0, leave_mem: float = 0.0) -> tuple[Any, str]:
-    """Another framework takes agent2 with a task of its own, all but `leave_cpus` and `leave_mem`
-    MiB (and at least 64 MiB): a cluster shared."""
+    """Another framework takes agent2 with a task of its own: a cluster shared. The task holds all of
+    agent2's CPUs but `leave_cpus`, and 64 MiB, or with `leave_mem` all its memory but that (64 MiB at least)."""
     recorder = Recorder()
     client = cluster.client(recorder, name).start()
     assert client.wait_subscribed(15), client.failure
     offer = recorder.wait(lambda: recorder.offers_from("agent2"), 30, "an offer of agent2")[-1]
     offered = {r["name"]: r["scalar"]["value"] for r in offer["resources"] if r["name"] in ("cpus", "mem")}
-    cpus, mem = offered["cpus"] - leave_cpus, max(offered["mem"] - leave_mem, 64) if leave_mem else 64
+    cpus = offered["cpus"] - leave_cpus
+    mem = max(offered["mem"] - leave_mem, 64) if leave_mem else 64
     task = command_task("hog", offer["agent_id"]["value"], "sleep 600", cpus=cpus, mem=mem)
     client.accept([offer["id"]["value"]], [calls.launch([task])], refuse_seconds=600)
     recorder.wait(lambda: "TASK_RUNNING" in recorder.states("hog"), 30, "the hog running")
