@@ -85,6 +85,7 @@ def test_non_loopback_host_needs_a_token(host: str) -> None:
         validate(from_dict({"api": {"host": host}}))
     config = validate(from_dict({"api": {"host": host, "token": "s3cret"}}))
     assert config.api.token == "s3cret"
+    assert validate(from_dict({"api": {"host": host, "key_file": "/etc/cosched/api.key"}})).api.key_file
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.3.2.1", "::1", "localhost"])
@@ -595,12 +596,14 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
         inbox=[],
         specs={},
         backend=SimpleNamespace(waiting=lambda: for_offers),
+        store=SimpleNamespace(owners=lambda: {3: "alice"}),
     )
     rows = views.queue(daemon)  # type: ignore[arg-type]
     pending = [(r["id"], r["reason"], r["start"]) for r in rows if r["state"] == "pending"]
     expected = [j.id for j in sorted(waiting, key=lambda j: core.queue_policy.score(j, 50.0))]
     assert [job_id for job_id, _, _ in pending] == expected == [3, 2, 4]
     assert [reason for _, reason, _ in pending] == ["Resources", "Priority", "Priority"]
+    assert {r["id"]: r["user"] for r in rows} == {3: "alice", 2: "", 4: "", 1: ""}
     # EASY reserves for the blocked head alone, at the big job's expected end; nothing backfills
     # (job 4 would hold the one free core past 100, where the head needs all four).
     assert dict(decision.reservations) == {3: 100.0}

@@ -331,3 +331,43 @@ def test_mesos_durations_and_the_executor_environment() -> None:
         }
     )
     assert (settings.agent.port, settings.checkpoint, settings.recovery_timeout) == (5051, True, 60.0)
+
+
+def test_an_executor_sends_the_token_an_authenticating_agent_gave_it() -> None:
+    """An agent run with `--authenticate_http_executors` hands each executor a token in
+    MESOS_EXECUTOR_AUTHENTICATION_TOKEN and refuses (401) every executor call without it.
+    This Mesos build has no such agent (the flag needs Mesos built with SSL), so a stand-in
+    agent that checks the header as the agent does answers here."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from cosched.mesos.executor import Executor, ExecutorSettings
+
+    seen: list[str | None] = []
+
+    class Agent(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(202 if self.headers.get("Authorization") == "Bearer agent-token" else 401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Agent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = {
+        "MESOS_AGENT_ENDPOINT": f"127.0.0.1:{server.server_port}",
+        "MESOS_FRAMEWORK_ID": "F",
+        "MESOS_EXECUTOR_ID": "cosched-S0",
+    }
+    try:
+        for extra, accepted in (({}, False), ({"MESOS_EXECUTOR_AUTHENTICATION_TOKEN": "agent-token"}, True)):
+            executor = Executor(ExecutorSettings.from_env({**env, **extra}), backend=None)  # type: ignore[arg-type]
+            assert executor._post(executor._call("MESSAGE", {"data": ""})) is accepted
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == [None, "Bearer agent-token"]

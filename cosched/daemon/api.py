@@ -8,6 +8,7 @@ one line naming the problem, as everywhere else in cosched.
 
 from __future__ import annotations
 
+from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Path, Request, Response
@@ -18,12 +19,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cosched.daemon import journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
-from cosched.daemon.http_guards import BearerAuth, BodyLimit
+from cosched.daemon.http_guards import Authenticate, BodyLimit
+from cosched.daemon.identity import Caller, load_key
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
-from cosched.daemon.submissions import Rejected
+from cosched.daemon.submissions import Forbidden, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -58,8 +60,9 @@ def create_app(daemon: Daemon) -> FastAPI:
         description="HPC co-scheduler daemon: jobs and workflows in containers, CPU lent between them by ASAx.",
     )
     app.add_middleware(BodyLimit, limit=api.max_body, timeout=api.body_timeout)
-    if api.token:
-        app.add_middleware(BearerAuth, token=api.token)  # added last: the outermost, before any body is read
+    key = load_key(FilePath(api.key_file).expanduser()) if api.key_file else None
+    # added last: the outermost, so a request without its credential is refused before any body is read
+    app.add_middleware(Authenticate, token=api.token, key=key, operators=frozenset(api.operators))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -76,6 +79,11 @@ def create_app(daemon: Daemon) -> FastAPI:
         journal.refused(request.url.path, str(exc))
         return JSONResponse({"error": str(exc), "fields": [exc.field]}, status_code=422)
 
+    @app.exception_handler(Forbidden)
+    async def forbidden(request: Request, exc: Forbidden) -> JSONResponse:
+        journal.refused(request.url.path, str(exc))
+        return JSONResponse({"error": str(exc)}, status_code=403)
+
     @app.exception_handler(StateError)
     async def state_unusable(request: Request, exc: StateError) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503)
@@ -89,13 +97,13 @@ def create_app(daemon: Daemon) -> FastAPI:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     @app.post("/v1/jobs", status_code=201, response_model=Submitted)
-    def submit_job(spec: JobSpec) -> Submitted:
+    def submit_job(spec: JobSpec, request: Request) -> Submitted:
         # def, not async: the image lookup asks the engine and the commit may wait on SQLite's lock.
-        return Submitted(id=daemon.submit_job(spec))
+        return Submitted(id=daemon.submit_job(spec, caller(request).user))
 
     @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted)
-    def submit_workflow(spec: WorkflowSpec) -> WorkflowSubmitted:
-        workflow_id, jobs = daemon.submit_workflow(spec)
+    def submit_workflow(spec: WorkflowSpec, request: Request) -> WorkflowSubmitted:
+        workflow_id, jobs = daemon.submit_workflow(spec, caller(request).user)
         return WorkflowSubmitted(id=workflow_id, jobs=jobs)
 
     @app.get("/v1/queue")
@@ -110,8 +118,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         return status
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
-    def cancel(job_id: Id) -> Cancelled:
-        state = daemon.cancel(job_id)
+    def cancel(job_id: Id, request: Request) -> Cancelled:
+        state = daemon.cancel(job_id, caller(request))
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)
@@ -146,6 +154,12 @@ def create_app(daemon: Daemon) -> FastAPI:
         return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
 
     return app
+
+
+def caller(request: Request) -> Caller:
+    """Who sent `request`, as `Authenticate` (always in front of the app) found."""
+    found: Caller = request.state.caller
+    return found
 
 
 def _field(error: Any) -> str:

@@ -75,6 +75,18 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(cp)
     cp.set_defaults(handler=_cancel)
 
+    tp = commands.add_parser(
+        "token",
+        help="mint a user's API token (needs the daemon's signing key; made if absent)",
+        description="Print COSCHED_TOKEN=<token> for USER, signed with the daemon's api.key_file "
+        "(as Slurm's `scontrol token`): `export $(cosched token alice)`.",
+    )
+    tp.add_argument("user", help="who the token names: they own what they submit, and cancel only that")
+    tp.add_argument("--config", type=Path, help="the daemon's TOML settings, for api.key_file")
+    tp.add_argument("--key-file", type=Path, help="the signing key (default: the config's api.key_file)")
+    tp.add_argument("--lifetime", type=_duration, default=30 * 86400.0, help="e.g. 3600, 12h, 30d (default: 30d)")
+    tp.set_defaults(handler=_token)
+
     np_ = commands.add_parser(
         "nodes", help="nodes (CPUs, or Mesos agents), allocated cores, lent quota, CPU used, jobs"
     )
@@ -97,6 +109,32 @@ def _daemon(args: argparse.Namespace) -> int:
     from cosched.daemon.run import serve
 
     serve(load_config(args.config))
+    return 0
+
+
+def _duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `15m`, `12h` or `30d`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or a number with s, m, h or d, got {text!r}") from None
+    if not 0 < seconds < 10 * 365 * 86400:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and less than ten years, got {text!r}")
+    return seconds
+
+
+def _token(args: argparse.Namespace) -> int:
+    from cosched.daemon.config import load_config
+    from cosched.daemon.identity import create_key, load_key, mint
+
+    path = args.key_file or Path(load_config(args.config).api.key_file).expanduser()
+    if not str(path) or str(path) == ".":
+        raise ConfigError("token: no signing key: give --key-file or a --config whose api.key_file is set")
+    if create_key(path):
+        print(f"cosched: made a new signing key {path}: set api.key_file = {str(path)!r} and restart", file=sys.stderr)
+    print(f"COSCHED_TOKEN={mint(load_key(path), args.user, args.lifetime)}")
     return 0
 
 
@@ -168,6 +206,7 @@ def _queue(args: argparse.Namespace) -> int:
         {
             "JOBID": r["id"],
             "NAME": r["name"],
+            "USER": r.get("user") or "-",
             "STATE": r["state"].upper(),
             "CORES": r["cores"],
             "QUOTA": "" if r["quota"] is None else f"{r['quota']:g}",
@@ -187,7 +226,8 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(status, indent=2))
         return 0
     if args.workflow:
-        print(f"Workflow {status['id']} {status['name']}: {status['state']}")
+        owner = f" ({status['user']})" if status.get("user") else ""
+        print(f"Workflow {status['id']} {status['name']}{owner}: {status['state']}")
         for stage, info in status["stages"].items():
             print(f"  {stage:<20} {info['state']:<10} job {info['job'] if info['job'] is not None else '-'}")
         failure = status.get("failure")
@@ -227,7 +267,7 @@ def _cancel(args: argparse.Namespace) -> int:
 def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
     """A job's fields as an operator reads them: units, rounding, no Python reprs."""
     lines = []
-    for key in ("id", "name", "state", "reason", "image", "command", "cores", "cpus", "quota", "host"):
+    for key in ("id", "name", "user", "state", "reason", "image", "command", "cores", "cpus", "quota", "host"):
         value = status.get(key)
         if value in (None, "", []):
             continue

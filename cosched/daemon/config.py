@@ -12,7 +12,9 @@ default. Example (every key, with its default)::
     [api]
     host = "127.0.0.1"
     port = 6817
-    token = ""                    # required when host is not a loopback address
+    token = ""                    # shared operator token; this or key_file is required when host is not loopback
+    key_file = ""                 # signing key of per-user tokens (`cosched token USER` mints them); "" = none
+    operators = ["root"]          # users whose tokens may cancel anyone's jobs (the others cancel their own)
     max_body = 1048576            # bytes; a larger request is refused with 413
     max_connections = 64          # open connections; more are closed at once (503)
     header_timeout = 10.0         # seconds to send a request's headers, else the connection is closed (408)
@@ -87,6 +89,7 @@ from typing import Any
 
 import psutil
 
+from cosched.daemon.identity import USER_NAME
 from cosched.errors import ConfigError
 
 
@@ -107,6 +110,8 @@ class ApiSection:
     host: str = "127.0.0.1"
     port: int = 6817
     token: str = ""
+    key_file: str = ""
+    operators: tuple[str, ...] = ("root",)
     max_body: int = 1 << 20
     max_connections: int = 64
     header_timeout: float = 10.0
@@ -282,8 +287,13 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     for key in ("header_timeout", "body_timeout"):
         if not 0 < getattr(api, key) <= 3600:
             raise ConfigError(f"config key api.{key}: must be in (0, 3600] seconds, got {getattr(api, key)}")
-    if not _is_loopback(api.host) and not api.token:
-        raise ConfigError(f"config key api.token: required when api.host ({api.host}) is not a loopback address")
+    if not _is_loopback(api.host) and not (api.token or api.key_file):
+        raise ConfigError(
+            f"config key api.token: required (or api.key_file) when api.host ({api.host}) is not a loopback address"
+        )
+    for name in api.operators:
+        if not USER_NAME.fullmatch(name):
+            raise ConfigError(f"config key api.operators: {name!r} is not a POSIX user name (a-z, 0-9, '_', '.', '-')")
     if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:
         raise ConfigError(
             "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"

@@ -1,4 +1,4 @@
-"""ASGI guards in front of the API: the bearer token, then the body's size and read time.
+"""ASGI guards in front of the API: who is calling (bearer tokens), then the body's size and read time.
 
 Pure ASGI rather than FastAPI dependencies so that they cover every path,
 the generated `/docs`, `/redoc` and `/openapi.json` included, and so that a
@@ -15,30 +15,49 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cosched.daemon.identity import ANONYMOUS, BadToken, Caller, user_of
+
 UNAUTHORISED = "missing or wrong bearer token"
 
 
-class BearerAuth:
-    """Every HTTP request must carry `Authorization: Bearer <token>` (scheme in any case, RFC 9110 11.1)."""
+class Authenticate:
+    """Who sent each request, as `scope["state"]["caller"]`; refused (401) if a credential is needed and wrong.
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app, self.token = app, token.encode()
+    With neither the shared `token` nor a signing `key`, every caller is
+    `ANONYMOUS`. Otherwise every HTTP request must carry `Authorization: Bearer
+    <credential>` (scheme in any case, RFC 9110 11.1): the shared token makes
+    the caller an operator, a JWT signed with `key` makes them its user, an
+    operator if named in `operators`.
+    """
+
+    def __init__(self, app: ASGIApp, token: str, key: bytes | None, operators: frozenset[str]) -> None:
+        self.app, self.token, self.key, self.operators = app, token.encode(), key, operators
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.authorised(scope):
-            response = JSONResponse({"error": UNAUTHORISED}, status_code=401, headers={"www-authenticate": "Bearer"})
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            try:
+                scope.setdefault("state", {})["caller"] = self.caller(scope)
+            except BadToken as exc:
+                response = JSONResponse({"error": str(exc)}, status_code=401, headers={"www-authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
-    def authorised(self, scope: Scope) -> bool:
+    def caller(self, scope: Scope) -> Caller:
+        if not self.token and self.key is None:
+            return ANONYMOUS
         given = b""
         for name, value in scope.get("headers") or []:
             if name == b"authorization":
                 scheme, _, credentials = value.strip().partition(b" ")
                 given = credentials.strip() if scheme.lower() == b"bearer" else b""
         # compare_digest on every path (even without a header) so that timing tells nothing about the token
-        return hmac.compare_digest(given, self.token) and bool(given)
+        if hmac.compare_digest(given, self.token) and self.token:
+            return Caller("", operator=True)
+        if self.key is None or not given:
+            raise BadToken(UNAUTHORISED)
+        user = user_of(self.key, given.decode("latin-1"))
+        return Caller(user, operator=user in self.operators)
 
 
 class BodyLimit:

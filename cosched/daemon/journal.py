@@ -34,11 +34,12 @@ def _value(value: Any) -> str:
     return json.dumps(text) if (not text or any(c in text for c in ' "=\\\n')) else text
 
 
-def accepted(job_id: int, spec: Mapping[str, Any], workflow: int | None = None) -> None:
+def accepted(job_id: int, spec: Mapping[str, Any], workflow: int | None = None, user: str = "") -> None:
     log.info(
         _line(
             job_id,
             "accepted",
+            user=user or None,
             workflow=workflow,
             cores=spec.get("cores"),
             walltime=spec.get("walltime"),

@@ -74,6 +74,7 @@ def serve(config: DaemonConfig) -> None:
     sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
     try:
         daemon = Daemon(config)
+        app = create_app(daemon)  # before the start: a bad api.key_file stops it with nothing launched
     except BaseException:
         sock.close()
         raise
@@ -91,7 +92,7 @@ def serve(config: DaemonConfig) -> None:
     )
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(daemon),
+            app,
             http=guarded_protocol(config.api.header_timeout, config.api.max_connections),
             log_level="warning",
             access_log=False,

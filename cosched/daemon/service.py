@@ -46,6 +46,7 @@ from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap
 from cosched.daemon.docker_backend import DockerBackend
 from cosched.daemon.engine_calls import EngineCalls
+from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -232,17 +233,17 @@ class Daemon:
         recover(self)
 
     # -- entry points: the API's and the periodic jobs' ----------------------
-    def submit_job(self, spec: JobSpec) -> int:
+    def submit_job(self, spec: JobSpec, user: str = "") -> int:
         """See `submissions.submit_job`."""
-        return submissions.submit_job(self, spec)
+        return submissions.submit_job(self, spec, user)
 
-    def submit_workflow(self, spec: WorkflowSpec) -> tuple[int, list[int]]:
+    def submit_workflow(self, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
         """See `submissions.submit_workflow`."""
-        return submissions.submit_workflow(self, spec)
+        return submissions.submit_workflow(self, spec, user)
 
-    def cancel(self, job_id: int) -> str:
+    def cancel(self, job_id: int, caller: Caller = ANONYMOUS) -> str:
         """See `submissions.cancel`."""
-        return submissions.cancel(self, job_id)
+        return submissions.cancel(self, job_id, caller)
 
     def schedule(self) -> None:
         """See `scheduling.schedule`."""

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS workflows (
     spec TEXT NOT NULL,
     submitted REAL NOT NULL,
     state TEXT NOT NULL,
-    failed_stage TEXT
+    failed_stage TEXT,
+    user TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     cancel INTEGER NOT NULL DEFAULT 0,
     launches INTEGER NOT NULL DEFAULT 0,
     workflow INTEGER REFERENCES workflows(id),
-    stage TEXT
+    stage TEXT,
+    user TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
@@ -76,6 +78,9 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE INDEX IF NOT EXISTS decisions_guest ON decisions(guest);
 CREATE INDEX IF NOT EXISTS decisions_host ON decisions(host);
 """
+
+ADDED_COLUMNS = {("jobs", "user"): "TEXT NOT NULL DEFAULT ''", ("workflows", "user"): "TEXT NOT NULL DEFAULT ''"}
+"""Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
 LIVE = ("pending", "launching", "running")
 FINAL = ("done", "failed", "cancelled")
@@ -100,9 +105,22 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn().executescript(SCHEMA)
+            self._add_new_columns()
             self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
+
+    def _add_new_columns(self) -> None:
+        """Bring a state file from an older daemon up to this schema, in place, keeping every row."""
+        conn = self._conn()
+        for (table, column), declaration in ADDED_COLUMNS.items():
+            present = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in present:
+                try:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                except sqlite3.OperationalError as exc:  # another process (a restart racing one) added it first
+                    if "duplicate column" not in str(exc):
+                        raise
 
     def _refuse_a_lost_file(self) -> None:
         """A missing state file beside its own WAL or a rescued copy was lost, not never made.
@@ -211,10 +229,11 @@ class Store:
         submit: float,
         workflow: int | None = None,
         stage: str | None = None,
+        user: str = "",
     ) -> int:
         cursor = db.execute(
-            "INSERT INTO jobs(spec, state, submit, workflow, stage) VALUES (?, 'pending', ?, ?, ?)",
-            (json.dumps(spec), submit, workflow, stage),
+            "INSERT INTO jobs(spec, state, submit, workflow, stage, user) VALUES (?, 'pending', ?, ?, ?, ?)",
+            (json.dumps(spec), submit, workflow, stage, user),
         )
         return int(cursor.lastrowid or 0)
 
@@ -243,15 +262,24 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         return [_job_row(row) for row in self._conn().execute(sql + " ORDER BY id", args)]
 
+    def owners(self) -> dict[int, str]:
+        """The user of every live job that has one (the queue's USER column)."""
+        rows = self._conn().execute(
+            f"SELECT id, user FROM jobs WHERE user != '' AND state IN ({', '.join('?' * len(LIVE))})", LIVE
+        )
+        return {job_id: user for job_id, user in rows}
+
     def count_jobs(self) -> dict[str, int]:
         rows = self._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
         return {state: n for state, n in rows}
 
     # -- workflows ----------------------------------------------------------
-    def add_workflow(self, db: sqlite3.Connection, name: str, spec: dict[str, Any], submitted: float) -> int:
+    def add_workflow(
+        self, db: sqlite3.Connection, name: str, spec: dict[str, Any], submitted: float, user: str = ""
+    ) -> int:
         cursor = db.execute(
-            "INSERT INTO workflows(name, spec, submitted, state) VALUES (?, ?, ?, 'running')",
-            (name, json.dumps(spec), submitted),
+            "INSERT INTO workflows(name, spec, submitted, state, user) VALUES (?, ?, ?, 'running', ?)",
+            (name, json.dumps(spec), submitted, user),
         )
         return int(cursor.lastrowid or 0)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cosched.core.events import JobCancelled, JobSubmitted
 from cosched.daemon import journal, state_faults, workflow_stages
 from cosched.daemon.docker_backend import data_dirs_allowed
+from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
 from cosched.errors import CoschedError
@@ -31,6 +32,10 @@ class Rejected(CoschedError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.problem = message
+
+
+class Forbidden(CoschedError):
+    """A caller asking for what only someone else may do (cancel another user's job)."""
 
 
 def check_job(daemon: Daemon, spec: JobSpec) -> None:
@@ -67,22 +72,22 @@ def _accepting(daemon: Daemon) -> None:
         raise StateError(f"not accepting submissions: {daemon.state_problem}")
 
 
-def submit_job(daemon: Daemon, spec: JobSpec) -> int:
-    """Accept one job: stored before this returns, queued at the next pass."""
+def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
+    """Accept one job, owned by `user`: stored before this returns, queued at the next pass."""
     _accepting(daemon)
     check_job(daemon, spec)
     now = daemon.clock()
     document = spec.model_dump()
     with daemon.store.transaction() as db:
-        job_id = daemon.store.add_job(db, document, now)
+        job_id = daemon.store.add_job(db, document, now, user=user)
     queue(daemon, job_id, document, now)
-    journal.accepted(job_id, document)
+    journal.accepted(job_id, document, user=user)
     daemon.metrics.submitted.inc()
     return job_id
 
 
-def submit_workflow(daemon: Daemon, spec: WorkflowSpec) -> tuple[int, list[int]]:
-    """Accept a workflow; its first ready stages are submitted now, the rest as they become ready."""
+def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
+    """Accept a workflow owned by `user`; its first ready stages are submitted now, the rest as they become ready."""
     _accepting(daemon)
     for stage in spec.stages:
         try:
@@ -91,20 +96,27 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec) -> tuple[int, list[int]]
             raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
     now = daemon.clock()
     with daemon.store.transaction() as db:
-        workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now)
+        workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
         released = workflow_stages.release(daemon.store, db, workflow_id, now)
     for job_id, document in released:
         queue(daemon, job_id, document, now, workflow_id)
-        journal.accepted(job_id, document, workflow_id)
+        journal.accepted(job_id, document, workflow_id, user=user)
     daemon.metrics.submitted.inc(len(released))
     return workflow_id, [job_id for job_id, _ in released]
 
 
-def cancel(daemon: Daemon, job_id: int) -> str:
-    """Ask for a job's end; returns its state then ('' if there is no such job)."""
+def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
+    """Ask for a job's end; returns its state then ('' if there is no such job).
+
+    Forbidden unless `caller` owns the job or is an operator, as `scancel` allows:
+    a user's token must not end another user's work.
+    """
     record = daemon.store.job(job_id)
     if record is None:
         return ""
+    if not (caller.operator or record["user"] == caller.user):
+        owner = record["user"] or "no user (submitted without a user token)"
+        raise Forbidden(f"job {job_id}: belongs to {owner}; {caller.user} may cancel only their own jobs")
     if record["state"] in ("pending", "launching", "running"):
         with daemon.store.transaction() as db:
             daemon.store.update_job(db, job_id, cancel=1)

@@ -46,6 +46,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
             _row(daemon, job, "pending", "Resources" if position == 0 else "Priority", reservations.get(job.id))
         )
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
+    owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
         if job.id in waiting:  # the core started it; its machines have not given what it needs yet
             rows.append(_row(daemon, job, "launching", waiting[job.id], None))
@@ -59,6 +60,8 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
                 None,
             )
         )
+    for row in rows:
+        row["user"] = owners.get(row["id"], "")
     return rows
 
 
@@ -103,6 +106,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
     status = {
         "id": record["id"],
         "name": spec.get("name", ""),
+        "user": record["user"],
         "state": record["state"],
         "image": spec["image"],
         "command": spec["command"],
@@ -145,6 +149,7 @@ def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
     return {
         "id": workflow_id,
         "name": record["name"],
+        "user": record["user"],
         "state": record["state"],
         "failed_stage": record["failed_stage"],
         # Why it failed, where the operator looks first: the stage's exit status and last lines.

@@ -29,7 +29,7 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
     submitted = []
     for stage in spec.dag().to_release(done, rows, failed=record["state"] == "failed"):
         job_spec = spec.job_spec(stage.name).model_dump()
-        job_id = store.add_job(db, job_spec, now, workflow_id, stage.name)
+        job_id = store.add_job(db, job_spec, now, workflow_id, stage.name, user=record["user"])
         submitted.append((job_id, job_spec))
     return submitted
 

@@ -83,6 +83,8 @@ class ExecutorSettings:
     backoff_max: float = 2.0
     sample_interval: float = 2.0
     poll_interval: float = 0.5
+    auth: str | None = None
+    """`Bearer <token>` where the agent authenticates executors (`--authenticate_http_executors`)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ExecutorSettings:
@@ -97,6 +99,8 @@ class ExecutorSettings:
             recovery_timeout=mesos_duration(env.get("MESOS_RECOVERY_TIMEOUT", "15mins")),
             backoff_max=mesos_duration(env.get("MESOS_SUBSCRIPTION_BACKOFF_MAX", "2secs")),
             sample_interval=float(env.get("COSCHED_SAMPLE_INTERVAL", "2")),
+            # The agent hands its executors a token when it authenticates them; without it every call is refused.
+            auth=f"Bearer {token}" if (token := env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")) else None,
         )
 
 
@@ -160,7 +164,9 @@ class Executor:
         attempt = 0
         while not self.stopping.is_set():
             try:
-                stream = open_stream(self.settings.agent, self._subscribe_call(), 10.0, path=EXECUTOR_PATH)
+                stream = open_stream(
+                    self.settings.agent, self._subscribe_call(), 10.0, path=EXECUTOR_PATH, auth=self.settings.auth
+                )
             except MesosError as exc:
                 lost_since = lost_since or time.monotonic()
                 if not self.settings.checkpoint or time.monotonic() - lost_since > self.settings.recovery_timeout:
@@ -258,7 +264,7 @@ class Executor:
 
     def _post(self, call: dict[str, Any]) -> bool:
         try:
-            post_call(self.settings.agent, call, None, 10.0, path=EXECUTOR_PATH)
+            post_call(self.settings.agent, call, None, 10.0, path=EXECUTOR_PATH, auth=self.settings.auth)
             return True
         except (Unavailable, MesosError) as exc:
             log.warning("%s to agent %s failed: %s", call["type"], self.settings.agent, exc)

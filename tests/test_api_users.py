@@ -1,0 +1,239 @@
+"""Users of the API: signed per-user tokens, jobs owned by their submitter, cancel your own.
+
+Why: with one shared token (or none) anyone who reaches the API can cancel anyone's
+jobs. With `api.key_file`, each user holds a token naming them (`cosched token USER`);
+here a real `Daemon` (SQLite store under tmp_path, images looked up in the local
+engine; never started, so nothing runs) serves the API through a TestClient, and
+every refusal must leave the job as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from daemon_support import require_engine
+from fastapi.testclient import TestClient
+
+from cosched.cli import main
+from cosched.daemon import workflow_stages
+from cosched.daemon.api import create_app
+from cosched.daemon.config import from_dict, validate
+from cosched.daemon.identity import BadToken, create_key, load_key, mint, user_of
+from cosched.daemon.service import Daemon
+from cosched.daemon.store import Store
+from cosched.errors import ConfigError
+from workloads.images import busybox_image
+
+SHARED = "shared-operator-token"
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    return busybox_image(require_engine())
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    path = tmp_path / "api.key"
+    assert create_key(path)
+    return path
+
+
+@pytest.fixture
+def daemon(tmp_path: Path, key_file: Path, image: str) -> Iterator[Daemon]:
+    config = validate(
+        from_dict(
+            {
+                "daemon": {"state_dir": str(tmp_path / "state"), "instance": "userstest"},
+                "api": {"key_file": str(key_file), "token": SHARED, "operators": ["ops"]},
+                "cluster": {"nodes": 1, "cores": 2, "memory_mib": 4096},
+            }
+        )
+    )
+    daemon = Daemon(config)
+    yield daemon
+    daemon.store.close()
+
+
+@pytest.fixture
+def client(daemon: Daemon) -> Iterator[TestClient]:
+    with TestClient(create_app(daemon)) as client:
+        yield client
+
+
+def as_user(key_file: Path, user: str, lifetime: float = 600) -> dict[str, str]:
+    return {"authorization": f"Bearer {mint(load_key(key_file), user, lifetime)}"}
+
+
+def job(image: str) -> dict[str, Any]:
+    return {"image": image, "command": ["sleep", "1"], "cores": 1, "walltime": 30}
+
+
+def test_a_user_cancels_their_own_jobs_and_an_operator_anyones(
+    client: TestClient, daemon: Daemon, key_file: Path, image: str
+) -> None:
+    alice, bob, ops = (as_user(key_file, name) for name in ("alice", "bob", "ops"))
+    first = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
+    second = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
+    third = client.post("/v1/jobs", json=job(image), headers=bob).json()["id"]
+    assert client.get(f"/v1/jobs/{first}", headers=bob).json()["user"] == "alice"  # everyone reads, as squeue
+    assert {row["id"]: row["user"] for row in client.get("/v1/queue", headers=bob).json()} == {
+        first: "alice",
+        second: "alice",
+        third: "bob",
+    }
+
+    refused = client.delete(f"/v1/jobs/{first}", headers=bob)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"] == f"job {first}: belongs to alice; bob may cancel only their own jobs"
+    record = daemon.store.job(first)
+    assert record is not None and (record["cancel"], record["state"]) == (0, "pending")
+    assert first not in daemon.kill_reason
+
+    assert client.delete(f"/v1/jobs/{first}", headers=alice).json() == {"id": first, "state": "pending"}
+    assert client.delete(f"/v1/jobs/{third}", headers=ops).status_code == 200  # an operator by name
+    assert client.delete(f"/v1/jobs/{second}", headers={"authorization": f"Bearer {SHARED}"}).status_code == 200
+    assert [daemon.store.job(i)["cancel"] for i in (first, second, third)] == [1, 1, 1]  # type: ignore[index]
+
+
+def test_a_job_with_no_user_is_an_operators_to_cancel(client: TestClient, key_file: Path, image: str) -> None:
+    shared = {"authorization": f"Bearer {SHARED}"}
+    job_id = client.post("/v1/jobs", json=job(image), headers=shared).json()["id"]
+    refused = client.delete(f"/v1/jobs/{job_id}", headers=as_user(key_file, "alice"))
+    assert refused.status_code == 403
+    assert "belongs to no user" in refused.json()["error"]
+
+
+def test_a_workflows_stages_belong_to_its_submitter_released_later_too(
+    client: TestClient, daemon: Daemon, key_file: Path, image: str
+) -> None:
+    body = {
+        "name": "wf",
+        "image": image,
+        "command": "true",
+        "cores": 1,
+        "walltime": 30,
+        "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
+    }
+    answer = client.post("/v1/workflows", json=body, headers=as_user(key_file, "carol")).json()
+    [first] = answer["jobs"]
+    with daemon.store.transaction() as db:
+        daemon.store.update_job(db, first, state="done")
+        [(second, _)] = workflow_stages.release(daemon.store, db, answer["id"], time.time())
+    assert [daemon.store.job(i)["user"] for i in (first, second)] == ["carol", "carol"]  # type: ignore[index]
+    assert client.get(f"/v1/workflows/{answer['id']}", headers=as_user(key_file, "dave")).json()["user"] == "carol"
+    assert client.delete(f"/v1/jobs/{second}", headers=as_user(key_file, "dave")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("credential", "problem"),
+    [
+        ("", "missing or wrong bearer token"),
+        ("not-a-jwt", "missing or wrong bearer token"),
+        ("other-key", "missing or wrong bearer token"),
+        ("forged-user", "missing or wrong bearer token"),
+        ("no-signature", "missing or wrong bearer token"),
+        ("expired", "bearer token expired: ask the operator for a new one (cosched token USER)"),
+    ],
+)
+def test_a_token_this_key_did_not_sign_or_that_expired_is_refused_before_anything_is_stored(
+    client: TestClient, daemon: Daemon, key_file: Path, image: str, credential: str, problem: str
+) -> None:
+    key = load_key(key_file)
+    tokens = {
+        "": "",
+        "not-a-jwt": "not-a-jwt",
+        "other-key": mint(os.urandom(32), "alice", 600),
+        "forged-user": _swap_payload(mint(key, "alice", 600), mint(key, "root", 600)),
+        "no-signature": jwt.encode({"sun": "root", "exp": time.time() + 600}, None, algorithm="none"),
+        "expired": mint(key, "alice", 60, now=time.time() - 120),
+    }
+    response = client.post("/v1/jobs", json=job(image), headers={"authorization": f"Bearer {tokens[credential]}"})
+    assert response.status_code == 401, response.text
+    assert response.json()["error"] == problem
+    assert daemon.store.jobs() == []
+
+
+def _swap_payload(token: str, other: str) -> str:
+    """`token`'s header and signature around `other`'s claims: a user who edits the name in their token."""
+    header, _, signature = token.split(".")
+    return f"{header}.{other.split('.')[1]}.{signature}"
+
+
+def test_tokens_name_posix_users_and_keys_are_private(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    assert create_key(path) and not create_key(path)  # never overwritten: that would revoke every token
+    assert (path.stat().st_mode & 0o777, path.stat().st_size) == (0o600, 32)
+    key = load_key(path)
+    assert user_of(key, mint(key, "alice", 60)) == "alice"
+    for bad in ("", "Alice", "al ice", "../root", "a" * 33):
+        with pytest.raises(ConfigError, match="expected a POSIX user name"):
+            mint(key, bad, 60)
+    with pytest.raises(BadToken):
+        user_of(key, jwt.encode({"sun": "al ice", "exp": time.time() + 60}, key, algorithm="HS256"))
+    path.chmod(0o640)
+    with pytest.raises(ConfigError, match=r"readable or writable by others \(mode 0640\); chmod 600 it"):
+        load_key(path)
+    short = tmp_path / "short"
+    short.write_bytes(b"x" * 16)
+    short.chmod(0o600)
+    with pytest.raises(ConfigError, match="holds 16 bytes, at least 32"):
+        load_key(short)
+    link = tmp_path / "link"
+    link.symlink_to(short)
+    with pytest.raises(ConfigError, match="cannot open"):
+        load_key(link)
+    with pytest.raises(ConfigError, match=r"cannot open .*missing.*cosched token USER --key-file"):
+        load_key(tmp_path / "missing")
+    with pytest.raises(ConfigError, match=r"api\.operators: 'Root' is not a POSIX user name"):
+        validate(from_dict({"api": {"operators": ["Root"]}}))
+
+
+def test_cosched_token_makes_the_key_once_and_prints_a_token_for_the_user(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "api.key"
+    assert main(["token", "alice", "--key-file", str(path), "--lifetime", "2h"]) == 0
+    out, err = capsys.readouterr()
+    assert f"made a new signing key {path}" in err
+    name, _, token = out.strip().partition("=")
+    assert name == "COSCHED_TOKEN" and user_of(load_key(path), token) == "alice"
+    claims = jwt.decode(token, load_key(path), algorithms=["HS256"])
+    assert claims["exp"] - claims["iat"] == 7200
+    assert main(["token", "bob", "--key-file", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and user_of(load_key(path), out.strip().partition("=")[2]) == "bob"
+    assert main(["token", "Bob", "--key-file", str(path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("expected a POSIX user name (a-z, 0-9, '_', '.', '-'; up to 32)")
+
+
+def test_a_state_file_from_before_users_gains_the_column_and_keeps_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(
+            "CREATE TABLE workflows (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec TEXT NOT NULL,"
+            " submitted REAL NOT NULL, state TEXT NOT NULL, failed_stage TEXT);"
+            "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, spec TEXT NOT NULL, state TEXT NOT NULL,"
+            " submit REAL NOT NULL, start REAL, end REAL, slots TEXT, cpus TEXT, quota REAL,"
+            " host INTEGER NOT NULL DEFAULT -1, container TEXT, exit_code INTEGER, reason TEXT, log_tail TEXT,"
+            " cancel INTEGER NOT NULL DEFAULT 0, launches INTEGER NOT NULL DEFAULT 0,"
+            " workflow INTEGER REFERENCES workflows(id), stage TEXT);"
+            "INSERT INTO jobs(spec, state, submit) VALUES ('{\"cores\": 1}', 'pending', 1.0);"
+        )
+    store = Store(path)
+    try:
+        [old] = store.jobs()
+        assert (old["id"], old["state"], old["user"]) == (1, "pending", "")
+        with store.transaction() as db:
+            new = store.add_job(db, {"cores": 1}, 2.0, user="alice")
+        assert store.owners() == {new: "alice"}
+    finally:
+        store.close()
+    assert Store(path).jobs()[1]["user"] == "alice"  # opened again: nothing added twice
