@@ -237,3 +237,26 @@ def test_a_state_file_from_before_users_gains_the_column_and_keeps_its_jobs(tmp_
     finally:
         store.close()
     assert Store(path).jobs()[1]["user"] == "alice"  # opened again: nothing added twice
+
+
+def test_accounts_come_from_the_user_database_and_never_give_root() -> None:
+    """What `docker.run_as = "submitter"` runs a job as (the jobs themselves: tests/test_sandbox.py)."""
+    from cosched.daemon.accounts import Account, NoAccount, account_in, account_of
+
+    daemon_user = account_of("daemon")  # uid 1 on Debian and most Linux systems
+    assert (daemon_user.uid, daemon_user.gid) == (1, 1) and 0 not in daemon_user.groups
+    assert account_in({"run_as": daemon_user.as_spec()}) == daemon_user
+    assert account_in({"image": "x"}) is None
+    with pytest.raises(NoAccount, match="root: jobs never run as root"):
+        account_of("root")
+    with pytest.raises(NoAccount, match="nosuchuser7 has no account on this host"):
+        account_of("nosuchuser7")
+    # What an agent's executor is handed is checked again there: never root, never garbage.
+    rooted = ({"uid": 0, "gid": 1}, {"uid": 1, "gid": 0}, {"uid": 1, "gid": 1, "groups": [0]}, {"uid": -1, "gid": 1})
+    for given in rooted:
+        with pytest.raises(NoAccount, match="never run as root"):
+            account_in({"run_as": given})
+    for given in ({"uid": "x", "gid": 1}, {"gid": 1}, "1:1"):
+        with pytest.raises(NoAccount, match="expected uid, gid and groups"):
+            account_in({"run_as": given})
+    assert Account(5, 6, (7,)).as_spec() == {"uid": 5, "gid": 6, "groups": [7]}

@@ -21,8 +21,9 @@ import psutil
 import pytest
 from daemon_support import DaemonProcess, require_engine
 
-from cosched.daemon.client import ApiError
+from cosched.daemon.client import ApiError, Client
 from cosched.daemon.config import from_dict
+from cosched.daemon.identity import create_key, load_key, mint
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 from workloads.images import busybox_image
@@ -303,3 +304,44 @@ def test_a_job_writes_to_memory_not_to_the_engines_disk(daemon: DaemonProcess) -
     assert (data / "exec").read_text() == "ran\n"
     (data / "go").touch()
     assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"
+
+
+def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image: str) -> None:
+    """With per-user tokens and `docker.run_as = "submitter"`, a job runs as its submitter's account
+    (here the system users `daemon`, uid 1, and `bin`, uid 2): one user's job cannot write
+    another's data dir, though the daemon (root) mounts whatever a submission names, and what a
+    job writes belongs to its submitter. Root and users with no account are refused at submission."""
+    client = require_engine()
+    key = tmp_path / "api.key"
+    create_key(key)
+    process = DaemonProcess(
+        tmp_path,
+        api=f'key_file = "{key}"',
+        docker='run_as = "submitter"',
+        extra='[policies]\ncosched = "none"\n',
+        token=mint(load_key(key), "root", 600),  # an operator's, for the harness's health checks
+    )
+    process.start()
+    try:
+        users = {name: Client(process.client.url, mint(load_key(key), name, 600), timeout=10) for name in USERS}
+        mine = make_data_dir(tmp_path / "daemons", owner="1:1")
+        mine.chmod(0o700)
+        write = ["sh", "-c", f"id > {mine}/id"]
+        spec = {"image": image, "command": write, "cores": 1, "walltime": 60, "data_dirs": [str(mine)]}
+        intruder = users["bin"].call("POST", "/v1/jobs", spec)["id"]
+        owner = users["daemon"].call("POST", "/v1/jobs", spec)["id"]
+        jobs = process.wait_final([intruder, owner], 120)
+        assert (jobs[intruder]["state"], jobs[intruder]["user"]) == ("failed", "bin"), jobs[intruder]
+        assert "Permission denied" in jobs[intruder]["log_tail"]
+        assert jobs[owner]["state"] == "done", jobs[owner]
+        assert (mine / "id").read_text().split()[:2] == ["uid=1", "gid=1"]
+        assert ((mine / "id").stat().st_uid, (mine / "id").stat().st_gid) == (1, 1)
+        for name, problem in (("root", "root: jobs never run as root"), ("nosuchuser7", "nosuchuser7 has no account")):
+            asker = Client(process.client.url, mint(load_key(key), name, 600), timeout=10)
+            with pytest.raises(ApiError, match=f"user: {problem}"):
+                asker.call("POST", "/v1/jobs", spec)
+    finally:
+        process.cleanup(client)
+
+
+USERS = ("daemon", "bin")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cosched.daemon.accounts import account_of
 from cosched.daemon.backend import RunLost
 from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch
 from cosched.daemon.engine_calls import raise_failures
@@ -76,13 +77,23 @@ def launch_all(daemon: Daemon, launches: Sequence[tuple[Job, list[int], float, i
 
 
 def _start(daemon: Daemon, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:
-    spec, memory = daemon.specs[job.id], job.memory * job.cores
+    spec, memory = _as_submitter(daemon, job.id, daemon.specs[job.id]), job.memory * job.cores
     asked = time.perf_counter()
     started = daemon.backend.launch(
         job.id, spec, daemon.cpu_map.cpuset(cpus), quota, memory, slots=job.slots, guest=job.host >= 0
     )
     daemon.metrics.launch_seconds.observe(time.perf_counter() - asked)
     return started
+
+
+def _as_submitter(daemon: Daemon, job_id: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec to launch: with `docker.run_as = "submitter"`, the submitter's account added, looked
+    up now (NoAccount fails the job if it went away since submission); else as submitted."""
+    if daemon.config.docker.run_as != "submitter":
+        return spec
+    record = daemon.store.job(job_id)
+    user = record["user"] if record is not None else ""
+    return {**spec, "run_as": account_of(user).as_spec()} if user else spec
 
 
 def apply_quotas(daemon: Daemon, quotas: Sequence[tuple[int, float, int | None]]) -> None:

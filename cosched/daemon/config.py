@@ -32,6 +32,7 @@ default. Example (every key, with its default)::
     data_roots = []               # host directories jobs may mount (and their subdirectories)
     log_tail = 20                 # lines of a finished job's log kept
     job_user = "65534:65534"      # uid:gid every job runs as (never root; data dirs must be writable by it)
+    run_as = "job_user"           # or "submitter": a user's job runs as their own account (api.key_file tokens)
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
     log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
     nofile = 4096                 # open files per process in a job
@@ -89,6 +90,7 @@ from typing import Any
 
 import psutil
 
+from cosched.daemon.accounts import RUN_AS
 from cosched.daemon.identity import USER_NAME
 from cosched.errors import ConfigError
 
@@ -133,6 +135,7 @@ class DockerSection:
     data_roots: tuple[str, ...] = ()
     log_tail: int = 20
     job_user: str = "65534:65534"
+    run_as: str = "job_user"
     pids_limit: int = 4096
     log_max_mib: int = 10
     nofile: int = 4096
@@ -299,6 +302,9 @@ def validate(config: DaemonConfig) -> DaemonConfig:
             "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"
         )
     validate_job_settings(config.docker)
+    if config.docker.run_as not in RUN_AS:
+        expected = " or ".join(repr(choice) for choice in RUN_AS)
+        raise ConfigError(f"config key docker.run_as: expected {expected}, got {config.docker.run_as!r}")
     if config.backend.kind not in ("docker", "mesos"):
         raise ConfigError(f"config key backend.kind: expected 'docker' or 'mesos', got {config.backend.kind!r}")
     if config.backend.kind == "mesos" and not config.mesos.masters.strip():

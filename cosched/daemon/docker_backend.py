@@ -29,6 +29,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cosched.daemon.accounts import account_in
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
 from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, process_start, read_progress
@@ -252,6 +253,7 @@ class DockerBackend:
         labels: dict[str, str],
     ) -> Any:
         limits = self.settings
+        account = account_in(spec)
         try:
             try:
                 container = self.client.containers.create(
@@ -266,7 +268,8 @@ class DockerBackend:
                     mem_limit=memory_mib * (1 << 20),
                     memswap_limit=memory_mib * (1 << 20),
                     volumes=volumes,
-                    user=limits.job_user,
+                    user=f"{account.uid}:{account.gid}" if account else limits.job_user,
+                    group_add=[str(group) for group in account.groups] if account and account.groups else None,
                     cap_drop=["ALL"],
                     security_opt=["no-new-privileges"],
                     pids_limit=limits.pids_limit,

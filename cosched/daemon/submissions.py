@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import JobCancelled, JobSubmitted
 from cosched.daemon import journal, state_faults, workflow_stages
+from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -60,6 +61,15 @@ def check_job(daemon: Daemon, spec: JobSpec) -> None:
         raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
 
 
+def check_account(daemon: Daemon, user: str) -> None:
+    """Rejected if jobs run as their submitter and `user` cannot run any here (no account, root)."""
+    if user and daemon.config.docker.run_as == "submitter":
+        try:
+            account_of(user)
+        except NoAccount as exc:
+            raise Rejected("user", str(exc)) from None
+
+
 def _accepting(daemon: Daemon) -> None:
     """StateError (a 503) while the state file is unusable: a job accepted now could be lost."""
     if not daemon.state_problem:
@@ -75,6 +85,7 @@ def _accepting(daemon: Daemon) -> None:
 def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     """Accept one job, owned by `user`: stored before this returns, queued at the next pass."""
     _accepting(daemon)
+    check_account(daemon, user)
     check_job(daemon, spec)
     now = daemon.clock()
     document = spec.model_dump()
@@ -89,6 +100,7 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
 def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
     """Accept a workflow owned by `user`; its first ready stages are submitted now, the rest as they become ready."""
     _accepting(daemon)
+    check_account(daemon, user)
     for stage in spec.stages:
         try:
             check_job(daemon, spec.job_spec(stage.name))
