@@ -46,18 +46,19 @@ def key_file(tmp_path: Path) -> Path:
     return path
 
 
+def make_daemon(root: Path, key_file: Path, **api: Any) -> Daemon:
+    config = {"key_file": str(key_file), "token": SHARED, "operators": ["ops"], **api}
+    document = {
+        "daemon": {"state_dir": str(root / "state"), "instance": "userstest"},
+        "api": config,
+        "cluster": {"nodes": 1, "cores": 2, "memory_mib": 4096},
+    }
+    return Daemon(validate(from_dict(document)))
+
+
 @pytest.fixture
 def daemon(tmp_path: Path, key_file: Path, image: str) -> Iterator[Daemon]:
-    config = validate(
-        from_dict(
-            {
-                "daemon": {"state_dir": str(tmp_path / "state"), "instance": "userstest"},
-                "api": {"key_file": str(key_file), "token": SHARED, "operators": ["ops"]},
-                "cluster": {"nodes": 1, "cores": 2, "memory_mib": 4096},
-            }
-        )
-    )
-    daemon = Daemon(config)
+    daemon = make_daemon(tmp_path, key_file)
     yield daemon
     daemon.store.close()
 
@@ -130,6 +131,45 @@ def test_a_workflows_stages_belong_to_its_submitter_released_later_too(
     assert [daemon.store.job(i)["user"] for i in (first, second)] == ["carol", "carol"]  # type: ignore[index]
     assert client.get(f"/v1/workflows/{answer['id']}", headers=as_user(key_file, "dave")).json()["user"] == "carol"
     assert client.delete(f"/v1/jobs/{second}", headers=as_user(key_file, "dave")).status_code == 403
+
+
+def test_a_full_daemon_or_user_refuses_submissions_with_429_until_jobs_end(
+    tmp_path: Path, key_file: Path, image: str
+) -> None:
+    """`api.max_jobs` caps the jobs queued or running in all, `max_jobs_per_user` each user's: one
+    client submitting in a loop cannot fill the daemon for everyone. Refusals store nothing."""
+    daemon = make_daemon(tmp_path, key_file, max_jobs=3, max_jobs_per_user=2)
+    alice, bob, carol = (as_user(key_file, name) for name in ("alice", "bob", "carol"))
+    try:
+        with TestClient(create_app(daemon)) as client:
+            first = [client.post("/v1/jobs", json=job(image), headers=alice).json()["id"] for _ in range(2)]
+            refused = client.post("/v1/jobs", json=job(image), headers=alice)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"] == (
+                "alice has 2 jobs queued or running, at most 2 (api.max_jobs_per_user): submit again later"
+            )
+            assert client.post("/v1/jobs", json=job(image), headers=bob).status_code == 201
+            full = client.post("/v1/jobs", json=job(image), headers=bob)
+            assert (full.status_code, full.json()["error"]) == (
+                429,
+                "the daemon holds 3 jobs queued or running, at most 3 (api.max_jobs): submit again later",
+            )
+            assert len(daemon.store.jobs()) == 3
+            with daemon.store.transaction() as db:
+                daemon.store.update_job(db, first[0], state="done")
+            two_stages = {
+                "name": "wf",
+                "image": image,
+                "command": "true",
+                "cores": 1,
+                "walltime": 30,
+                "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
+            }
+            assert client.post("/v1/workflows", json=two_stages, headers=carol).status_code == 429  # room for 1
+            assert daemon.store.workflow(1) is None
+            assert client.post("/v1/jobs", json=job(image), headers=alice).status_code == 201  # a place came free
+    finally:
+        daemon.store.close()
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
-from cosched.daemon.submissions import Forbidden, Rejected
+from cosched.daemon.submissions import Forbidden, Full, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -83,6 +83,11 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def forbidden(request: Request, exc: Forbidden) -> JSONResponse:
         journal.refused(request.url.path, str(exc))
         return JSONResponse({"error": str(exc)}, status_code=403)
+
+    @app.exception_handler(Full)
+    async def full(request: Request, exc: Full) -> JSONResponse:
+        journal.refused(request.url.path, str(exc))
+        return JSONResponse({"error": f"{exc}: submit again later"}, status_code=429)
 
     @app.exception_handler(StateError)
     async def state_unusable(request: Request, exc: StateError) -> JSONResponse:

@@ -17,6 +17,8 @@ default. Example (every key, with its default)::
     operators = ["root"]          # users whose tokens may cancel anyone's jobs (the others cancel their own)
     max_body = 1048576            # bytes; a larger request is refused with 413
     max_connections = 64          # open connections; more are closed at once (503)
+    max_jobs = 100000             # jobs queued or running in all; a submission past it gets 429 (Slurm's MaxJobCount)
+    max_jobs_per_user = 0         # the same for each user of a token (0 = no limit; Slurm's MaxSubmitJobsPerUser)
     header_timeout = 10.0         # seconds to send a request's headers, else the connection is closed (408)
     body_timeout = 30.0           # seconds to send a request's body, else 408
 
@@ -116,6 +118,8 @@ class ApiSection:
     operators: tuple[str, ...] = ("root",)
     max_body: int = 1 << 20
     max_connections: int = 64
+    max_jobs: int = 100_000
+    max_jobs_per_user: int = 0
     header_timeout: float = 10.0
     body_timeout: float = 30.0
 
@@ -287,6 +291,11 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(f"config key api.max_body: must be >= 1024 bytes, got {api.max_body}")
     if api.max_connections < 4:
         raise ConfigError(f"config key api.max_connections: must be >= 4, got {api.max_connections}")
+    if api.max_jobs < 1 or api.max_jobs_per_user < 0:
+        raise ConfigError(
+            f"config [api]: max_jobs must be >= 1 and max_jobs_per_user >= 0 (0 = no limit), "
+            f"got {api.max_jobs} and {api.max_jobs_per_user}"
+        )
     for key in ("header_timeout", "body_timeout"):
         if not 0 < getattr(api, key) <= 3600:
             raise ConfigError(f"config key api.{key}: must be in (0, 3600] seconds, got {getattr(api, key)}")

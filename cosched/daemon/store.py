@@ -262,6 +262,13 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         return [_job_row(row) for row in self._conn().execute(sql + " ORDER BY id", args)]
 
+    def count_live(self, db: sqlite3.Connection, user: str | None = None) -> int:
+        """Jobs queued or running (of `user` only, if given), read inside the caller's transaction."""
+        sql = f"SELECT COUNT(*) FROM jobs WHERE state IN ({', '.join('?' * len(LIVE))})"
+        if user is None:
+            return int(db.execute(sql, LIVE).fetchone()[0])
+        return int(db.execute(sql + " AND user = ?", (*LIVE, user)).fetchone()[0])
+
     def owners(self) -> dict[int, str]:
         """The user of every live job that has one (the queue's USER column)."""
         rows = self._conn().execute(

@@ -10,6 +10,7 @@ queues what an earlier run accepted through the same `queue` and `job_from`.
 from __future__ import annotations
 
 import math
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import JobCancelled, JobSubmitted
@@ -61,6 +62,30 @@ def check_job(daemon: Daemon, spec: JobSpec) -> None:
         raise Rejected("image", f"image {spec.image!r} is not in the local Docker engine")
 
 
+class Full(CoschedError):
+    """The daemon holds as many jobs as it may take, in all or of this user: submit again later."""
+
+
+def check_room(daemon: Daemon, db: sqlite3.Connection, user: str, count: int) -> None:
+    """Full unless `count` more jobs fit under `api.max_jobs` and the user's `max_jobs_per_user`.
+
+    Why: every live job is a row each pass reads and a place in the core's queue; one
+    client submitting in a loop would otherwise slow the daemon for everyone. Counted
+    inside the submission's transaction, so two submissions at once cannot both take the
+    last place; a workflow needs room for all its stages at once.
+    """
+    api = daemon.config.api
+    live = daemon.store.count_live(db)
+    if live + count > api.max_jobs:
+        raise Full(f"the daemon holds {live} jobs queued or running, at most {api.max_jobs} (api.max_jobs)")
+    if user and api.max_jobs_per_user:
+        mine = daemon.store.count_live(db, user)
+        if mine + count > api.max_jobs_per_user:
+            raise Full(
+                f"{user} has {mine} jobs queued or running, at most {api.max_jobs_per_user} (api.max_jobs_per_user)"
+            )
+
+
 def check_account(daemon: Daemon, user: str) -> None:
     """Rejected if jobs run as their submitter and `user` cannot run any here (no account, root)."""
     if user and daemon.config.docker.run_as == "submitter":
@@ -90,6 +115,7 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     now = daemon.clock()
     document = spec.model_dump()
     with daemon.store.transaction() as db:
+        check_room(daemon, db, user, 1)
         job_id = daemon.store.add_job(db, document, now, user=user)
     queue(daemon, job_id, document, now)
     journal.accepted(job_id, document, user=user)
@@ -108,6 +134,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
             raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
     now = daemon.clock()
     with daemon.store.transaction() as db:
+        check_room(daemon, db, user, len(spec.stages))
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
         released = workflow_stages.release(daemon.store, db, workflow_id, now)
     for job_id, document in released:
