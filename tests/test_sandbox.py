@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import psutil
 import pytest
 from daemon_support import DaemonProcess, require_engine
@@ -345,3 +346,40 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
 
 
 USERS = ("daemon", "bin")
+
+
+def test_an_images_own_volumes_are_memory_not_the_engines_disk(daemon: DaemonProcess) -> None:
+    """An image may declare VOLUMEs: Docker makes each an anonymous volume on the engine's disk,
+    writable despite the read-only image (here a world-writable one) and left there when the
+    container is removed. A job writing 50 MB there must write to memory, and leave no volume."""
+    client = require_engine()
+    image = _image_with_a_volume(client, daemon.image, "/spill")
+    data = make_data_dir(daemon.root / "spill")
+    before = {volume.name for volume in client.volumes.list()}
+    script = f"dd if=/dev/zero of=/spill/fill bs=1M count=50 2>/dev/null; grep ' /spill ' /proc/mounts > {data}/mount"
+    job = run(daemon, script, image=image, memory_mib=256, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    assert (data / "mount").read_text().split()[2] == "tmpfs"
+    assert {volume.name for volume in client.volumes.list()} == before
+
+
+def _image_with_a_volume(client: Any, base: str, path: str) -> str:
+    """`base` with a world-writable directory `path` declared a VOLUME (as many images declare one)."""
+    import io
+    import tarfile
+
+    tag = f"cosched/volume-test:{base.rpartition(':')[2]}"
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        return str(client.images.get(tag).tags[0])
+    container = client.containers.create(base, ["true"])
+    try:
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777
+            tar.addfile(info)
+        container.put_archive("/", archive.getvalue())
+        container.commit(*tag.split(":"), conf={"Volumes": {path: {}}})
+    finally:
+        container.remove(force=True, v=True)
+    return tag

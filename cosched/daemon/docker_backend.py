@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -48,14 +48,18 @@ SCRATCH_DIRS = ("/tmp", "/var/tmp")
 """Where a job may write besides its data dirs (`scratch_mounts`)."""
 
 
-def scratch_mounts(memory_mib: int) -> dict[str, str]:
+def scratch_mounts(memory_mib: int, volumes: Iterable[str] = ()) -> dict[str, str]:
     """Where a job may write besides its data dirs: tmpfs, because the image is mounted
     read-only (as Apptainer does). A writable layer lives on the engine's disk, so one job
     writing without end would fill it for every other job and for the daemon's state; tmpfs
     pages are charged to the job's memory cgroup, so scratch space is bounded by the memory it
     was given (the `size` only makes `df` say so). `exec` because jobs run what they write
-    there (Docker's tmpfs default is `noexec`); `nosuid,nodev` stay."""
-    return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in SCRATCH_DIRS}
+    there (Docker's tmpfs default is `noexec`); `nosuid,nodev` stay.
+
+    The image's own VOLUMEs (`volumes`) get tmpfs too: Docker would make each an anonymous
+    volume on the engine's disk, writable despite the read-only image, and left there when
+    the container is removed."""
+    return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in (*SCRATCH_DIRS, *volumes)}
 
 
 IMAGE_RECHECK = 5.0
@@ -254,8 +258,10 @@ class DockerBackend:
     ) -> Any:
         limits = self.settings
         account = account_in(spec)
+        bound = {mount["bind"] for mount in volumes.values()}
         try:
             try:
+                declared = self.client.api.inspect_image(spec["image"])["Config"].get("Volumes") or {}
                 container = self.client.containers.create(
                     spec["image"],
                     spec["command"],
@@ -283,7 +289,7 @@ class DockerBackend:
                     privileged=False,
                     network_mode="none",
                     read_only=True,
-                    tmpfs=scratch_mounts(memory_mib),
+                    tmpfs=scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
                     detach=True,
                 )
             except docker.errors.ImageNotFound:
@@ -295,6 +301,7 @@ class DockerBackend:
                 if exc.status_code != 409:
                     raise
                 container = self.client.containers.get(name)
+            _refuse_volumes(container, spec["image"])
             if container.status == "created":
                 container.start()
             container.reload()
@@ -354,7 +361,7 @@ class DockerBackend:
 
     def remove(self, container_id: str) -> None:
         try:
-            self.client.api.remove_container(container_id, force=True)
+            self.client.api.remove_container(container_id, force=True, v=True)  # v: anonymous volumes too
         except docker.errors.NotFound:
             pass
         except _ENGINE_ERRORS as exc:
@@ -501,3 +508,12 @@ def _reason(exc: BaseException) -> str:
 def data_dirs_allowed(paths: list[str], roots: tuple[str, ...]) -> str:
     """'' if every path is an existing directory under one of `roots`, reached through no link, else the problem."""
     return next((problem for path in paths if (problem := data_dir_problem(path, roots))), "")
+
+
+def _refuse_volumes(container: Any, image: str) -> None:
+    """LaunchRefused (the container removed) if Docker gave it a volume on the engine's disk after
+    all: the image was replaced by one with other VOLUMEs between its inspection and the create."""
+    anonymous = [m.get("Destination", "") for m in container.attrs.get("Mounts") or () if m.get("Type") == "volume"]
+    if anonymous:
+        container.remove(force=True, v=True)
+        raise LaunchRefused(f"image {image!r} changed while the job launched: volumes {', '.join(anonymous)} on disk")
