@@ -7,6 +7,7 @@ printed and the exit status, which is what a script or an operator acts on.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,37 @@ def test_non_utf8_workflow_file_is_one_line(tmp_path: Path, capsys) -> None:
     assert rc == 2
     assert err.strip() == f"cosched: error: {path}: not UTF-8 text (byte 22); TOML files are UTF-8"
     assert "Traceback" not in err
+
+
+def test_a_jobs_own_words_never_reach_the_terminal_raw(monkeypatch, capsys) -> None:
+    """A hostile job's log tail, command and the reason quoting it may hold escape sequences (here:
+    retitle the terminal, write its clipboard, clear the screen) and a right-to-left override: the
+    commands print them as visible escapes; `--json` prints the API's JSON, which escapes them."""
+    from cosched.daemon.client import Client
+
+    hostile = "\x1b]0;owned\x07\x1b]52;c;ZWNobyBvd25lZA==\x07\x1b[2J\u202eexe.txt"
+    status = {
+        "id": 7,
+        "name": "job",
+        "user": "mallory",
+        "state": "failed",
+        "reason": f"could not start: exec: {hostile!s}: not found",
+        "image": "cosched/busybox:1",
+        "command": ["sh", "-c", hostile],
+        "cores": 1,
+        "walltime": 60.0,
+        "exit_code": 1,
+        "submit": 1.0,
+        "start": 2.0,
+        "end": 3.0,
+        "log_tail": f"line one\n{hostile}\n\tindented",
+    }
+    monkeypatch.setattr(Client, "call", lambda self, method, path, body=None: status)
+    assert main(["status", "7"]) == 0
+    out = capsys.readouterr().out
+    assert not any(char in out for char in "\x1b\x07\u202e")
+    assert out.count("\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBvd25lZA==\\x07\\x1b[2J\\u202eexe.txt") == 3
+    assert "    line one\n" in out and "\tindented" in out  # newlines and tabs are the log's own layout
+    assert main(["status", "7", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and json.loads(out)["log_tail"] == status["log_tail"]

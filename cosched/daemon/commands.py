@@ -11,6 +11,7 @@ import shlex
 import sys
 import time
 import tomllib
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +102,38 @@ def add_explain_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.url, args.token)
+    return Client(args.url, args.token) if args.json else _ForPeople(args.url, args.token)
+
+
+class _ForPeople(Client):
+    """The client of commands that print for a person: no string of an answer reaches the terminal raw.
+
+    Why: a job's log tail, its command and the reasons quoting them are the job's own
+    words, and a job is hostile (docs/security.md): escape sequences printed raw would
+    drive the operator's terminal (retitle it, write its clipboard, hide lines), and
+    bidirectional controls make a line read other than it is. `--json` escapes them itself.
+    """
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        return printable(super().call(method, path, body))
+
+
+def printable(value: Any) -> Any:
+    """`value` (an API answer) with every control or format character of its strings shown
+    as an escape (`\\x1b`, `\\u202e`), newlines and tabs kept."""
+    if isinstance(value, str):
+        return "".join(_escaped(char) for char in value) if not value.isprintable() else value
+    if isinstance(value, list):
+        return [printable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: printable(item) for key, item in value.items()}
+    return value
+
+
+def _escaped(char: str) -> str:
+    if char in "\n\t" or unicodedata.category(char) not in ("Cc", "Cf", "Zl", "Zp"):
+        return char
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
 
 
 def _daemon(args: argparse.Namespace) -> int:
