@@ -732,3 +732,12 @@ def test_weights_learned_under_another_learner_setting_are_said_at_start(
     with caplog.at_level("WARNING", logger="cosched.daemon"):
         start("class")
     assert "learned with learner" not in caplog.text
+
+
+def test_the_journal_quotes_a_value_that_is_not_plain_printable_text() -> None:
+    """A journal value is often a job's own words (a reason quoting its command): one holding a
+    control character is JSON-quoted, so tailing the log never feeds a terminal escape sequences."""
+    from cosched.daemon.journal import _line
+
+    line = _line(3, "failed", reason="exec:\x1b]0;owned\x07", app_class="blast.blastn", note="a b", empty="")
+    assert line == 'job=3 event=failed reason="exec:\\u001b]0;owned\\u0007" app_class=blast.blastn note="a b" empty=""'

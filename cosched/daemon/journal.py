@@ -31,7 +31,10 @@ def _value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     text = str(value)
-    return json.dumps(text) if (not text or any(c in text for c in ' "=\\\n')) else text
+    # quoted (JSON escapes control characters) when it has a separator or is not all printable:
+    # a value is often a job's own words, and an operator tails this log in a terminal
+    plain = text.isprintable() and not any(c in text for c in ' "=\\')
+    return text if text and plain else json.dumps(text)
 
 
 def accepted(job_id: int, spec: Mapping[str, Any], workflow: int | None = None, user: str = "") -> None:
