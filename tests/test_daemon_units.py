@@ -741,3 +741,27 @@ def test_the_journal_quotes_a_value_that_is_not_plain_printable_text() -> None:
 
     line = _line(3, "failed", reason="exec:\x1b]0;owned\x07", app_class="blast.blastn", note="a b", empty="")
     assert line == 'job=3 event=failed reason="exec:\\u001b]0;owned\\u0007" app_class=blast.blastn note="a b" empty=""'
+
+
+def test_the_state_file_is_its_owners_alone(tmp_path: Path) -> None:
+    """It holds every job's environment: 0600, its WAL and shared memory too, and a file an older
+    daemon left readable by others is made private at the next start."""
+    import stat as stat_module
+
+    from cosched.daemon.store import Store
+
+    def modes() -> list[int]:
+        return [stat_module.S_IMODE((tmp_path / f"state.sqlite{s}").stat().st_mode) for s in ("", "-wal", "-shm")]
+
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        store.add_job(db, {"cores": 1, "env": {"TOKEN": "secret"}}, 1.0)
+    assert modes() == [0o600, 0o600, 0o600]
+    store.close()  # the last connection: SQLite folds the WAL in and removes it
+    (tmp_path / "state.sqlite").chmod(0o644)
+    reopened = Store(tmp_path / "state.sqlite")
+    try:
+        assert len(reopened.jobs()) == 1
+        assert modes() == [0o600, 0o600, 0o600]
+    finally:
+        reopened.close()

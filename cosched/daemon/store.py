@@ -104,11 +104,30 @@ class Store:
         self._refuse_a_lost_file()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._keep_private()
             self._conn().executescript(SCHEMA)
             self._add_new_columns()
             self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
+
+    def _keep_private(self) -> None:
+        """The state file, its WAL and shared memory: the owner's alone (0600), made so or made so now.
+
+        It holds every job's environment (tokens, passwords a workflow needs) and log
+        tail, so other users of the host must not read it. The directory is left as the
+        operator made it (it may be shared); SQLite gives the WAL and shared-memory files
+        the mode of the database file, and files an older daemon left readable are fixed.
+        """
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+        for path in (
+            self.path,
+            self.path.with_name(self.path.name + "-wal"),
+            self.path.with_name(self.path.name + "-shm"),
+        ):
+            with suppress(FileNotFoundError):
+                if os.stat(path).st_mode & 0o077:
+                    os.chmod(path, 0o600)
 
     def _add_new_columns(self) -> None:
         """Bring a state file from an older daemon up to this schema, in place, keeping every row."""
