@@ -383,3 +383,13 @@ def _image_with_a_volume(client: Any, base: str, path: str) -> str:
     finally:
         container.remove(force=True, v=True)
     return tag
+
+
+def test_a_job_that_never_ends_a_line_keeps_a_short_log_tail(daemon: DaemonProcess) -> None:
+    """The engine cuts an endless line every 16 KiB, so a job's last 20 lines could be 320 KiB,
+    kept in the state file for every job: the tail keeps its last 8 KiB."""
+    job = run(daemon, "head -c 600000 /dev/zero | tr '\\0' a; echo; echo the end")
+    assert job["state"] == "done", job
+    tail = job["log_tail"]
+    assert tail.startswith("[...]") and tail.rstrip().endswith("the end")
+    assert len(tail.encode()) <= 8192 + len("[...]")

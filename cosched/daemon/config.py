@@ -32,7 +32,7 @@ default. Example (every key, with its default)::
     base_url = ""                 # "" = DOCKER_HOST or the local socket
     cpu_period = 100000           # CFS period, microseconds
     data_roots = []               # host directories jobs may mount (and their subdirectories)
-    log_tail = 20                 # lines of a finished job's log kept
+    log_tail = 20                 # lines of a finished job's log kept (8 KiB at most)
     job_user = "65534:65534"      # uid:gid every job runs as (never root; data dirs must be writable by it)
     run_as = "job_user"           # or "submitter": a user's job runs as their own account (api.key_file tokens)
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)

@@ -62,6 +62,9 @@ def scratch_mounts(memory_mib: int, volumes: Iterable[str] = ()) -> dict[str, st
     return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in (*SCRATCH_DIRS, *volumes)}
 
 
+LOG_TAIL_BYTES = 8192
+"""The most of a finished job's output kept (its last bytes)."""
+
 IMAGE_RECHECK = 5.0
 """Seconds an image the engine confirmed is taken as there without asking again."""
 
@@ -344,11 +347,17 @@ class DockerBackend:
         )
 
     def logs(self, container_id: str) -> str:
+        """The last `log_tail` lines of a job's output, and at most `LOG_TAIL_BYTES` of them: the
+        engine cuts a line every 16 KiB, so 20 lines of a job that never ends one are 320 KiB, kept
+        in the state file for every job and sent in its status."""
         try:
             raw = self.client.api.logs(container_id, stdout=True, stderr=True, tail=self.log_tail)
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"reading logs of {container_id[:12]}: {_reason(exc)}") from None
-        return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        raw = raw if isinstance(raw, bytes) else str(raw).encode()
+        if len(raw) > LOG_TAIL_BYTES:
+            raw = b"[...]" + raw[-LOG_TAIL_BYTES:]
+        return raw.decode("utf-8", "replace")
 
     def kill(self, container_id: str) -> None:
         try:
