@@ -67,9 +67,28 @@ def _node(daemon: Any, node: int) -> dict[str, Any]:
     return dict(daemon.client.call("GET", "/v1/nodes")[node])
 
 
-def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str) -> list[bytes]:
+class Away:
+    """Agent `index`, which a test takes away: `back()` starts it again with the command it had, and
+    so does leaving the `with` if the test did not (the module's later tests need both agents)."""
+
+    def __init__(self, cluster: Cluster, index: int) -> None:
+        self.cluster, self.index, self.argv = cluster, index, list[bytes]()
+
+    def __enter__(self) -> Away:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.back()
+
+    def back(self) -> None:
+        if self.argv:
+            self.cluster.start_agent(self.index, self.argv)
+            self.argv = []
+
+
+def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str, hostname: str = "") -> list[bytes]:
     """A machine dies: its agent, our executor there and the containers it ran. Returns the agent's command."""
-    executors = executor_pids(framework_id, cluster.agent_id(f"agent{index}"))
+    executors = executor_pids(framework_id, cluster.agent_id(hostname or f"agent{index}"))
     argv = cluster.kill_agent(index)
     for pid in executors:
         os.kill(pid, signal.SIGKILL)
@@ -85,35 +104,32 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
     engine = require_engine()
     since = time.time()
     daemon = mesos_daemon(cluster, tmp_path, "cosched-dead-agent", mesos="launch_timeout = 20.0")
-    argv: list[bytes] = []
     try:
-        fid = framework_id_of(daemon)
-        first = daemon.submit(image=image, command=["sleep", "12"], cores=1, memory_mib=64, walltime=120)
-        second = daemon.submit(image=image, command=["sleep", "4"], cores=1, memory_mib=64, walltime=120)
-        for job_id in (first, second):
-            daemon.wait_running(job_id, 60)
-        assert (_on_node(daemon, first), _on_node(daemon, second)) == (0, 1)  # first fit
-        argv = _kill_node(cluster, engine, 2, fid)
-        # The master marks agent2 unreachable: its job is queued again, its node is out of the cluster.
-        wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
-        status = wait_until(lambda: (j := daemon.job(second))["reason"] and j, 30, "the job requeued")
-        assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
-        jobs = daemon.wait_final([first, second], 120)
-        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        with Away(cluster, 2) as agent2:
+            fid = framework_id_of(daemon)
+            first = daemon.submit(image=image, command=["sleep", "12"], cores=1, memory_mib=64, walltime=120)
+            second = daemon.submit(image=image, command=["sleep", "4"], cores=1, memory_mib=64, walltime=120)
+            for job_id in (first, second):
+                daemon.wait_running(job_id, 60)
+            assert (_on_node(daemon, first), _on_node(daemon, second)) == (0, 1)  # first fit
+            agent2.argv = _kill_node(cluster, engine, 2, fid)
+            # The master marks agent2 unreachable: its job is queued again, its node is out of the cluster.
+            wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
+            status = wait_until(lambda: (j := daemon.job(second))["reason"] and j, 30, "the job requeued")
+            assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
+            jobs = daemon.wait_final([first, second], 120)
+            assert {j["state"] for j in jobs.values()} == {"done"}, jobs
 
-        # The machine is back: its offer (offers are not suppressed while a node is away) gives the
-        # core its node again.
-        cluster.start_agent(2, argv)
-        argv = []
-        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
-        later = _two_jobs_run_on_both_nodes(daemon, image)
-        ran = containers_of(engine, fid, since)
-        for job_id in (first, second, *later):
-            assert_ran_once(ran[job_id])
-        assert len({c.run for c in ran[second]}) == 2  # the run on the dead machine, and the one that finished
+            # The machine is back: its offer (offers are not suppressed while a node is away) gives the
+            # core its node again.
+            agent2.back()
+            wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
+            later = _two_jobs_run_on_both_nodes(daemon, image)
+            ran = containers_of(engine, fid, since)
+            for job_id in (first, second, *later):
+                assert_ran_once(ran[job_id])
+            assert len({c.run for c in ran[second]}) == 2  # the run on the dead machine, and the one that finished
     finally:
-        if argv:
-            cluster.start_agent(2, argv)
         finish(cluster, daemon)
 
 
@@ -125,27 +141,24 @@ def test_a_daemon_restarted_while_an_agent_is_away_starts_without_its_node(
     and the machine's return gives the core its node back."""
     engine = require_engine()
     daemon = mesos_daemon(cluster, tmp_path, "cosched-away-agent")
-    argv: list[bytes] = []
     try:
-        fid = framework_id_of(daemon)
-        assert [n["up"] for n in daemon.client.call("GET", "/v1/nodes")] == [True, True]
-        daemon.stop()
-        argv = _kill_node(cluster, engine, 2, fid)
-        wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
-        started = time.monotonic()
-        daemon.start(timeout=60)
-        assert time.monotonic() - started < 30, "it waited for the absent agent"
-        assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
-        assert "agent agent2 (node 1) made no offer" in daemon.log.read_text()
-        _a_job_runs_on_node_0(daemon, image)
+        with Away(cluster, 2) as agent2:
+            fid = framework_id_of(daemon)
+            assert [n["up"] for n in daemon.client.call("GET", "/v1/nodes")] == [True, True]
+            daemon.stop()
+            agent2.argv = _kill_node(cluster, engine, 2, fid)
+            wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
+            started = time.monotonic()
+            daemon.start(timeout=60)
+            assert time.monotonic() - started < 30, "it waited for the absent agent"
+            assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
+            assert "agent agent2 (node 1) made no offer" in daemon.log.read_text()
+            _a_job_runs_on_node_0(daemon, image)
 
-        cluster.start_agent(2, argv)
-        argv = []
-        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
-        _two_jobs_run_on_both_nodes(daemon, image)
+            agent2.back()
+            wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
+            _two_jobs_run_on_both_nodes(daemon, image)
     finally:
-        if argv:
-            cluster.start_agent(2, argv)
         finish(cluster, daemon)
 
 
@@ -154,29 +167,68 @@ def test_a_daemon_first_started_while_an_agent_is_away_takes_it_as_a_node_when_i
 ) -> None:
     """No nodes saved yet and one machine down: after waiting for every agent the daemon starts with
     the node it lacks down; the agent that comes then takes that node, and the mapping is saved."""
-    argv = cluster.kill_agent(2)  # no framework of this test yet: nothing of ours ran there
     daemon = None
     try:
-        wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
-        daemon = mesos_daemon(cluster, tmp_path, "cosched-first-away")
-        assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
-        assert "the cluster has 2: node 1 is down until a new agent offers" in daemon.log.read_text()
-        shown = nodes_shown(daemon)
-        assert re.search(r"node1\s+-\s+-\s+DOWN", shown), shown
-        _a_job_runs_on_node_0(daemon, image)
+        with Away(cluster, 2) as agent2:
+            agent2.argv = cluster.kill_agent(2)  # no framework of this test yet: nothing of ours ran there
+            wait_until(lambda: cluster.active_agents() == 1, 30, "the master to lose agent2")
+            daemon = mesos_daemon(cluster, tmp_path, "cosched-first-away")
+            assert (_node(daemon, 0)["up"], _node(daemon, 1)["up"]) == (True, False)
+            assert "the cluster has 2: node 1 is down until a new agent offers" in daemon.log.read_text()
+            shown = nodes_shown(daemon)
+            assert re.search(r"node1\s+-\s+-\s+DOWN", shown), shown
+            _a_job_runs_on_node_0(daemon, image)
 
-        cluster.start_agent(2, argv)
-        argv = []
-        wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 taken by agent2")
-        _two_jobs_run_on_both_nodes(daemon, image)
-        with daemon.db() as db:
-            saved = db.execute("SELECT value FROM meta WHERE key = 'mesos_nodes'").fetchone()[0]
-        assert json.loads(saved) == ["agent1", "agent2"]
+            agent2.back()
+            wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 taken by agent2")
+            _two_jobs_run_on_both_nodes(daemon, image)
+            assert _saved_nodes(daemon) == ["agent1", "agent2"]
     finally:
-        if argv:
-            cluster.start_agent(2, argv)
         if daemon is not None:
             finish(cluster, daemon)
+
+
+def test_a_machine_back_under_another_hostname_takes_the_node_its_agent_left(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """A machine replaced, or back under a new hostname: the first new agent that offers takes the node
+    whose agent is gone (saved, so a restart knows it), and jobs run there; the old machine, if it
+    came back, would be beyond the cluster's nodes."""
+    engine = require_engine()
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-renamed")
+    try:
+        with Away(cluster, 2) as agent2:
+            fid = framework_id_of(daemon)
+            agent2.argv = _kill_node(cluster, engine, 2, fid)
+            wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
+            cluster.start_agent(2, _renamed(agent2.argv, "agent2b", tmp_path / "agent2b"))
+            try:
+                wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 taken by agent2b")
+                assert _node(daemon, 1)["hostname"] == "agent2b"
+                assert "agent agent2b takes node 1 (its agent agent2 is gone)" in daemon.log.read_text()
+                _two_jobs_run_on_both_nodes(daemon, image)
+                assert _saved_nodes(daemon) == ["agent1", "agent2b"]
+            finally:  # the renamed agent is on agent2's port: gone before the original comes back
+                _kill_node(cluster, engine, 2, fid, hostname="agent2b")
+    finally:
+        finish(cluster, daemon)
+
+
+def _renamed(argv: list[bytes], hostname: str, root: Path) -> list[bytes]:
+    """An agent's command line as another machine's: its hostname, and directories of its own (an agent
+    refuses to recover another's checkpointed state)."""
+    flags = {b"--hostname": hostname, b"--work_dir": str(root / "work"), b"--runtime_dir": str(root / "run")}
+    out = []
+    for arg in argv:
+        name = arg.partition(b"=")[0]
+        out.append(b"%s=%s" % (name, flags[name].encode()) if name in flags else arg)
+    return out
+
+
+def _saved_nodes(daemon: Any) -> list[str]:
+    """The nodes' hostnames the daemon saved for its next start."""
+    with daemon.db() as db:
+        return list(json.loads(db.execute("SELECT value FROM meta WHERE key = 'mesos_nodes'").fetchone()[0]))
 
 
 def _a_job_runs_on_node_0(daemon: Any, image: str) -> None:

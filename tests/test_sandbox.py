@@ -322,8 +322,8 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
         extra='[policies]\ncosched = "none"\n',
         token=mint(load_key(key), "root", 600),  # an operator's, for the harness's health checks
     )
-    process.start()
     try:
+        process.start()
         users = {name: Client(process.client.url, mint(load_key(key), name, 600), timeout=10) for name in USERS}
         mine = make_data_dir(tmp_path / "daemons", owner="1:1")
         mine.chmod(0o700)

@@ -337,11 +337,11 @@ class MesosBackend(EventHandler):
             for raw in offers:
                 offer = parse_offer(raw, now)
                 node = self._node_of_host(offer.hostname)
-                if node is None and offer.agent_id not in self.hostnames and "" in self.node_hosts:
-                    node = self.node_hosts.index("")  # a node no agent had: this one is it from now on
-                    log.warning("agent %s takes node %d", offer.hostname, node)
-                    self.node_hosts[node] = offer.hostname
-                    hosts = list(self.node_hosts)
+                if node is None and offer.agent_id not in self.hostnames:
+                    node = self._free_node()
+                    if node is not None:  # this agent is that node from now on
+                        self._take(node, offer.hostname)
+                        hosts = list(self.node_hosts)
                 beyond = self.node_hosts or len(self.hostnames) >= self.nodes
                 if node is None and beyond and offer.agent_id not in self.hostnames:
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
@@ -376,9 +376,13 @@ class MesosBackend(EventHandler):
             self._agent_lost(agent, "removed by the master")
 
     def _agent_lost(self, agent: str, why: str) -> None:
-        """Under the lock: its offers are void, its node leaves the core, its tasks are lost."""
+        """Under the lock: its offers are void, its node leaves the core (free for a new agent to
+        take), its tasks are lost."""
         self.book.agent_lost(agent)
         self._node_down(agent, why)
+        node = self._node_of_agent(agent)
+        if node is not None:
+            self.wanted.pop(node, None)  # down for want of room before, gone now
 
     def _node_down(self, agent: str, why: str, wanted: Need | None = None) -> None:
         """Under the lock: the agent's node leaves the core until the agent offers again (with room
@@ -561,6 +565,25 @@ class MesosBackend(EventHandler):
             self._kill_task(task_id, agent)
 
     # -- nodes ------------------------------------------------------------------------
+    def _free_node(self) -> int | None:
+        """Under the lock: the node a new agent takes: one no agent had yet, else one whose agent is
+        gone (down, and not for want of room: an agent that another framework fills is alive and
+        keeps its node). So a machine replaced, or back under another hostname, is a node again."""
+        if "" in self.node_hosts:
+            return self.node_hosts.index("")
+        gone = sorted(node for node in self.down if node not in self.wanted)
+        return gone[0] if gone else None
+
+    def _take(self, node: int, hostname: str) -> None:
+        """Under the lock: `hostname`'s agent is `node` now; the agent it had, if it comes back, is beyond
+        the cluster's nodes (its offers declined) and its runs end as their tasks' states say."""
+        before = self.node_hosts[node]
+        log.warning("agent %s takes node %d%s", hostname, node, f" (its agent {before} is gone)" if before else "")
+        if self.agents[node]:
+            self.hostnames.pop(self.agents[node], None)
+            self.agents[node] = ""
+        self.node_hosts[node] = hostname
+
     def _node_of_host(self, hostname: str) -> int | None:
         return self.node_hosts.index(hostname) if hostname in self.node_hosts else None
 
