@@ -144,3 +144,17 @@ def test_a_jobs_own_words_never_reach_the_terminal_raw(monkeypatch, capsys) -> N
     assert main(["status", "7", "--json"]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and json.loads(out)["log_tail"] == status["log_tail"]
+
+
+def test_queue_shows_each_jobs_user_and_filters_by_one(monkeypatch, capsys) -> None:
+    row = {"cores": 1, "quota": None, "start": None, "reason": "Priority", "state": "pending"}
+    rows = [{**row, "id": 1, "name": "a", "user": "alice"}, {**row, "id": 2, "name": "b", "user": ""}]
+    answers = Answers({("GET", "/v1/queue"): rows})
+    rc, out, _ = run(monkeypatch, capsys, answers, "queue")
+    assert rc == 0
+    header, _, first, second = out.splitlines()
+    assert header.split()[:4] == ["JOBID", "NAME", "USER", "STATE"]
+    assert first.split()[:3] == ["1", "a", "alice"]
+    assert second.split()[:3] == ["2", "b", "-"]  # no user: submitted with the shared token or none
+    rc, out, _ = run(monkeypatch, capsys, answers, "queue", "-u", "alice", "--json")
+    assert [r["id"] for r in json.loads(out)] == [1]

@@ -62,6 +62,7 @@ def add_commands(commands: Any, parser_class: type) -> None:
     sp.set_defaults(handler=_submit)
 
     qp = commands.add_parser("queue", help="pending and running jobs, with pending reason and expected start")
+    qp.add_argument("--user", "-u", help="only this user's jobs (as squeue -u)")
     common(qp)
     qp.set_defaults(handler=_queue)
 
@@ -231,6 +232,8 @@ def _when(stamp: float | None) -> str:
 
 def _queue(args: argparse.Namespace) -> int:
     rows = _client(args).call("GET", "/v1/queue")
+    if args.user is not None:
+        rows = [row for row in rows if row.get("user") == args.user]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
