@@ -77,6 +77,17 @@ def job(image: str) -> dict[str, Any]:
     return {"image": image, "command": ["sleep", "1"], "cores": 1, "walltime": 30}
 
 
+def two_stages(image: str) -> dict[str, Any]:
+    return {
+        "name": "wf",
+        "image": image,
+        "command": "true",
+        "cores": 1,
+        "walltime": 30,
+        "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
+    }
+
+
 def test_a_user_cancels_their_own_jobs_and_an_operator_anyones(
     client: TestClient, daemon: Daemon, key_file: Path, image: str
 ) -> None:
@@ -115,15 +126,7 @@ def test_a_job_with_no_user_is_an_operators_to_cancel(client: TestClient, key_fi
 def test_a_workflows_stages_belong_to_its_submitter_released_later_too(
     client: TestClient, daemon: Daemon, key_file: Path, image: str
 ) -> None:
-    body = {
-        "name": "wf",
-        "image": image,
-        "command": "true",
-        "cores": 1,
-        "walltime": 30,
-        "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
-    }
-    answer = client.post("/v1/workflows", json=body, headers=as_user(key_file, "carol")).json()
+    answer = client.post("/v1/workflows", json=two_stages(image), headers=as_user(key_file, "carol")).json()
     [first] = answer["jobs"]
     with daemon.store.transaction() as db:
         daemon.store.update_job(db, first, state="done")
@@ -157,15 +160,8 @@ def test_a_full_daemon_or_user_refuses_submissions_with_429_until_jobs_end(
             assert len(daemon.store.jobs()) == 3
             with daemon.store.transaction() as db:
                 daemon.store.update_job(db, first[0], state="done")
-            two_stages = {
-                "name": "wf",
-                "image": image,
-                "command": "true",
-                "cores": 1,
-                "walltime": 30,
-                "stages": [{"name": "a"}, {"name": "b", "depends": ["a"]}],
-            }
-            assert client.post("/v1/workflows", json=two_stages, headers=carol).status_code == 429  # room for 1
+            full = client.post("/v1/workflows", json=two_stages(image), headers=carol)
+            assert full.status_code == 429  # room for one job, not two
             assert daemon.store.workflow(1) is None
             assert client.post("/v1/jobs", json=job(image), headers=alice).status_code == 201  # a place came free
     finally:
