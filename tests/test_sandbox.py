@@ -10,10 +10,13 @@ acceptance. Each asserts the attack failed and that scheduling went on.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import stat
+import tarfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -365,21 +368,35 @@ def test_an_images_own_volumes_are_memory_not_the_engines_disk(daemon: DaemonPro
 
 def _image_with_a_volume(client: Any, base: str, path: str) -> str:
     """`base` with a world-writable directory `path` declared a VOLUME (as many images declare one)."""
-    import io
-    import tarfile
+    return _image_with(client, base, "cosched/volume-test", dirs=[path], conf={"Volumes": {path: {}}})
 
-    tag = f"cosched/volume-test:{base.rpartition(':')[2]}"
+
+def _image_with(
+    client: Any,
+    base: str,
+    repository: str,
+    dirs: Sequence[str] = (),
+    files: Mapping[str, str] | None = None,
+    conf: Mapping[str, Any] | None = None,
+) -> str:
+    """`base` with world-writable `dirs`, `files` (path: text) and image `conf` added: a hostile image."""
+    tag = f"{repository}:{base.rpartition(':')[2]}"
     with contextlib.suppress(docker.errors.ImageNotFound):
         return str(client.images.get(tag).tags[0])
     container = client.containers.create(base, ["true"])
     try:
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777
-            tar.addfile(info)
+            for path in dirs:
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.type, info.mode = tarfile.DIRTYPE, 0o1777
+                tar.addfile(info)
+            for path, text in (files or {}).items():
+                info = tarfile.TarInfo(path)
+                info.size = len(text.encode())
+                tar.addfile(info, io.BytesIO(text.encode()))
         container.put_archive("/", archive.getvalue())
-        container.commit(*tag.split(":"), conf={"Volumes": {path: {}}})
+        container.commit(*tag.split(":"), conf=dict(conf or {}))
     finally:
         container.remove(force=True, v=True)
     return tag
@@ -393,3 +410,15 @@ def test_a_job_that_never_ends_a_line_keeps_a_short_log_tail(daemon: DaemonProce
     tail = job["log_tail"]
     assert tail.startswith("[...]") and tail.rstrip().endswith("the end")
     assert len(tail.encode()) <= 8192 + len("[...]")
+
+
+def test_an_images_own_group_file_gives_a_job_no_group(daemon: DaemonProcess) -> None:
+    """A hostile image may list the job's uid in groups root and disk in its /etc/group: Docker adds
+    those to a user given by uid alone, never to one given as uid:gid, as cosched gives it."""
+    client = require_engine()
+    files = {"etc/passwd": "nobody:x:65534:65534::/:/bin/sh\n", "etc/group": "root:x:0:nobody\ndisk:x:6:nobody\n"}
+    image = _image_with(client, daemon.image, "cosched/group-test", files=files)
+    data = make_data_dir(daemon.root / "groups")
+    job = run(daemon, f"id -G > {data}/groups", image=image, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    assert (data / "groups").read_text().split() == ["65534"]
