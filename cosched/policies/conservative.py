@@ -36,8 +36,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Sequence
-from heapq import heappop, heappush
+from collections.abc import Iterable, Sequence
 
 from cosched.core.view import SchedulerView
 from cosched.model import Job, JobState
@@ -59,72 +58,61 @@ class _Size:
 
 
 class _Worklist:
-    """The jobs to check in priority order, each with the earliest start its windows may have.
+    """The jobs to check, in priority order, and where by their size a new window may begin.
 
-    A job that may slide back points to the stretch it slides in: stretches of one size
-    that overlap are one (union-find), whose start is the earliest of theirs, so a later
-    gain that lengthens a stretch moves the start of every job sliding in it at once.
+    A job is kept by its queue position (rank), as a flag: a compression on a long queue
+    queues millions of jobs, most of them queued already, and the next to check is the
+    first flag set from the lowest rank queued since (one C scan of a bytearray).
+
+    Where a job's windows may begin is kept by size, not by job: the earliest start of
+    any stretch that came free for its size (`Profile.stretches`). A start that is too
+    early costs only a longer scan; one a job slides back to, or one in a stretch that
+    reached its reservation once and was cut since, is never later (a job can only
+    move into a window that a gain made).
     """
 
-    __slots__ = ("_parent", "_since", "_slides", "_spans", "heap", "queued", "rank")
+    __slots__ = ("_first", "_flags", "_pending", "_rank", "longest", "since")
 
-    def __init__(self, rank: dict[int, int]) -> None:
-        self.rank = rank
-        self.heap: list[tuple[int, int]] = []
-        self.queued: dict[int, float] = {}
-        """Jobs in the heap, with the earliest start of a whole window of theirs."""
-        self._slides: dict[int, int] = {}
-        """Jobs in the heap that may slide, with their stretch."""
-        self._parent: list[int] = []
-        self._since: list[float] = []
-        self._spans: dict[int, list[tuple[float, float, int]]] = {}
-        """By size: the stretches so far, merged, as (since, until, stretch), sorted."""
+    def __init__(self, pending: Sequence[Job]) -> None:
+        self._pending = pending
+        self._rank: dict[int, int] | None = None
+        """Queue positions by job id, built on the first push: most passes push none."""
+        self._flags = bytearray(len(pending))
+        """1 at the rank of each queued job."""
+        self._first = len(pending)
+        """No job is queued below this rank."""
+        self.since: dict[int, float] = {}
+        """By size: the earliest start of a stretch that came free for it."""
+        self.longest: dict[int, float] = {}
+        """By size: the longest stretch that came free for it."""
 
-    def push(self, job_id: int, since: float) -> None:
-        lower = self.queued.get(job_id)
-        if lower is None:
-            heappush(self.heap, (self.rank[job_id], job_id))
-            self.queued[job_id] = since
-        elif since < lower:
-            self.queued[job_id] = since
+    def lower(self, need: int, since: float, until: float) -> None:
+        """A stretch with `need` units free came on [since, until)."""
+        if since < self.since.get(need, math.inf):
+            self.since[need] = since
+        if until - since > self.longest.get(need, 0.0):
+            self.longest[need] = until - since
 
-    def slide(self, job_id: int, stretch: int) -> None:
-        """Queue a job that may slide back in `stretch` (it reaches the job's reservation)."""
-        self.push(job_id, math.inf)
-        self._slides.setdefault(job_id, stretch)  # two such stretches overlap: they are one
+    def push(self, job_ids: Iterable[int]) -> None:
+        """Queue jobs to check."""
+        if self._rank is None:
+            self._rank = {job.id: i for i, job in enumerate(self._pending)}
+        rank, flags, first = self._rank, self._flags, self._first
+        for job_id in job_ids:
+            r = rank[job_id]
+            flags[r] = 1
+            if r < first:
+                first = r
+        self._first = first
 
-    def pop(self) -> tuple[int, float]:
-        job_id = heappop(self.heap)[1]
-        since = self.queued.pop(job_id)
-        stretch = self._slides.pop(job_id, None)
-        if stretch is not None:
-            since = min(since, self._since[self._root(stretch)])
-        return job_id, since
-
-    def stretch(self, need: int, since: float, until: float) -> int:
-        """A stretch for jobs of `need` units, merged with those it overlaps; its number."""
-        spans = self._spans.setdefault(need, [])
-        number = len(self._since)
-        self._parent.append(number)
-        i = bisect_left(spans, (since,))
-        if i and spans[i - 1][1] > since:
-            i -= 1
-        j = i
-        while j < len(spans) and spans[j][0] < until:
-            old_since, old_until, old = spans[j]
-            since, until = min(since, old_since), max(until, old_until)
-            self._parent[self._root(old)] = number
-            j += 1
-        spans[i:j] = [(since, until, number)]
-        self._since.append(since)
-        return number
-
-    def _root(self, stretch: int) -> int:
-        parent = self._parent
-        while parent[stretch] != stretch:
-            parent[stretch] = parent[parent[stretch]]
-            stretch = parent[stretch]
-        return stretch
+    def pop(self) -> Job | None:
+        """The first queued job in priority order; None once none is."""
+        r = self._flags.find(1, self._first)
+        if r < 0:
+            return None
+        self._flags[r] = 0
+        self._first = r + 1
+        return self._pending[r]
 
 
 class Conservative(BackfillPolicy):
@@ -150,7 +138,7 @@ class Conservative(BackfillPolicy):
 
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:
         reserved = self._reserved
-        pending = view.queue[head:]
+        pending = view.queue[head:] if head else view.queue
         now = view.now
         profile = self._profile
         freed, self._freed = self._freed, []
@@ -245,27 +233,25 @@ class Conservative(BackfillPolicy):
         window holding a gain, so only jobs near one are checked, and a job that moves is
         a gain for the others.
         """
-        reserved, jobs = self._reserved, self._jobs
-        work = _Worklist({job.id: i for i, job in enumerate(pending)})
+        reserved = self._reserved
+        work = _Worklist(pending)
         if gains is None:
-            for job_id, at in reserved.items():
-                if at > now:
-                    work.push(job_id, now)
+            for need in self._needs:
+                work.lower(need, now, math.inf)
+            work.push([job_id for job_id, at in reserved.items() if at > now])
         else:
             for gain in gains:  # one at a time: `_candidates` compares with what was free before
                 profile.add(*gain)
                 self._candidates(profile, gain, work)
-        times, free = profile.times, profile.free
-        while work.heap:
-            job_id, since = work.pop()
-            job = jobs[job_id]
-            at, duration, need = reserved[job_id], job.estimate, job.need
-            if at - since < duration and free[bisect_left(times, at) - 1] < need:
+        times, free, since, longest = profile.times, profile.free, work.since, work.longest
+        while (job := work.pop()) is not None:
+            at, duration, need = reserved[job.id], job.estimate, job.need
+            if free[bisect_left(times, at) - 1] < need and (at - since[need] < duration or duration > longest[need]):
                 continue  # it cannot slide, and no whole window of its length fits before it
-            start = profile.earliest(need, duration, before=at, since=since)
+            start = profile.earliest(need, duration, before=at, since=since[need])
             if start < at:
                 self._move(profile, job, start)
-                self._candidates(profile, (max(at, start + duration), at + duration, job.need), work)
+                self._candidates(profile, (max(at, start + duration), at + duration, need), work)
 
     def _candidates(self, profile: Profile, gain: Gain, work: _Worklist) -> None:
         """Queue the jobs a gain may let start earlier, with where their windows may begin.
@@ -287,11 +273,11 @@ class Conservative(BackfillPolicy):
             size = sizes[need]
             by_start = size.by_start
             for since, until in profile.stretches(start, end, need, units, by_start[-1][0]):
-                stretch = work.stretch(need, since, until)
+                work.lower(need, since, until)
                 # Reserved in the stretch and the gain: they can slide now, and could not before.
                 after = bisect_right(by_start, (max(start, since), math.inf))
-                for _, job_id in by_start[after : bisect_right(by_start, (min(end, until), math.inf), lo=after)]:
-                    work.slide(job_id, stretch)
+                slides = by_start[after : bisect_right(by_start, (min(end, until), math.inf), lo=after)]
+                work.push([job_id for _, job_id in slides])
                 if until == math.inf:
                     continue
                 # Past the stretch: the jobs it is long enough for.
@@ -299,12 +285,10 @@ class Conservative(BackfillPolicy):
                 by_length = size.by_length
                 short = bisect_right(by_length, (until - since, math.inf))
                 if short <= len(by_start) - slide:
-                    found = [job_id for _, job_id in by_length[:short] if reserved[job_id] > until]
+                    work.push([job_id for _, job_id in by_length[:short] if reserved[job_id] > until])
                 else:
-                    jobs = self._jobs
-                    found = [job_id for _, job_id in by_start[slide:] if jobs[job_id].estimate <= until - since]
-                for job_id in found:
-                    work.push(job_id, since)
+                    jobs, longest = self._jobs, until - since
+                    work.push([job_id for _, job_id in by_start[slide:] if jobs[job_id].estimate <= longest])
 
     def _rebuild(self, view: SchedulerView, pending: Sequence[Job]) -> Profile:
         """A profile from the running jobs; the reservations kept and compressed if they all fit."""
