@@ -317,10 +317,13 @@ def mesos_daemon(
     data_roots: bool = False,
     docker: str = "",
     masters: str = "",
+    api: str = "",
+    token: str = "",
 ) -> Any:
     """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`,
-    `policies` and `docker` add keys to those tables; `data_roots` makes `root` the jobs' data root;
-    `masters` replaces the master's address (e.g. the cluster's ZooKeeper group)."""
+    `policies`, `docker` and `api` add keys to those tables; `data_roots` makes `root` the jobs' data
+    root; `masters` replaces the master's address (e.g. the cluster's ZooKeeper group); `token` is
+    the test client's."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
@@ -329,6 +332,8 @@ def mesos_daemon(
         cluster="nodes = 2\nmemory_mib = 1536",
         data_roots=data_roots,
         docker=docker,
+        api=api,
+        token=token,
         extra=(
             f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{masters or cluster.master}"\nname = "{name}"\n'
             f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'

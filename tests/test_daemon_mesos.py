@@ -32,7 +32,7 @@ from mesos_support import (
 )
 
 from cosched.daemon.cgroups import CgroupFiles
-from cosched.daemon.client import ApiError
+from cosched.daemon.client import ApiError, Client
 from cosched.mesos.executor import instance_of
 from experts.loss import degradation_loss
 from experts.weights import WeightBook
@@ -215,6 +215,39 @@ def test_a_data_dir_swapped_for_a_symlink_is_refused_by_the_agents_executor(clus
         assert (host / "passwd").read_text() == "root:x:0:0\n"
         after = daemon.submit(image=image, command=["true"], cores=1, memory_mib=64, walltime=60)
         assert daemon.wait_final([after], 60)[after]["state"] == "done"
+    finally:
+        finish(cluster, daemon)
+
+
+def test_a_job_runs_as_its_submitter_on_an_agent(cluster: Cluster, tmp_path: Path) -> None:
+    """`docker.run_as = "submitter"` on Mesos: the account the daemon looked up (the system user
+    `daemon`, uid 1) travels in the task, and the agent's executor runs the job as it, so it writes
+    to that user's 0700 data dir and what it writes is that user's."""
+    from cosched.daemon.identity import create_key, load_key, mint
+    from workloads.real import make_data_dir
+
+    image = busybox_image(require_engine())
+    key = tmp_path / "api.key"
+    create_key(key)
+    daemon = mesos_daemon(
+        cluster,
+        tmp_path,
+        f"{NAME}-submitter",
+        data_roots=True,
+        docker='run_as = "submitter"',
+        api=f'key_file = "{key}"',
+        token=mint(load_key(key), "root", 600),
+    )
+    try:
+        data = make_data_dir(tmp_path / "ids", owner="1:1")
+        data.chmod(0o700)
+        as_daemon = Client(daemon.client.url, mint(load_key(key), "daemon", 600), timeout=10)
+        spec = {"image": image, "command": ["sh", "-c", f"id > {data}/id"], "cores": 1, "memory_mib": 64}
+        job_id = as_daemon.call("POST", "/v1/jobs", {**spec, "walltime": 60, "data_dirs": [str(data)]})["id"]
+        job = daemon.wait_final([job_id], 90)[job_id]
+        assert (job["state"], job["user"]) == ("done", "daemon"), job
+        assert (data / "id").read_text().split()[:2] == ["uid=1", "gid=1"]
+        assert (data / "id").stat().st_uid == 1
     finally:
         finish(cluster, daemon)
 
