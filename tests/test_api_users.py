@@ -296,3 +296,10 @@ def test_accounts_come_from_the_user_database_and_never_give_root() -> None:
         with pytest.raises(NoAccount, match="expected uid, gid and groups"):
             account_in({"run_as": given})
     assert Account(5, 6, (7,)).as_spec() == {"uid": 5, "gid": 6, "groups": [7]}
+
+
+def test_cosched_token_without_a_key_says_where_to_give_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["token", "alice"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "cosched: error: token: no signing key: give --key-file or a --config whose api.key_file is set"
+    )
