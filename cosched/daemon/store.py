@@ -140,6 +140,7 @@ class Store:
                 except sqlite3.OperationalError as exc:  # another process (a restart racing one) added it first
                     if "duplicate column" not in str(exc):
                         raise
+        conn.execute("CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user, state)")  # a user's live jobs, counted
 
     def _refuse_a_lost_file(self) -> None:
         """A missing state file beside its own WAL or a rescued copy was lost, not never made.
