@@ -106,7 +106,7 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._keep_private()
             self._conn().executescript(SCHEMA)
-            self._add_new_columns()
+            self._upgrade()
             self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
@@ -129,7 +129,7 @@ class Store:
                 if os.stat(path).st_mode & 0o077:
                     os.chmod(path, 0o600)
 
-    def _add_new_columns(self) -> None:
+    def _upgrade(self) -> None:
         """Bring a state file from an older daemon up to this schema, in place, keeping every row."""
         conn = self._conn()
         for (table, column), declaration in ADDED_COLUMNS.items():
