@@ -158,3 +158,18 @@ def test_queue_shows_each_jobs_user_and_filters_by_one(monkeypatch, capsys) -> N
     assert second.split()[:3] == ["2", "b", "-"]  # no user: submitted with the shared token or none
     rc, out, _ = run(monkeypatch, capsys, answers, "queue", "-u", "alice", "--json")
     assert [r["id"] for r in json.loads(out)] == [1]
+
+
+def test_cancel_of_every_job_of_a_user(monkeypatch, capsys) -> None:
+    row = {"cores": 1, "quota": None, "start": None, "reason": "Priority", "state": "pending"}
+    answers = Answers(
+        {
+            ("GET", "/v1/queue"): [{**row, "id": 4, "user": "alice"}, {**row, "id": 5, "user": "bob"}],
+            ("DELETE", "/v1/jobs/4"): {"id": 4, "state": "pending"},
+        }
+    )
+    rc, out, _ = run(monkeypatch, capsys, answers, "cancel", "-u", "alice")
+    assert (rc, out.strip()) == (0, "job 4: was pending, cancel requested")
+    assert answers.calls == [("GET", "/v1/queue"), ("DELETE", "/v1/jobs/4")]
+    rc, _, err = run(monkeypatch, capsys, answers, "cancel")
+    assert rc == 2 and err.strip() == "cosched: error: cancel needs job ids or --user USER"

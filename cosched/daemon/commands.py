@@ -73,7 +73,8 @@ def add_commands(commands: Any, parser_class: type) -> None:
     st.set_defaults(handler=_status)
 
     cp = commands.add_parser("cancel", help="cancel jobs (running ones are killed)")
-    cp.add_argument("ids", type=int, nargs="+")
+    cp.add_argument("ids", type=int, nargs="*")
+    cp.add_argument("--user", "-u", help="every pending and running job of this user (as scancel -u)")
     common(cp)
     cp.set_defaults(handler=_cancel)
 
@@ -285,8 +286,13 @@ def _status(args: argparse.Namespace) -> int:
 def _cancel(args: argparse.Namespace) -> int:
     """Like scancel: a job that already ended is an error (exit 1), the others are cancelled."""
     client = _client(args)
+    ids = list(args.ids)
+    if args.user is not None:
+        ids += [row["id"] for row in client.call("GET", "/v1/queue") if row.get("user") == args.user]
+    elif not ids:
+        raise ConfigError("cancel needs job ids or --user USER")
     status = 0
-    for job_id in args.ids:
+    for job_id in ids:
         answer = client.call("DELETE", f"/v1/jobs/{job_id}")
         if args.json:
             print(json.dumps(answer))
