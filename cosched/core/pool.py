@@ -11,7 +11,7 @@ is *usable* when it has a free core (core allocation) or is entirely idle
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import itemgetter
+from operator import countOf, itemgetter
 
 from cosched.core.events import Slots
 from cosched.core.sorted_nodes import SortedNodes
@@ -102,7 +102,7 @@ class ResourcePool:
     def _add_nodes(self, slots: Slots) -> None:
         # Whole nodes are the common case: set and list operations run in C.
         nodes = list(map(_node_of, slots))
-        if set(map(_cores_of, slots)) != {self.per_node}:
+        if not _whole(slots, self.per_node):
             nodes = [node for node, cores in slots if self._add_part(node, cores)]
         idle = self.idle
         before = len(idle)
@@ -127,7 +127,7 @@ class ResourcePool:
 
     def _remove_nodes(self, slots: Slots) -> None:
         nodes = list(map(_node_of, slots))
-        if set(map(_cores_of, slots)) != {self.per_node}:
+        if not _whole(slots, self.per_node):
             nodes = [node for node, cores in slots if self._remove_part(node, cores)]
         idle = self.idle
         before = len(idle)
@@ -226,6 +226,11 @@ class ResourcePool:
                 if need == 0:
                     return tuple(slots)
         return None
+
+
+def _whole(slots: Slots, per_node: int) -> bool:
+    """Whether every slot is a whole node: the common case, told apart in C without building a set."""
+    return countOf(map(_cores_of, slots), per_node) == len(slots)
 
 
 def slot_memory(cluster: Cluster, job: Job, slots: Slots) -> tuple[int, ...] | None:

@@ -126,6 +126,10 @@ class Scheduler:
         self._capacity = cluster.capacity_units
         self._memory_tracked = cluster.memory_per_node > 0
         self._place = placement.place
+        # Hooks a policy leaves as the base class's no-op are not called: replay calls each once per job.
+        self._forget = _overridden(backfill.forget, BackfillPolicy.forget)
+        self._backfill_ended = _overridden(backfill.ended, BackfillPolicy.ended)
+        self._observe = None if cosched is None else _overridden(cosched.observe, CoschedulePolicy.observe)
 
     # -- the contract -------------------------------------------------------
     def step(self, now: float, events: list[Event]) -> Decision:
@@ -203,7 +207,8 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
-        self.backfill.ended(job, job.host >= 0 or job.id in self.guests)
+        if self._backfill_ended is not None:
+            self._backfill_ended(job, job.host >= 0 or job.id in self.guests)
         self._leave_running(job, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
@@ -211,8 +216,8 @@ class Scheduler:
         else:
             job.state = JobState.FAILED if event.failed else JobState.DONE
         self._view.epoch += 1
-        if self.cosched is not None:
-            self.cosched.observe(job, now)
+        if self._observe is not None:
+            self._observe(job, now)
 
     def _on_cancelled(self, event: JobCancelled, now: float, actions: list[Action]) -> None:
         job = self.jobs.get(event.job_id)
@@ -455,9 +460,10 @@ class Scheduler:
         if not count:
             return
         self._view.epoch += 1  # positions shift
-        forget = self.backfill.forget
-        for job in order[:count]:
-            forget(job)
+        forget = self._forget
+        if forget is not None:
+            for job in order[:count]:
+                forget(job)
         if order is self.queue:
             del self.queue[:count]
         elif isinstance(order, Ordered) and self._waiting is not None:
@@ -470,7 +476,8 @@ class Scheduler:
 
     def _dequeue(self, job: Job) -> None:
         self._unqueue(job)
-        self.backfill.forget(job)
+        if self._forget is not None:
+            self._forget(job)
 
     def _unqueue(self, job: Job) -> None:
         if self._waiting is None:
@@ -513,6 +520,11 @@ class Scheduler:
             if per_node > cluster.memory_per_node:
                 return f"job {job.id} needs {per_node} MiB on a node, nodes have {cluster.memory_per_node}"
         return ""
+
+
+def _overridden(hook: Callable[..., None], default: Callable[..., None]) -> Callable[..., None] | None:
+    """`hook`, a plugin's bound method, or None where it is the base class's no-op `default`."""
+    return None if getattr(hook, "__func__", None) is default else hook
 
 
 def _share(slots: Slots, cores: int) -> Slots:

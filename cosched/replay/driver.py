@@ -178,7 +178,8 @@ class Replay:
                     now = next_sample
                 if now == inf:
                     break
-                events: list[Event] = pop(now) if next_end <= now else []
+                ended = next_end <= now
+                events: list[Event] = pop(now) if ended else []
                 if react is not None and events:
                     added = react(now, events)
                     for event in added:
@@ -200,7 +201,7 @@ class Replay:
                     self.seconds += time.perf_counter() - started_at
                     yield now
                     started_at = time.perf_counter()
-                if forget:
+                if forget and ended:  # only a pass that popped ends has slots to clear
                     forget()
                 next_end = next_time()
                 if sampling and next_sample == inf and (backend.running or core.queue):
