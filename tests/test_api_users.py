@@ -303,3 +303,22 @@ def test_cosched_token_without_a_key_says_where_to_give_one(capsys: pytest.Captu
     assert capsys.readouterr().err.strip() == (
         "cosched: error: token: no signing key: give --key-file or a --config whose api.key_file is set"
     )
+
+
+def test_the_daemons_purge_forgets_jobs_ended_before_keep_ended_days(
+    tmp_path: Path, key_file: Path, client: TestClient, daemon: Daemon, image: str
+) -> None:
+    """What the hourly purge does (`daemon.keep_ended_days`, here 1 day): a job that ended 2 days ago
+    is gone, with its environment, and its id is 404; one that ended an hour ago stays."""
+    from dataclasses import replace
+
+    alice = as_user(key_file, "alice")
+    old, recent = (client.post("/v1/jobs", json=job(image), headers=alice).json()["id"] for _ in "ab")
+    now = time.time()
+    with daemon.store.transaction() as db:
+        daemon.store.update_job(db, old, state="done", end=now - 2 * 86400)
+        daemon.store.update_job(db, recent, state="done", end=now - 3600)
+    daemon.config = replace(daemon.config, daemon=replace(daemon.config.daemon, keep_ended_days=1.0))
+    daemon.purge()
+    assert client.get(f"/v1/jobs/{old}", headers=alice).status_code == 404
+    assert client.get(f"/v1/jobs/{recent}", headers=alice).json()["state"] == "done"

@@ -765,3 +765,54 @@ def test_the_state_file_is_its_owners_alone(tmp_path: Path) -> None:
         assert modes() == [0o600, 0o600, 0o600]
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("batch", [1, 5000])
+def test_purge_deletes_what_ended_long_ago_never_a_stage_a_workflow_needs(tmp_path: Path, batch: int) -> None:
+    """`daemon.keep_ended_days`: what ended before the cut goes, with its quota log; a workflow's jobs
+    only once the workflow is over and all of them ended before the cut, and the workflow with them."""
+    from cosched.daemon.store import Store
+
+    store = Store(tmp_path / "state.sqlite")
+
+    def job(state: str, end: float | None, workflow: int | None = None) -> int:
+        with store.transaction() as db:
+            job_id = store.add_job(db, {"cores": 1}, 0.0, workflow)
+            store.update_job(db, job_id, state=state, end=end)
+            store.log_quota(db, job_id, 1.0, 0.0)
+        return job_id
+
+    def workflow(state: str) -> int:
+        with store.transaction() as db:
+            workflow_id = store.add_workflow(db, "wf", {}, 0.0)
+            store.update_workflow(db, workflow_id, state)
+        return workflow_id
+
+    old, recent, running = job("done", 100.0), job("failed", 2000.0), job("running", None)
+    cancelled_pending = job("cancelled", 50.0)
+    over, going, failed = workflow("done"), workflow("running"), workflow("failed")
+    for state, end in (("done", 100.0), ("failed", 200.0)):
+        job(state, end, over)  # the workflow is over and every one of them ended before the cut
+    going_jobs = [job("done", 100.0, going), job("pending", None, going)]
+    failed_jobs = [job("failed", 100.0, failed), job("running", None, failed)]
+    try:
+        assert store.purge_ended(1000.0, batch=batch) == 4
+        assert [j["id"] for j in store.jobs()] == [recent, running, *going_jobs, *failed_jobs]
+        assert store.workflow(over) is None  # over, and its jobs gone: it goes too
+        assert store.workflow(going) is not None and store.workflow(failed) is not None
+        assert [store.quota_changes(j) != [] for j in (old, recent, cancelled_pending)] == [False, True, False]
+        assert store.purge_ended(1000.0, batch=batch) == 0
+    finally:
+        store.close()
+
+
+def test_keep_ended_days_is_checked_and_sets_an_hourly_purge(tmp_path: Path) -> None:
+    from cosched.daemon.run import periodic
+
+    with pytest.raises(ConfigError, match=r"daemon\.keep_ended_days: must be in 0\.\.36500"):
+        validate(from_dict({"daemon": {"keep_ended_days": -1}}))
+    for days, planned in ((0, False), (30, True)):
+        config = validate(from_dict({"daemon": {"state_dir": str(tmp_path / str(days)), "keep_ended_days": days}}))
+        jobs = dict.fromkeys(("schedule", "sample", "review", "reconcile", "purge"), print)
+        daemon = SimpleNamespace(config=config, **jobs)
+        assert (periodic(daemon).get_job("purge") is not None) is planned  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ default. Example (every key, with its default)::
     [daemon]
     state_dir = "~/.local/state/cosched"   # /var/lib/cosched when run as root
     instance = ""                 # label value that marks this daemon's containers ("" = from state)
+    keep_ended_days = 0.0         # an ended job leaves the state file this many days after its end (0 = never)
 
     [api]
     host = "127.0.0.1"
@@ -107,6 +108,7 @@ def _default_state_dir() -> str:
 class DaemonSection:
     state_dir: str = field(default_factory=_default_state_dir)
     instance: str = ""
+    keep_ended_days: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,10 @@ def _coerce(name: str, default: Any, value: Any) -> Any:
 def validate(config: DaemonConfig) -> DaemonConfig:
     """Range checks the types cannot express."""
     api, cluster, intervals = config.api, config.cluster, config.intervals
+    if not 0 <= config.daemon.keep_ended_days <= 36500:
+        raise ConfigError(
+            f"config key daemon.keep_ended_days: must be in 0..36500 (0 = keep), got {config.daemon.keep_ended_days}"
+        )
     if not 0 < api.port < 65536:
         raise ConfigError(f"config key api.port: must be in 1..65535, got {api.port}")
     if api.max_body < 1024:

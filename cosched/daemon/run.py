@@ -54,7 +54,7 @@ def _stopping(sig: int, frame: object) -> None:
 
 
 def periodic(daemon: Daemon) -> BackgroundScheduler:
-    """The four periodic jobs, never overlapping themselves, skipped rather than queued when late."""
+    """The periodic jobs, never overlapping themselves, skipped rather than queued when late."""
     intervals = daemon.config.intervals
     scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None})
     now = datetime.now()
@@ -62,6 +62,8 @@ def periodic(daemon: Daemon) -> BackgroundScheduler:
     scheduler.add_job(daemon.sample, "interval", seconds=intervals.sample, id="sample", next_run_time=now)
     scheduler.add_job(daemon.review, "interval", seconds=intervals.review, id="review")
     scheduler.add_job(daemon.reconcile, "interval", seconds=intervals.reconcile, id="reconcile")
+    if daemon.config.daemon.keep_ended_days > 0:
+        scheduler.add_job(daemon.purge, "interval", hours=1, id="purge", next_run_time=now)
     return scheduler
 
 

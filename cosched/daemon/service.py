@@ -50,7 +50,7 @@ from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
-from cosched.daemon.store import Store
+from cosched.daemon.store import StateError, Store
 from cosched.errors import ConfigError
 from cosched.model import Cluster
 from cosched.policies.asax import ASAx
@@ -260,6 +260,17 @@ class Daemon:
     def reconcile(self) -> None:
         """See `engine_faults.reconcile`."""
         engine_faults.reconcile(self)
+
+    def purge(self) -> None:
+        """Delete the jobs that ended more than `daemon.keep_ended_days` ago (`Store.purge_ended`)."""
+        days = self.config.daemon.keep_ended_days
+        try:
+            removed = self.store.purge_ended(self.clock() - days * 86400)
+        except StateError as exc:  # the scheduling pass notices and reports a state file gone bad
+            log.error("purging ended jobs: %s", exc)
+            return
+        if removed:
+            log.info("purged %d job(s) that ended more than %g days ago", removed, days)
 
     def health(self) -> dict[str, Any]:
         """From memory only: answers whatever the engine or the state file do."""

@@ -296,9 +296,35 @@ class Store:
         )
         return {job_id: user for job_id, user in rows}
 
-    def count_jobs(self) -> dict[str, int]:
-        rows = self._conn().execute("SELECT state, COUNT(*) FROM jobs GROUP BY state")
-        return {state: n for state, n in rows}
+    def purge_ended(self, before: float, batch: int = 5000) -> int:
+        """Delete the jobs that ended before `before` (epoch s), with their quota log; how many.
+
+        Why: the state file keeps every job's environment and log tail, and grows with the
+        daemon's history. A workflow's jobs go only once the workflow is over and every one
+        of them ended before `before` (its stages' rows are what it released), and the
+        workflow goes with its last job. Lending decisions stay: they are what ASAx learned
+        from. `batch` jobs a transaction, so submissions wait for one batch at most.
+        """
+        final = ", ".join(f"'{state}'" for state in FINAL)
+        purgeable = (
+            f'SELECT id FROM jobs WHERE state IN ({final}) AND "end" < ? AND (workflow IS NULL OR workflow IN ('
+            "SELECT w.id FROM workflows w WHERE w.state != 'running' AND NOT EXISTS (SELECT 1 FROM jobs j"
+            f' WHERE j.workflow = w.id AND (j.state NOT IN ({final}) OR j."end" IS NULL OR j."end" >= ?)))) LIMIT ?'
+        )
+        total = 0
+        while True:
+            with self.transaction() as db:
+                ids = [row[0] for row in db.execute(purgeable, (before, before, batch))]
+                marks = ", ".join("?" * len(ids))
+                db.execute(f"DELETE FROM quotas WHERE job_id IN ({marks})", ids)
+                db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", ids)
+                db.execute(
+                    "DELETE FROM workflows WHERE state != 'running'"
+                    " AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.workflow = workflows.id)"
+                )
+            total += len(ids)
+            if len(ids) < batch:
+                return total
 
     # -- workflows ----------------------------------------------------------
     def add_workflow(
