@@ -172,4 +172,23 @@ def test_cancel_of_every_job_of_a_user(monkeypatch, capsys) -> None:
     assert (rc, out.strip()) == (0, "job 4: was pending, cancel requested")
     assert answers.calls == [("GET", "/v1/queue"), ("DELETE", "/v1/jobs/4")]
     rc, _, err = run(monkeypatch, capsys, answers, "cancel")
-    assert rc == 2 and err.strip() == "cosched: error: cancel needs job ids or --user USER"
+    assert rc == 2 and err.strip() == "cosched: error: cancel needs job ids, --user USER or --workflow ID"
+
+
+def test_cancel_of_a_workflow_cancels_its_stages_that_run_or_wait(monkeypatch, capsys) -> None:
+    stages = {
+        "a": {"state": "done", "job": 1},
+        "b": {"state": "running", "job": 2},
+        "c": {"state": "pending", "job": 3},
+        "d": {"state": "waiting", "job": None},
+    }
+    answers = Answers(
+        {
+            ("GET", "/v1/workflows/9"): {"id": 9, "stages": stages},
+            ("DELETE", "/v1/jobs/2"): {"id": 2, "state": "running"},
+            ("DELETE", "/v1/jobs/3"): {"id": 3, "state": "pending"},
+        }
+    )
+    rc, out, _ = run(monkeypatch, capsys, answers, "cancel", "--workflow", "9")
+    assert rc == 0
+    assert out.splitlines() == ["job 2: was running, cancel requested", "job 3: was pending, cancel requested"]

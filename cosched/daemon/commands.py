@@ -75,6 +75,7 @@ def add_commands(commands: Any, parser_class: type) -> None:
     cp = commands.add_parser("cancel", help="cancel jobs (running ones are killed)")
     cp.add_argument("ids", type=int, nargs="*")
     cp.add_argument("--user", "-u", help="every pending and running job of this user (as scancel -u)")
+    cp.add_argument("--workflow", type=int, metavar="ID", help="every pending and running stage of a workflow")
     common(cp)
     cp.set_defaults(handler=_cancel)
 
@@ -289,8 +290,11 @@ def _cancel(args: argparse.Namespace) -> int:
     ids = list(args.ids)
     if args.user is not None:
         ids += [row["id"] for row in client.call("GET", "/v1/queue") if row.get("user") == args.user]
-    elif not ids:
-        raise ConfigError("cancel needs job ids or --user USER")
+    if args.workflow is not None:  # its stages that run or wait; the workflow fails, the rest never start
+        stages = client.call("GET", f"/v1/workflows/{args.workflow}")["stages"].values()
+        ids += [stage["job"] for stage in stages if stage["job"] is not None and stage["state"] not in FINAL_STATES]
+    if args.user is None and args.workflow is None and not ids:
+        raise ConfigError("cancel needs job ids, --user USER or --workflow ID")
     status = 0
     for job_id in ids:
         answer = client.call("DELETE", f"/v1/jobs/{job_id}")
