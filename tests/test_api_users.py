@@ -9,6 +9,7 @@ every refusal must leave the job as it was.
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -89,7 +90,7 @@ def two_stages(image: str) -> dict[str, Any]:
 
 
 def test_a_user_cancels_their_own_jobs_and_an_operator_anyones(
-    client: TestClient, daemon: Daemon, key_file: Path, image: str
+    client: TestClient, daemon: Daemon, key_file: Path, image: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     alice, bob, ops = (as_user(key_file, name) for name in ("alice", "bob", "ops"))
     first = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
@@ -109,7 +110,9 @@ def test_a_user_cancels_their_own_jobs_and_an_operator_anyones(
     assert record is not None and (record["cancel"], record["state"]) == (0, "pending")
     assert first not in daemon.kill_reason
 
-    assert client.delete(f"/v1/jobs/{first}", headers=alice).json() == {"id": first, "state": "pending"}
+    with caplog.at_level(logging.INFO, logger="cosched.jobs"):
+        assert client.delete(f"/v1/jobs/{first}", headers=alice).json() == {"id": first, "state": "pending"}
+    assert f"job={first} event=cancel_asked state=pending by=alice" in caplog.text  # whose cancel it was
     assert client.delete(f"/v1/jobs/{third}", headers=ops).status_code == 200  # an operator by name
     assert client.delete(f"/v1/jobs/{second}", headers={"authorization": f"Bearer {SHARED}"}).status_code == 200
     assert [daemon.store.job(i)["cancel"] for i in (first, second, third)] == [1, 1, 1]  # type: ignore[index]

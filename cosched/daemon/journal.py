@@ -57,6 +57,11 @@ def refused(path: str, problem: str) -> None:
     log.info(f"submission=refused path={path} reason={_value(problem)}")
 
 
+def cancel_asked(job_id: int, state: str, caller: str) -> None:
+    """Who asked for a job's end: an operator reading the journal can tell whose cancel it was."""
+    log.info(_line(job_id, "cancel_asked", state=state, by=caller or None))
+
+
 def ended(job: Job, exit_code: int | None, reason: str) -> None:
     state = job.state.value if job.state is not JobState.RUNNING else "failed"
     log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))

@@ -161,6 +161,7 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
             daemon.store.update_job(db, job_id, cancel=1)
         daemon.kill_reason.setdefault(job_id, "cancelled by user")
         daemon.inbox.append(JobCancelled(job_id))
+        journal.cancel_asked(job_id, str(record["state"]), caller.user)
     return str(record["state"])
 
 
