@@ -214,6 +214,43 @@ def test_a_machine_back_under_another_hostname_takes_the_node_its_agent_left(
         finish(cluster, daemon)
 
 
+def test_an_agent_beyond_the_nodes_takes_the_node_of_an_agent_that_dies(tmp_path: Path, image: str) -> None:
+    """Three agents, two nodes: the third agent is beyond the cluster's nodes, its offers declined for
+    an hour. A job runs on node 0 and a gang of both nodes waits, so offers keep flowing (no SUPPRESS,
+    hence no REVIVE after one). When node 1's agent dies, a REVIVE brings the third agent's offers
+    back at once and it takes node 1 (without it, the hour); the gang then runs on nodes 0 and 1."""
+    engine = require_engine()
+    cluster = start_cluster(tmp_path / "mesos3", cpus=2, mem=2048, master=FAST_LOSS, agents=3)
+    daemon = None
+    try:
+        (tmp_path / "daemon").mkdir()
+        daemon = mesos_daemon(cluster, tmp_path / "daemon", "cosched-beyond")
+        fid = framework_id_of(daemon)
+        mapped = [_node(daemon, node)["hostname"] for node in (0, 1)]
+        [spare] = {"agent1", "agent2", "agent3"} - set(mapped)
+        wait_until(lambda: spare in _declined_hosts(daemon), 30, f"{spare} declined as beyond the nodes")
+        busy = daemon.submit(image=image, command=["sleep", "300"], cores=1, memory_mib=64, walltime=600)
+        daemon.wait_running(busy, 60)
+        gang = daemon.submit(image=image, command=["sleep", "1"], cores=2, span=True, memory_mib=64, walltime=60)
+        _kill_node(cluster, engine, int(mapped[1].removeprefix("agent")), fid)
+        wait_until(lambda: (n := _node(daemon, 1))["hostname"] == spare and n["up"], 60, f"{spare} on node 1")
+        assert f"agent {spare} takes node 1 (its agent {mapped[1]} is gone)" in daemon.log.read_text()
+        daemon.client.call("DELETE", f"/v1/jobs/{busy}")
+        assert daemon.wait_final([gang], 90)[gang]["state"] == "done"
+        with daemon.db() as db:
+            slots = json.loads(db.execute("SELECT slots FROM jobs WHERE id = ?", (gang,)).fetchone()[0])
+        assert sorted(node for node, cores in slots if cores) == [0, 1]
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        stop_cluster(cluster)
+
+
+def _declined_hosts(daemon: Any) -> list[str]:
+    """Hostnames the daemon's log says it declined as beyond the cluster's nodes."""
+    return re.findall(r"agent (\S+) is beyond the cluster's nodes", daemon.log.read_text())
+
+
 def _renamed(argv: list[bytes], hostname: str, root: Path) -> list[bytes]:
     """An agent's command line as another machine's: its hostname, and directories of its own (an agent
     refuses to recover another's checkpointed state)."""

@@ -187,6 +187,8 @@ class MesosBackend(EventHandler):
         Such a node comes back once its agent offers room for it, not at its first offer: another
         framework holding part of the agent would otherwise let the core place the same launch there
         again, and each try would hold a pass for `launch_timeout`."""
+        self.beyond: set[str] = set()
+        """Agents declined for an hour as beyond the cluster's nodes: a REVIVE brings their offers back."""
         self.changes: list[tuple[int, bool]] = []
         self.runs: dict[str, Run] = {}
         self.launches: dict[str, _Launch] = {}
@@ -345,8 +347,17 @@ class MesosBackend(EventHandler):
                 beyond = self.node_hosts or len(self.hostnames) >= self.nodes
                 if node is None and beyond and offer.agent_id not in self.hostnames:
                     surplus.append(offer.id)  # an agent beyond the cluster's nodes
+                    if offer.agent_id not in self.beyond:
+                        log.warning(
+                            "agent %s is beyond the cluster's nodes (%d): its offers are declined for an hour, "
+                            "or until a node's agent is gone",
+                            offer.hostname,
+                            self.nodes,
+                        )
+                        self.beyond.add(offer.agent_id)
                     continue
                 self.hostnames[offer.agent_id] = offer.hostname
+                self.beyond.discard(offer.agent_id)
                 if node is not None and self.agents[node] != offer.agent_id:
                     if self.agents[node]:
                         log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
@@ -379,10 +390,13 @@ class MesosBackend(EventHandler):
         """Under the lock: its offers are void, its node leaves the core (free for a new agent to
         take), its tasks are lost."""
         self.book.agent_lost(agent)
+        self.beyond.discard(agent)
         self._node_down(agent, why)
         node = self._node_of_agent(agent)
         if node is not None:
             self.wanted.pop(node, None)  # down for want of room before, gone now
+            if self.beyond:  # one of them may take the node: their offers, filtered for an hour, come back
+                self.book.revive_soon()
 
     def _node_down(self, agent: str, why: str, wanted: Need | None = None) -> None:
         """Under the lock: the agent's node leaves the core until the agent offers again (with room

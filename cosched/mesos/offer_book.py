@@ -133,6 +133,10 @@ class OfferBook:
         for offer_id in [o.id for o in self._held.values() if o.agent_id == agent_id]:
             del self._held[offer_id]
 
+    def revive_soon(self) -> None:
+        """REVIVE at the next decision that has something to offer for: offers filtered earlier are wanted."""
+        self._revive_wanted = True
+
     def resubscribed(self) -> None:
         """A new subscription: not suppressed, and filters of the old one may still apply."""
         self._suppressed = False
