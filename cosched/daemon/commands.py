@@ -164,9 +164,10 @@ def _token(args: argparse.Namespace) -> int:
     from cosched.daemon.config import load_config
     from cosched.daemon.identity import create_key, load_key, mint
 
-    path = args.key_file or Path(load_config(args.config).api.key_file).expanduser()
-    if not str(path) or str(path) == ".":
+    key_file = args.key_file or load_config(args.config).api.key_file
+    if not key_file:
         raise ConfigError("token: no signing key: give --key-file or a --config whose api.key_file is set")
+    path = Path(key_file).expanduser()
     if create_key(path):
         print(f"cosched: made a new signing key {path}: set api.key_file = {str(path)!r} and restart", file=sys.stderr)
     print(f"COSCHED_TOKEN={mint(load_key(path), args.user, args.lifetime)}")
