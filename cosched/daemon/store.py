@@ -84,6 +84,8 @@ ADDED_COLUMNS = {("jobs", "user"): "TEXT NOT NULL DEFAULT ''", ("workflows", "us
 
 LIVE = ("pending", "launching", "running")
 FINAL = ("done", "failed", "cancelled")
+_IS_LIVE = f"state IN ({', '.join('?' * len(LIVE))})"
+"""A job row's condition of being live, with `LIVE` as its parameters."""
 
 
 DECISIONS_KEPT = 256
@@ -284,16 +286,14 @@ class Store:
 
     def count_live(self, db: sqlite3.Connection, user: str | None = None) -> int:
         """Jobs queued or running (of `user` only, if given), read inside the caller's transaction."""
-        sql = f"SELECT COUNT(*) FROM jobs WHERE state IN ({', '.join('?' * len(LIVE))})"
+        sql = f"SELECT COUNT(*) FROM jobs WHERE {_IS_LIVE}"
         if user is None:
             return int(db.execute(sql, LIVE).fetchone()[0])
         return int(db.execute(sql + " AND user = ?", (*LIVE, user)).fetchone()[0])
 
     def owners(self) -> dict[int, str]:
         """The user of every live job that has one (the queue's USER column)."""
-        rows = self._conn().execute(
-            f"SELECT id, user FROM jobs WHERE user != '' AND state IN ({', '.join('?' * len(LIVE))})", LIVE
-        )
+        rows = self._conn().execute(f"SELECT id, user FROM jobs WHERE user != '' AND {_IS_LIVE}", LIVE)
         return {job_id: user for job_id, user in rows}
 
     def purge_ended(self, before: float, batch: int = 5000) -> int:
