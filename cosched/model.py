@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from cosched.core.topology import FatTree
 from cosched.errors import ConfigError
 
 
@@ -127,6 +128,11 @@ class Cluster:
     memory_per_node: int = 0
     allocation: Allocation = Allocation.CORE
     name: str = field(default="cluster", compare=False)
+    nodes_per_switch: int = 0
+    """The network: nodes under each leaf switch of a fat-tree, numbered left to right (0: no
+    topology known, every placement costs the same)."""
+    switches_per_pod: int = 0
+    """Leaf switches per pod of that fat-tree (a k-ary one has k/2 of each)."""
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.cores_per_node < 1:
@@ -136,6 +142,20 @@ class Cluster:
             )
         if self.memory_per_node < 0:
             raise ConfigError(f"memory_per_node must be >= 0, got {self.memory_per_node}")
+        if (self.nodes_per_switch > 0) != (self.switches_per_pod > 0) or min(
+            self.nodes_per_switch, self.switches_per_pod
+        ) < 0:
+            raise ConfigError(
+                f"a fat-tree needs both nodes_per_switch and switches_per_pod >= 1 (or both 0 for none), "
+                f"got {self.nodes_per_switch} and {self.switches_per_pod}"
+            )
+
+    @property
+    def topology(self) -> FatTree | None:
+        """The fat-tree its nodes sit in, when known."""
+        if not self.nodes_per_switch:
+            return None
+        return FatTree(self.nodes, self.nodes_per_switch, self.switches_per_pod)
 
     @property
     def cores(self) -> int:

@@ -12,6 +12,7 @@ replay makes several per job.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -154,3 +155,5 @@ class Decision:
 
     actions: list[Action] = field(default_factory=list)
     reservations: Mapping[int, float] = field(default_factory=dict)
+    wake_at: float = math.inf
+    """The core wants a pass at this time even if nothing happens (a placement window's end)."""

@@ -126,6 +126,14 @@ class Scheduler:
         self._capacity = cluster.capacity_units
         self._memory_tracked = cluster.memory_per_node > 0
         self._place = placement.place
+        self._joint = placement.joint
+        self._period = placement.period
+        if self._period < 0:
+            raise ConfigError(f"placement period must be >= 0, got {self._period}")
+        self._next_window = -math.inf
+        """With a placement `period`: the queue is served at the first pass at or after this."""
+        self._started: list[Launch] = []
+        """A joint placement's launches in the current pass."""
         # Hooks a policy leaves as the base class's no-op are not called: replay calls each once per job.
         self._forget = _overridden(backfill.forget, BackfillPolicy.forget)
         self._backfill_ended = _overridden(backfill.ended, BackfillPolicy.ended)
@@ -151,7 +159,12 @@ class Scheduler:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
+        if self._period and busy and now < self._next_window:
+            return Decision(actions, _NONE, self._next_window)  # collecting until the window ends
         reservations = self._schedule(now, actions) if busy else _NONE
+        if self._period and busy:
+            self._next_window = (math.floor(now / self._period) + 1) * self._period
+            return Decision(actions, reservations, self._next_window if self.queue else math.inf)
         return Decision(actions, reservations)
 
     def view(self, now: float) -> SchedulerView:
@@ -360,6 +373,8 @@ class Scheduler:
                 plan = self.backfill.plan(view, 0)
                 reservations = plan.reservations or reservations
                 started = self._start_planned(plan.start, now, actions)
+        if self._started:
+            self._arrange()
         if self._cosched_active and self.queue:
             promises = None
             if self.keep_promises:
@@ -495,8 +510,30 @@ class Scheduler:
         job.quota = float(job.cores)
         job.expected_end = now + job.estimate
         insort(self.running, job, key=_expected_end)
-        actions.append(Launch(job, slots))
+        launch = Launch(job, slots)
+        actions.append(launch)
+        if self._joint:
+            self._started.append(launch)
         self._view.epoch += 1
+
+    def _arrange(self) -> None:
+        """A joint placement re-places the pass's starts together (before any guest is put on
+        their cores): their slots go back to the pool, and come out again as it arranges them."""
+        launches, self._started = self._started, []
+        if len(launches) < 2:
+            return
+        pool, cluster, tracked = self.pool, self.cluster, self._memory_tracked
+        jobs = [launch.job for launch in launches]
+        for job in jobs:
+            pool.add(job.slots, slot_memory(cluster, job, job.slots) if tracked else None)
+        arranged = self.placement.arrange(jobs, pool)
+        if arranged is None or len(arranged) != len(jobs):
+            arranged = [job.slots for job in jobs]
+        for launch, job, slots in zip(launches, jobs, arranged, strict=True):
+            if sum(cores for _, cores in slots) != sum(cores for _, cores in job.slots):
+                raise SchedulingError(f"placement {self.placement.name!r} gave job {job.id} another size")
+            pool.remove(slots, slot_memory(cluster, job, slots) if tracked else None)
+            job.slots = launch.slots = slots
 
     def _remove_running(self, job: Job) -> None:
         running = self.running

@@ -140,13 +140,27 @@ class Estimator(ABC):
 
 
 class PlacementPolicy(ABC):
-    """Picks the slots for a job's whole gang from the held offers."""
+    """Picks the slots for a job's whole gang from the held offers.
+
+    A window-based policy (the NSA paper's) places jointly the jobs started together: it sets
+    `joint`, and the core calls `arrange` once per pass with the jobs the pass started. A
+    `period` makes those passes windows: the core then serves the queue only at multiples of
+    `period` seconds, so the jobs that arrive meanwhile are placed together.
+    """
 
     name: ClassVar[str] = ""
+    joint: ClassVar[bool] = False
+    period: float = 0.0
 
     @abstractmethod
     def place(self, job: Job, pool: ResourcePool) -> Slots | None:
         """The job's gang, or None when it does not fit whole. Must not change `pool`."""
+
+    def arrange(self, jobs: Sequence[Job], pool: ResourcePool) -> list[Slots] | None:
+        """For a `joint` policy: new slots for `jobs`, which one pass started (their slots are
+        given back to `pool` for the call), one each and in order, or None to keep theirs.
+        Each job must get its `need` in the pool's unit; the core takes them from `pool`."""
+        return None
 
 
 class Lending(NamedTuple):

@@ -166,9 +166,12 @@ class Replay:
         n, i, reported = len(pending), 0, 0
         apply, pop, next_time, admit = backend.apply, backend.pop, backend.next_time, backend.admit
         inf = math.inf
+        next_wake = inf
         try:
             if n:
-                apply(pending[0].submit, step(pending[0].submit, backend.start()).actions)
+                decision = step(pending[0].submit, backend.start())
+                apply(pending[0].submit, decision.actions)
+                next_wake = decision.wake_at
             next_end = next_time()
             next_sample = pending[0].submit + sample_every if sampling and n else inf
             while True:
@@ -176,6 +179,8 @@ class Replay:
                 now = next_submit if next_submit < next_end else next_end
                 if next_sample < now:
                     now = next_sample
+                if next_wake < now:
+                    now = next_wake
                 if now == inf:
                     break
                 ended = next_end <= now
@@ -193,7 +198,8 @@ class Replay:
                     events += backend.sample(now)
                     busy = backend.running or core.queue or i < n
                     next_sample = now + sample_every if busy else inf
-                actions = step(now, events).actions
+                decision = step(now, events)
+                actions, next_wake = decision.actions, decision.wake_at
                 if actions:
                     apply(now, actions)
                 self.passes_run += 1

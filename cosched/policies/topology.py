@@ -1,0 +1,214 @@
+"""Topology-aware placement on a fat-tree (the NSA paper, `nsa-topology-aware-allocation.txt`).
+
+Inter-job network interference is cut by keeping each job's nodes close: under one leaf
+switch, else in one pod. The paper's *continuity* rule keeps the search small: the free
+nodes, in id order (so switch by switch), form a sequence Q, and a job is given the n nodes
+of Q from a chosen start position on (wrapping to Q's head). Under the dynamic strategy
+(DCAS) the nodes a job takes leave Q before the next job is placed.
+
+- `contiguous` places each job alone at the start position with the lowest communication-hop
+  (CH) cost: the greedy repair of the paper, and what a per-job scheduler can do.
+- `sa` is the paper's window-based allocation: starts are collected for `period` seconds
+  (the core serves the queue only at window boundaries), then the jobs started together are
+  re-placed jointly by simulated annealing (Algorithm 1): remove 1..`remove` jobs, re-insert
+  them largest first at random start positions, keep the result by the Metropolis rule.
+- `nsa` (`cosched.policies.nsa`) is the same search with a learned repair: a policy network
+  picks each start position.
+
+Which jobs start, and when, stays the queue and backfill policies' decision: under whole-node
+allocation a job fits wherever enough nodes are free, so placing the window's jobs jointly
+after the pass changes where they run, never whether. Where that does not hold (cores of
+shared nodes, per-node memory, a cluster without a topology) these policies place first-fit.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import ClassVar
+
+from cosched.core.events import Slots
+from cosched.core.pool import ResourcePool
+from cosched.core.topology import FatTree, contiguous, run_costs
+from cosched.errors import ConfigError
+from cosched.model import Job
+from cosched.policies.base import PlacementPolicy
+
+
+def free_nodes(pool: ResourcePool) -> list[int]:
+    """The free-node sequence Q: idle nodes in id order."""
+    return list(pool.avail)
+
+
+def topology_applies(pool: ResourcePool, job: Job) -> FatTree | None:
+    """The cluster's fat-tree, when this job's nodes may be chosen freely by it: whole nodes
+    (or one-core nodes), no per-node memory to respect."""
+    tree = pool.cluster.topology
+    if tree is None or not pool.node_mode or (job.memory and pool.cluster.memory_per_node):
+        return None
+    return tree
+
+
+def best_start(tree: FatTree, free: Sequence[int], n: int) -> int:
+    """The start position in `free` whose contiguous run of `n` nodes costs least (the first
+    such position on a tie, so an empty machine fills from its left)."""
+    costs = run_costs(tree, free, n)
+    return min(range(len(costs)), key=costs.__getitem__)
+
+
+def _slots(nodes: Sequence[int], per_node: int) -> Slots:
+    return tuple((node, per_node) for node in sorted(nodes))
+
+
+def place_contiguous(job: Job, pool: ResourcePool) -> Slots | None:
+    """The job alone, at the contiguous run of free nodes with the lowest CH cost."""
+    tree = topology_applies(pool, job)
+    if tree is None or job.need < 2:
+        return pool.first_fit(job)
+    if job.need > pool.free_units:
+        return None
+    free = free_nodes(pool)
+    start = best_start(tree, free, job.need)
+    return _slots(contiguous(free, start, job.need), pool.per_node)
+
+
+class Contiguous(PlacementPolicy):
+    """Each job at the contiguous run of free nodes with the lowest CH cost."""
+
+    name = "contiguous"
+
+    def place(self, job: Job, pool: ResourcePool) -> Slots | None:
+        return place_contiguous(job, pool)
+
+
+def parse_options(argument: str | None, allowed: dict[str, type], first: str) -> dict[str, object]:
+    """`VALUE` (for the option named `first`) or `key=value,key=value`, checked against
+    `allowed`: so `sa:1000` and `sa:iterations=1000,period=30` both read."""
+    if not argument:
+        return {}
+    options: dict[str, object] = {}
+    for part in argument.split(","):
+        key, eq, value = part.partition("=")
+        if not eq:
+            key, value = first, part
+        key = key.strip()
+        if key not in allowed:
+            raise ConfigError(f"unknown option {key!r} in {argument!r}; known: {', '.join(allowed)}")
+        try:
+            options[key] = allowed[key](value.strip())
+        except ValueError:
+            raise ConfigError(f"option {key}={value!r} is not a {allowed[key].__name__}") from None
+    return options
+
+
+class Annealing(PlacementPolicy):
+    """The window's starts re-placed jointly by simulated annealing (the paper's SA)."""
+
+    name = "sa"
+    joint = True
+    OPTIONS: ClassVar[dict[str, type]] = {"iterations": int, "period": float, "remove": int, "seed": int}
+
+    def __init__(
+        self,
+        argument: str | None = None,
+        *,
+        iterations: int = 500,
+        period: float = 60.0,
+        remove: int = 2,
+        t_max: float = 2500.0,
+        t_min: float = 2.5,
+        hop_cost: float = 1000.0,
+        seed: int = 0,
+    ) -> None:
+        given = parse_options(argument, self.OPTIONS, "iterations")
+        self.iterations = int(given.get("iterations", iterations))  # type: ignore[call-overload]
+        self.period = float(given.get("period", period))  # type: ignore[arg-type]
+        self.remove = int(given.get("remove", remove))  # type: ignore[call-overload]
+        seed = int(given.get("seed", seed))  # type: ignore[call-overload]
+        if self.iterations < 0 or self.period < 0 or self.remove < 1:
+            raise ConfigError(
+                f"{self.name}: iterations and period must be >= 0 and remove >= 1, "
+                f"got {self.iterations}, {self.period}, {self.remove}"
+            )
+        if not 0 < t_min <= t_max:
+            raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")
+        self.t_max, self.t_min, self.hop_cost = t_max, t_min, hop_cost
+        self.rng = random.Random(seed)
+        self.searched = 0
+        """Windows re-placed by the search (more than one multi-node job started together)."""
+        self.improved = 0
+        """Of those, windows where the search beat the placement it started from."""
+
+    def place(self, job: Job, pool: ResourcePool) -> Slots | None:
+        """The initial solution: each job as `contiguous` places it, in the order they start."""
+        return place_contiguous(job, pool)
+
+    def arrange(self, jobs: Sequence[Job], pool: ResourcePool) -> list[Slots] | None:
+        """New slots for `jobs` (all started in this window; their slots are back in `pool`),
+        or None to keep the ones they have."""
+        tree = pool.cluster.topology
+        movable = [j for j in jobs if j.need >= 2]
+        if tree is None or len(movable) < 2 or any(topology_applies(pool, j) is None for j in jobs):
+            return None
+        free = free_nodes(pool)
+        start = [[node for node, _ in job.slots] for job in movable]
+        best = self.search(tree, free, [job.need for job in movable], start)
+        self.searched += 1
+        if best is None:
+            return None
+        self.improved += 1
+        new = {job.id: _slots(nodes, pool.per_node) for job, nodes in zip(movable, best, strict=True)}
+        return [new.get(job.id, job.slots) for job in jobs]
+
+    # -- Algorithm 1 ----------------------------------------------------------
+    def search(
+        self, tree: FatTree, free: Sequence[int], sizes: Sequence[int], initial: list[list[int]]
+    ) -> list[list[int]] | None:
+        """The best assignment found from `initial` (each job's nodes, all within `free`), or
+        None when nothing beat it."""
+        cost_of = tree.cost
+        hop_cost = self.hop_cost
+        current = [list(nodes) for nodes in initial]
+        costs = [cost_of(nodes, hop_cost) for nodes in current]
+        total = best_total = start_total = sum(costs)
+        best: list[list[int]] | None = None
+        k = len(sizes)
+        rate = -math.log(self.t_max / self.t_min)
+        t_max, iterations, rng = self.t_max, max(self.iterations, 1), self.rng
+        for t in range(self.iterations):
+            temperature = t_max * math.exp(rate * t / iterations)
+            removed = rng.sample(range(k), rng.randint(1, min(self.remove, k)))
+            held = set()
+            for j in range(k):
+                if j not in removed:
+                    held.update(current[j])
+            queue = [node for node in free if node not in held]
+            removed.sort(key=lambda j: -sizes[j])  # the paper's repair order: largest first
+            repaired = self.repair(tree, queue, [sizes[j] for j in removed])
+            new_costs = [cost_of(nodes, hop_cost) for nodes in repaired]
+            delta = sum(new_costs) - sum(costs[j] for j in removed)
+            if delta < 0 or rng.random() < math.exp(-delta / temperature):
+                for j, nodes, c in zip(removed, repaired, new_costs, strict=True):
+                    current[j], costs[j] = nodes, c
+                total += delta
+                if total < best_total - 1e-9:
+                    best_total, best = total, [list(nodes) for nodes in current]
+        return best if best is not None and best_total < start_total - 1e-9 else None
+
+    def repair(self, tree: FatTree, queue: list[int], sizes: Sequence[int]) -> list[list[int]]:
+        """Re-insert jobs of these sizes, in this order, into the free sequence `queue` (DCAS:
+        each one's nodes leave it before the next); SA picks each start at random."""
+        placed = []
+        for i, n in enumerate(sizes):
+            start = self.choose_start(tree, queue, n, sizes[i + 1 :])
+            nodes = contiguous(queue, start, n)
+            taken = set(nodes)
+            queue = [node for node in queue if node not in taken]
+            placed.append(nodes)
+        return placed
+
+    def choose_start(self, tree: FatTree, queue: Sequence[int], n: int, later: Sequence[int]) -> int:
+        """The start position for a job of `n` nodes in `queue`, before jobs of sizes `later`
+        are re-inserted (SA: uniform at random)."""
+        return self.rng.randrange(len(queue))
