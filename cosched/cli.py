@@ -7,7 +7,9 @@ line on stderr and exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -85,7 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--estimate",
         help="runtime estimate for backfilling: requested (default), actual (EASY-AR), or module:Class",
     )
-    rp.add_argument("--placement", default="first-fit", help="placement policy")
+    rp.add_argument(
+        "--placement",
+        default="first-fit",
+        help="placement policy: first-fit, or on a fat-tree contiguous, sa[:OPTIONS], nsa[:OPTIONS]",
+    )
+    rp.add_argument(
+        "--fat-tree",
+        type=_positive,
+        metavar="K",
+        help="the nodes sit in a k-ary fat-tree (K/2 nodes a leaf switch, K/2 switches a pod): "
+        "topology-aware placement, and a hops column (the NSA paper's CH cost, c = 1)",
+    )
     rp.add_argument(
         "--compare",
         nargs="?",
@@ -126,8 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
         "MaskablePPO on windows of a trace replayed by the core. Needs the train extra: "
         "pip install torch==2.13.0 && pip install 'cosched[train]'.",
     )
-    tr.add_argument("policy", choices=("rlbf", "dbf"))
-    tr.add_argument("trace", help="SWF file, or lublin[:JOBS[:PROCS[:LOAD]]]")
+    tr.add_argument("policy", choices=("rlbf", "dbf", "nsa"))
+    tr.add_argument(
+        "trace",
+        help="SWF file, or lublin[:JOBS[:PROCS[:LOAD]]]; nsa: paper[:JOBS], the windows of the NSA paper's "
+        "workload (3000 jobs by default, seeded by --seed)",
+    )
     tr.add_argument("--out", type=Path, required=True, help="checkpoints, training log, curve, model.npz, record.json")
     tr.add_argument("--epochs", type=_positive, default=100, help="PPO rollouts and updates (default 100)")
     tr.add_argument("--steps", type=_positive, default=4096, help="decisions per epoch (default 4096)")
@@ -142,16 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--max-minutes", type=float, help="stop after the epoch that passes this much training time")
     tr.add_argument(
         "--warm-start",
-        default="shortest",
         metavar="RULE",
         help="before PPO, fit the actor to imitate a rule: shortest (request, the default), first, fewest, area, "
-        "f1; dbf also ORDER-reserving (holds cores for a blocked job, needs --expected-start); none: a random actor",
+        "f1; dbf also ORDER-reserving (holds cores for a blocked job, needs --expected-start); none: a random actor "
+        "(nsa's only choice, as the paper's)",
     )
     tr.add_argument(
         "--actor",
-        choices=("mlp", "kernel"),
-        default="mlp",
-        help="dbf: the paper's MLP over the whole observation, or one network scoring each job of the window",
+        choices=("mlp", "kernel", "cnn"),
+        help="dbf: mlp, the paper's MLP over the whole observation (default), or kernel, one network scoring each "
+        "job of the window; nsa: cnn, the paper's CNN-3 (default), or mlp, its FCN-1",
     )
     tr.add_argument(
         "--expected-start",
@@ -297,6 +314,12 @@ def _train(args: argparse.Namespace) -> int:
         from cosched.learn.train import TrainSettings, train
     except ImportError as exc:
         raise ConfigError(str(exc)) from None
+    if args.policy == "nsa":
+        return _train_nsa(args)
+    args.warm_start = args.warm_start or "shortest"
+    args.actor = args.actor or "mlp"
+    if args.actor not in ("mlp", "kernel"):
+        raise ConfigError(f"{args.policy}: --actor is mlp or kernel, not {args.actor}")
     if args.policy == "dbf" and args.head + args.tail < 1:
         raise ConfigError("--head + --tail must be at least 1")
     create("queue", args.queue)  # an unknown base policy fails before any work
@@ -334,6 +357,47 @@ def _train(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     print(f"model: {path} (cosched replay TRACE --compare '{spec}')")
+    return 0
+
+
+def _train_nsa(args: argparse.Namespace) -> int:
+    """`cosched train nsa paper[:JOBS]`: NSA's repair on recorded windows of the paper's workload."""
+    from cosched.learn.train import TrainSettings, train
+
+    name, _, jobs = str(args.trace).partition(":")
+    if name != "paper":
+        raise ConfigError(f"nsa trains on the NSA paper's workload: give paper or paper:JOBS, not {args.trace!r}")
+    try:
+        count = int(jobs) if jobs else 3000
+    except ValueError:
+        raise ConfigError(f"paper:JOBS needs a whole number of jobs, got {jobs!r}") from None
+    if count < 10:
+        raise ConfigError(f"paper:JOBS needs at least 10 jobs, got {count}")
+    if args.warm_start not in (None, "none"):
+        raise ConfigError("nsa trains from a random actor, as the paper's: no --warm-start")
+    actor = args.actor or "cnn"
+    if actor not in ("cnn", "mlp"):
+        raise ConfigError(f"nsa: --actor is cnn or mlp, not {actor}")
+    settings = TrainSettings(
+        kind="nsa",
+        trace=str(args.trace),
+        epochs=args.epochs,
+        steps=args.steps,
+        seed=args.seed,
+        max_minutes=args.max_minutes,
+        ppo=dict(args.ppo),
+        warm_start="none",
+        actor=actor,
+        jobs=count,
+    )
+    path = train(settings, None, None, args.out, resume=args.resume)
+    record = json.loads((args.out / "record.json").read_text())
+    print(
+        f"trained nsa on {record['trace']['windows']} windows of {count} paper jobs: {record['epochs']} epochs, "
+        f"{record['decisions']} decisions, {record['episodes']} episodes in {record['wall_seconds']:.0f} s",
+        file=sys.stderr,
+    )
+    print(f"model: {path} (cosched.experiments.nsa_search.table(model={str(path)!r}))")
     return 0
 
 
@@ -505,6 +569,11 @@ def _replay(args: argparse.Namespace) -> int:
         cleaning=args.cleaning,
     )
     cluster = cluster_for(trace, args.allocation, args.procs)
+    if args.fat_tree:
+        if args.fat_tree % 2:
+            raise ConfigError(f"--fat-tree {args.fat_tree}: a k-ary fat-tree needs an even K")
+        half = args.fat_tree // 2
+        cluster = dataclasses.replace(cluster, nodes_per_switch=half, switches_per_pod=half)
     warnings = list(trace.report.warnings)
     sequences = cut(trace, start=args.start, length=args.length, samples=args.samples, seed=args.seed, notes=warnings)
     for warning in warnings:  # with --json too: they say the numbers may mean nothing
@@ -565,6 +634,7 @@ def _payload(results: Sequence[StudyResult], name: str, samples: int) -> dict[st
 
 
 def _table(results: Sequence[StudyResult], samples: int) -> str:
+    from cosched.reporting.metrics import mean_hops
     from cosched.reporting.report import format_table
 
     rows = []
@@ -578,6 +648,8 @@ def _table(results: Sequence[StudyResult], samples: int) -> str:
                 row[column] = f"{agg[column]['mean']:.2f} ± {agg[column]['std']:.2f}"
             else:
                 row[column] = agg[column]["mean"]
+        if r.runs and r.runs[0].cluster.topology is not None:
+            row["hops"] = round(statistics.fmean(mean_hops(run.jobs, run.cluster) for run in r.runs), 2)
         row["jobs/s"] = round(r.jobs / r.seconds) if r.seconds else 0
         rows.append(row)
     title = f"mean over {samples} samples (± std)" if samples > 1 else None

@@ -68,6 +68,11 @@ class Job:
     """Its cores may come from several nodes (core allocation); else one node holds them all."""
     depends: int = -1
     think_time: float = -1.0
+    begin: float = -math.inf
+    """Earliest start (Slurm's `--begin`, OSDEC's e_i), on the clock of `submit`: the job is held,
+    out of the queue policies' sight, until then."""
+    latest_start: float = math.inf
+    """Latest start (OSDEC's l_i): still pending then, the job fails; it never starts later."""
     # Filled in by the scheduling core.
     estimate: float = 0.0
     need: int = 0
@@ -85,6 +90,16 @@ class Job:
     def wait(self) -> float:
         """Seconds between submission and start (meaningful once started)."""
         return self.start - self.submit
+
+    @property
+    def eligible(self) -> float:
+        """When it may first start: its submission, or its begin if later (OSDEC's e_i)."""
+        return self.begin if self.begin > self.submit else self.submit
+
+    @property
+    def deferrable(self) -> bool:
+        """Whether it carries a start window (a begin after its submission, or a latest start)."""
+        return self.begin > self.submit or self.latest_start < math.inf
 
 
 @dataclass(frozen=True, slots=True)

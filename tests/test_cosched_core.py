@@ -140,6 +140,27 @@ def test_a_requeued_job_goes_back_to_its_place_in_the_queue_and_gives_nothing_ba
     assert launch == Launch(a, ((0, 2),)) and a.start == 20.0
 
 
+def test_a_requeued_job_is_ordered_by_an_aging_policy_like_any_other() -> None:
+    # WFP3 keeps the queue's submit times and weights in arrays beside it: a requeued job must
+    # enter them too, or every later order reads another job's numbers (or past the arrays' end).
+    from cosched.core.events import JobRequeued, JobSubmitted, Launch, Offer
+    from cosched.core.scheduler import Scheduler
+    from cosched.policies.backfill import EASY
+    from cosched.policies.estimate import Requested
+    from cosched.policies.placement import FirstFit
+    from cosched.policies.queue import WFP3
+
+    core = Scheduler(Cluster(nodes=2, cores_per_node=2), WFP3(), EASY(), Requested(), FirstFit())
+    a, b, c = job(1, 0, 2, 100), job(2, 1, 2, 100), job(3, 2, 2, 100)
+    actions = core.step(3.0, [Offer(((0, 2), (1, 2))), JobSubmitted(a), JobSubmitted(b), JobSubmitted(c)]).actions
+    assert [x.job.id for x in actions if isinstance(x, Launch)] == [1, 2]
+    core.step(10.0, [JobRequeued(1)])
+    # A waited longest (submitted at 0): WFP3 puts it first, ahead of C.
+    assert [j.id for j in core.view(50.0).queue] == [1, 3]
+    [launch] = core.step(50.0, [Offer(((0, 2),))]).actions
+    assert launch.job is a
+
+
 def test_a_requeued_host_leaves_its_guest_running_on_its_share() -> None:
     from cosched.core.events import JobRequeued, JobSubmitted, Offer, SetQuota
 

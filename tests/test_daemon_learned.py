@@ -7,9 +7,11 @@ it could not start. Inference of trained policies needs NumPy only.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,32 @@ def test_an_unknown_model_stops_the_daemon_with_one_line(tmp_path: Path) -> None
     )
     assert run.returncode == 2
     assert "unknown rlbf model 'no-such-model'" in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_topology_aware_joint_placement_runs_jobs_in_the_daemon_without_torch(tmp_path: Path) -> None:
+    """`nsa` (the learned repair, NumPy only) places on a fat-tree of the host's virtual nodes,
+    and the daemon serves its queue only at the window's boundaries."""
+    client = require_engine()
+    image = busybox_image(client)
+    period = 5.0
+    daemon = DaemonProcess(
+        tmp_path,
+        cores=2,
+        cluster="nodes = 2\nnodes_per_switch = 1\nswitches_per_pod = 1\n",
+        extra=f'[policies]\nplacement = "nsa:period={period:g}"\ncosched = "none"\n',
+        env=_without_torch(tmp_path),
+    )
+    daemon.start()
+    try:
+        ids = []
+        for cores in (1, 1, 2):  # submitted at three phases of the window
+            ids.append(daemon.submit(image=image, command=["sleep", "1"], cores=cores, walltime=30))
+            time.sleep(1.7)
+        done = daemon.wait_final(ids, timeout=90)
+        assert all(job["state"] == "done" for job in done.values()), done
+        for job in done.values():
+            boundary = math.ceil(job["submit"] / period) * period
+            # Started at the first pass (1 s apart at most) after a boundary, never before one.
+            assert boundary - 0.05 <= job["start"] and (job["start"] % period) < 1.5, job
+    finally:
+        daemon.cleanup(client)

@@ -134,7 +134,8 @@ class Kill:
 
 @dataclass(slots=True)
 class Reject:
-    """A job that can never run here (larger than the cluster); it leaves the queue."""
+    """A job that can never run here (larger than the cluster), or no longer may (its latest
+    start passed while it was pending); it leaves the queue, failed, with `reason`."""
 
     job: Job
     reason: str
@@ -156,4 +157,5 @@ class Decision:
     actions: list[Action] = field(default_factory=list)
     reservations: Mapping[int, float] = field(default_factory=dict)
     wake_at: float = math.inf
-    """The core wants a pass at this time even if nothing happens (a placement window's end)."""
+    """The core wants a pass at this time even if nothing happens: a placement window's end, a
+    held job's begin or a pending job's latest start, whichever comes first."""

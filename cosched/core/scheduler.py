@@ -42,10 +42,12 @@ from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
 from cosched.core.waiting import Ordered, Waiting
+from cosched.core.windows import StartWindows, doomed
 from cosched.errors import ConfigError, SchedulingError
 from cosched.model import Cluster, Job, JobState
 from cosched.policies.base import (
     AgingPolicy,
+    BackfillPlan,
     BackfillPolicy,
     CoschedulePolicy,
     Estimator,
@@ -130,10 +132,12 @@ class Scheduler:
         self._period = placement.period
         if self._period < 0:
             raise ConfigError(f"placement period must be >= 0, got {self._period}")
-        self._next_window = -math.inf
+        self._next_window = 0.0
         """With a placement `period`: the queue is served at the first pass at or after this."""
         self._started: list[Launch] = []
         """A joint placement's launches in the current pass."""
+        self.windows = StartWindows()
+        """Jobs held until their begin, and pending jobs with a latest start (`cosched.core.windows`)."""
         # Hooks a policy leaves as the base class's no-op are not called: replay calls each once per job.
         self._forget = _overridden(backfill.forget, BackfillPolicy.forget)
         self._backfill_ended = _overridden(backfill.ended, BackfillPolicy.ended)
@@ -144,6 +148,10 @@ class Scheduler:
         """Apply what happened, then decide what to do at `now`."""
         actions: list[Action] = []
         sharing = bool(self.guests)  # before the events: a host's end empties `guests`
+        if self._period and not self.queue:
+            # A window opens with the first job queued: the jobs arriving now start together
+            # at the next boundary (now, if it is one).
+            self._next_window = math.ceil(now / self._period) * self._period
         for event in events:
             # The three events of every replayed job skip the handler table.
             if isinstance(event, JobSubmitted):
@@ -158,14 +166,27 @@ class Scheduler:
         if sharing and actions:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
+        windows = self.windows
+        if windows.held:
+            for job in windows.due(now):  # their begin came: they enter the queue as arrivals do
+                self._enqueue(job, now)
+        if windows.watching:
+            self._expire(now, actions, at_now=False)  # a pass late for a latest start never starts it
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
+        wake = windows.next_time(now) if windows.watching or windows.held else math.inf
         if self._period and busy and now < self._next_window:
-            return Decision(actions, _NONE, self._next_window)  # collecting until the window ends
+            if windows.watching:
+                self._expire(now, actions, at_now=True)
+                wake = windows.next_time(now)
+            return Decision(actions, _NONE, min(self._next_window, wake))  # collecting until the window ends
         reservations = self._schedule(now, actions) if busy else _NONE
+        if windows.watching:
+            self._expire(now, actions, at_now=True)  # this pass was their last chance
+            wake = windows.next_time(now)
         if self._period and busy:
             self._next_window = (math.floor(now / self._period) + 1) * self._period
-            return Decision(actions, reservations, self._next_window if self.queue else math.inf)
-        return Decision(actions, reservations)
+            return Decision(actions, reservations, min(self._next_window if self.queue else math.inf, wake))
+        return Decision(actions, reservations, wake)
 
     def view(self, now: float) -> SchedulerView:
         """The policies' view of the state at `now` (queue in policy order).
@@ -202,6 +223,15 @@ class Scheduler:
         job.estimate = self.estimator.estimate(job)
         job.state = JobState.PENDING
         self.jobs[job.id] = job
+        if job.latest_start < math.inf:
+            self.windows.watch(job)
+        if job.begin > now:
+            self.windows.hold(job)  # out of the policies' sight until its begin
+            return
+        self._enqueue(job, now)
+
+    def _enqueue(self, job: Job, now: float) -> None:
+        """Put a pending job in the queue (at its place for a static queue policy)."""
         queue = self.queue
         if not self.queue_policy.static:
             queue.append(job)
@@ -242,11 +272,27 @@ class Scheduler:
                 actions.append(Kill(job.id))  # it leaves `running` when the backend reports the end
             return
         del self.jobs[job.id]
-        self._unqueue(job)
+        if not self.windows.drop(job):
+            self._unqueue(job)
         self._view.epoch += 1
         self.backfill.forget(job)
         job.state = JobState.CANCELLED
         job.end = now
+
+    def _expire(self, now: float, actions: list[Action], *, at_now: bool) -> None:
+        """Pending jobs whose latest start passed (or is now, once the pass is over) fail with a
+        `Reject`, as refusals do: OSDEC's X_it = 0 for t > l_i, so none starts late."""
+        for job in self.windows.expired(now, at_now=at_now):
+            if job.id not in self.jobs:
+                continue
+            del self.jobs[job.id]
+            if not self.windows.drop(job):
+                self._unqueue(job)
+            self._view.epoch += 1
+            self.backfill.forget(job)
+            job.state = JobState.FAILED
+            job.end = now
+            actions.append(Reject(job, f"job {job.id} did not start by its latest start {job.latest_start:.0f}"))
 
     def _on_usage(self, event: UsageReported, now: float, actions: list[Action]) -> None:
         job = self.jobs.get(event.job_id)
@@ -298,6 +344,9 @@ class Scheduler:
             insort(queue, job, key=_priority)
         else:
             queue.append(job)
+            if self._waiting is not None:  # an aging policy's arrays follow the queue, entry for entry
+                self._waiting.append(job)
+        self.windows.watch(job)  # it must still start by its latest start, or fail
         self._view.epoch += 1
 
     def _leave_running(self, job: Job, now: float, actions: list[Action]) -> None:
@@ -349,19 +398,30 @@ class Scheduler:
         pool, place = self.pool, self._place
         if self.queue_policy.one_by_one:
             view = self._serve_one_by_one(view, now, actions)
-        order = view.queue
+        order = full = view.queue
+        if self.windows.watching:
+            order = self._reservable(view, order, ())
         head = 0
-        n = len(order)
-        while head < n and not self.backfill.serves_head:
-            job = order[head]
-            if job.need > pool.free_units:
-                break
-            slots = place(job, pool)
-            if slots is None:
-                break
-            self._launch(job, slots, now, actions)
-            head += 1
-        plan = self.backfill.plan(view, head) if head < n and (pool.free_units or self.backfill.serves_head) else None
+        late_before: set[int] | None = None
+        while True:
+            n = len(order)
+            while head < n and not self.backfill.serves_head:
+                job = order[head]
+                if job.need > pool.free_units:
+                    break
+                slots = place(job, pool)
+                if slots is None:
+                    break
+                self._launch(job, slots, now, actions)
+                head += 1
+            plan = (
+                self.backfill.plan(view, head) if head < n and (pool.free_units or self.backfill.serves_head) else None
+            )
+            late = self._late(plan) if plan is not None and self.windows.watching else ()
+            if not late or (late_before is not None and set(late) <= late_before):
+                break  # (a policy that reserves again what it forgot gets no second try)
+            late_before = set(late) | (late_before or set())
+            order = self._reservable(view, order, late)  # plan again without them
         self._dequeue_prefix(order, head)
         reservations = _NONE
         if plan is not None:
@@ -369,7 +429,8 @@ class Scheduler:
             started = self._start_planned(plan.start, now, actions)
             while started and self.backfill.one_by_one and pool.free_units and self.queue:
                 view = self.view(now)
-                order = view.queue
+                if self.windows.watching:
+                    self._reservable(view, view.queue, ())
                 plan = self.backfill.plan(view, 0)
                 reservations = plan.reservations or reservations
                 started = self._start_planned(plan.start, now, actions)
@@ -381,8 +442,32 @@ class Scheduler:
                 waiting = islice((job for job in order if job.state is JobState.PENDING), 2)
                 standing = reservations if plan is not None else self.backfill.reservations
                 promises = Promises(view, waiting, standing)
-            self._coschedule(view, order, now, actions, promises)
+            self._coschedule(view, full, now, actions, promises)
         return reservations
+
+    def _reservable(self, view: SchedulerView, order: Sequence[Job], late: Sequence[int]) -> Sequence[Job]:
+        """`order` without the jobs no reservation may be made for: those in `late` and those
+        that cannot fit by their latest start (`cosched.core.windows.doomed`). They stay queued
+        (a job may still start in time if others end early) but hold no one back; a policy that
+        kept a reservation for one forgets it. The view's queue becomes the result."""
+        out = set(late) | doomed(view, order)
+        if not out:
+            return order
+        for job_id in out:
+            self.backfill.forget(self.jobs[job_id])
+        kept = [job for job in order if job.id not in out]
+        view.queue = kept
+        view.epoch += 1
+        return kept
+
+    def _late(self, plan: BackfillPlan) -> list[int]:
+        """Jobs the plan reserved for after their latest start: they would expire first."""
+        jobs = self.jobs
+        return [
+            job_id
+            for job_id, at in plan.reservations.items()
+            if job_id in jobs and at > jobs[job_id].latest_start and jobs[job_id].state is JobState.PENDING
+        ]
 
     def _start_planned(self, jobs: Sequence[Job], now: float, actions: list[Action]) -> bool:
         """Launch each job a backfill plan returned that still fits; whether any started."""

@@ -11,6 +11,10 @@ is a pruned one (fewer pods than k), so the tree is given by those two numbers a
 cluster's node count. Nodes are numbered left to right, so a leaf's nodes, and a pod's, are
 consecutive ids: the order the paper's continuity strategies walk.
 
+Under core allocation a job's ranks may share nodes: the free sequence then holds a node once
+per free core, and two ranks on one node are 0 hops apart (shared memory), so with one rank
+per node the cost is eq. (1) exactly.
+
 The cost is computed by counting, not over pairs: with m_s a job's nodes under leaf s and
 m_p under pod p, the same-leaf ordered pairs are sum m_s(m_s - 1), the same-pod ones
 sum m_p(m_p - 1) less those, and the rest cross pods. `Window` keeps those sums for a run of
@@ -68,14 +72,18 @@ class FatTree:
         return HOPS_POD if a // self.per_pod == b // self.per_pod else HOPS_CROSS
 
     def cost(self, nodes: Iterable[int], hop_cost: float = 1.0) -> float:
-        """Eq. (1): the job's CH cost on these (distinct) nodes; 0 for one node."""
+        """Eq. (1): the job's CH cost with one rank on each of these nodes (a node named k
+        times holds k ranks); 0 on one node."""
         window = Window(self)
         for node in nodes:
             window.add(node)
         return window.cost(hop_cost)
 
-    def slots_cost(self, slots: Sequence[tuple[int, int]], hop_cost: float = 1.0) -> float:
-        """The CH cost of a job's slots: the nodes it runs on, whatever its cores on each."""
+    def slots_cost(self, slots: Sequence[tuple[int, int]], ranks_per_core: bool, hop_cost: float = 1.0) -> float:
+        """The CH cost of a job's slots: one rank per node it holds (whole-node allocation), or
+        one per core (`ranks_per_core`: core allocation, where a job's cores are its ranks)."""
+        if ranks_per_core:
+            return self.cost((node for node, cores in slots for _ in range(cores)), hop_cost)
         return self.cost((node for node, _ in slots), hop_cost)
 
 
@@ -87,21 +95,27 @@ class Window:
     is re-costed in constant time per step.
     """
 
-    __slots__ = ("by_pod", "by_switch", "n", "same_pod", "same_switch", "tree")
+    __slots__ = ("by_node", "by_pod", "by_switch", "n", "same_node", "same_pod", "same_switch", "tree")
 
     def __init__(self, tree: FatTree) -> None:
         self.tree = tree
+        self.by_node: dict[int, int] = {}
         self.by_switch: dict[int, int] = {}
         self.by_pod: dict[int, int] = {}
         self.n = 0
+        self.same_node = 0
+        """Ordered pairs of ranks on one node (0 hops; none when each node holds one rank)."""
         self.same_switch = 0
-        """Ordered pairs of distinct nodes under one leaf switch."""
+        """Ordered pairs of ranks under one leaf switch (same-node pairs included)."""
         self.same_pod = 0
-        """Ordered pairs of distinct nodes in one pod (same-switch pairs included)."""
+        """Ordered pairs of ranks in one pod (same-switch pairs included)."""
 
     def add(self, node: int) -> None:
         tree = self.tree
         s, p = node // tree.per_switch, node // tree.per_pod
+        m = self.by_node.get(node, 0)
+        self.by_node[node] = m + 1
+        self.same_node += 2 * m
         m = self.by_switch.get(s, 0)
         self.by_switch[s] = m + 1
         self.same_switch += 2 * m
@@ -113,6 +127,9 @@ class Window:
     def remove(self, node: int) -> None:
         tree = self.tree
         s, p = node // tree.per_switch, node // tree.per_pod
+        m = self.by_node[node] - 1
+        self.by_node[node] = m
+        self.same_node -= 2 * m
         m = self.by_switch[s] - 1
         self.by_switch[s] = m
         self.same_switch -= 2 * m
@@ -127,7 +144,8 @@ class Window:
             return 0.0
         cross = n * (n - 1) - self.same_pod
         pod_only = self.same_pod - self.same_switch
-        hops = HOPS_SWITCH * self.same_switch + HOPS_POD * pod_only + HOPS_CROSS * cross
+        switch_only = self.same_switch - self.same_node
+        hops = HOPS_SWITCH * switch_only + HOPS_POD * pod_only + HOPS_CROSS * cross
         return hop_cost * hops / n
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from cosched.core.events import Colocate, Decision, Event, JobEnded, JobSubmitted, Launch, Reject, SetQuota
 from cosched.core.scheduler import Scheduler
 from cosched.errors import SchedulingError
-from cosched.model import Allocation
+from cosched.model import Allocation, Job
 
 
 class ValidatingScheduler:
@@ -61,12 +61,19 @@ class ValidatingScheduler:
         self._check_quotas(decision)
         if decision.reservations:
             self.reservation_log.append((now, dict(decision.reservations)))
+            jobs = self.scheduler.jobs
+            for jid, at in decision.reservations.items():
+                job = jobs.get(jid)
+                self._check(
+                    job is None or at <= job.latest_start,
+                    f"job {jid} reserved for {at}, after its latest start {job and job.latest_start}",
+                )
         return decision
 
     def _ordered_head(self, now: float, events: list[Event]) -> int | None:
         """The job the queue policy will serve first in this pass (before anything starts)."""
         core = self.scheduler
-        pending = core.queue + [e.job for e in events if isinstance(e, JobSubmitted)]
+        pending = core.queue + [e.job for e in events if isinstance(e, JobSubmitted) and e.job.begin <= now]
         if not pending:
             return None
         return min(pending, key=lambda job: core.queue_policy.score(job, now)).id
@@ -77,6 +84,7 @@ class ValidatingScheduler:
         self._check(jid in self.submitted, f"job {jid} launched but never submitted")
         self._check(jid not in self.started, f"job {jid} started twice")
         self._check(now >= job.submit, f"job {jid} started at {now} before its submission at {job.submit}")
+        self._in_window(now, job)
         per_node = cluster.cores_per_node
         nodes = [node for node, _ in action.slots]
         self._check(len(set(nodes)) == len(nodes), f"job {jid} got one node twice")
@@ -101,6 +109,7 @@ class ValidatingScheduler:
         gid = guest.id
         self._check(gid in self.submitted and gid not in self.started, f"guest {gid} not pending")
         self._check(now >= guest.submit, f"guest {gid} started before its submission")
+        self._in_window(now, guest)
         self._check(host in self.slots and host not in self.host_of, f"guest {gid}: host {host} cannot host")
         held = dict(self.slots[host])
         for node, cores in action.slots:
@@ -138,6 +147,13 @@ class ValidatingScheduler:
                 held[node] -= cores
         for node, cores in held.items():
             self.used[node] -= cores
+
+    def _in_window(self, now: float, job: Job) -> None:
+        """A deferrable job starts within [begin, latest start], never outside it."""
+        self._check(now >= job.begin, f"job {job.id} started at {now} before its begin at {job.begin}")
+        self._check(
+            now <= job.latest_start, f"job {job.id} started at {now} after its latest start at {job.latest_start}"
+        )
 
     @staticmethod
     def _check(ok: bool, message: str) -> None:

@@ -54,6 +54,14 @@ def add_commands(commands: Any, parser_class: type) -> None:
         default=None,
         help="its cores may come from several nodes (on Mesos: one task per agent); default: on one host only",
     )
+    sp.add_argument(
+        "--begin",
+        help="earliest start, as sbatch --begin: epoch seconds, +SECONDS or now+SECONDS (held until then)",
+    )
+    sp.add_argument(
+        "--latest-start",
+        help="latest start, same forms: a job still pending then fails (a deferrable job's window end)",
+    )
     sp.add_argument("--name", default="job")
     sp.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     sp.add_argument("--data-dir", action="append", default=[], help="host directory to mount (under a data root)")
@@ -211,6 +219,9 @@ def _submit(args: argparse.Namespace) -> int:
         **({"span": args.span} if args.span is not None else {}),
         "data_dirs": args.data_dir,
     }
+    for key, value in (("begin", args.begin), ("latest_start", args.latest_start)):
+        if value is not None:  # as typed: the daemon resolves +SECONDS on its own clock
+            body[key] = value
     if args.memory is not None:
         body["memory_mib"] = args.memory
     answer = client.call("POST", "/v1/jobs", body)
@@ -277,8 +288,9 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     for key, value in _status_lines(status):
         print(f"{key:>10}: {value}")
-    for key in ("submit", "start", "end"):
-        print(f"{key:>10}: {_when(status.get(key))}")
+    for key in ("submit", "begin", "latest_start", "start", "end"):
+        if key in ("submit", "start", "end") or status.get(key) is not None:
+            print(f"{key.partition('_')[0]:>10}: {_when(status.get(key))}")
     if status.get("log_tail"):
         print("  log tail:")
         for line in status["log_tail"].rstrip().splitlines():

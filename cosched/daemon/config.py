@@ -28,6 +28,8 @@ default. Example (every key, with its default)::
     cores = 0                     # cores (0 = every CPU this process may run on; more oversubscribe them)
     memory_mib = 0                # memory to schedule (0 = 90% of the host's)
     default_memory_per_core = 1024  # MiB per core for a job that does not say (Slurm's DefMemPerCPU)
+    nodes_per_switch = 0          # the nodes' network, a fat-tree: nodes under each leaf switch, in node order
+    switches_per_pod = 0          # and leaf switches per pod (0 and 0: none; placements contiguous, sa, nsa use it)
 
     [docker]
     base_url = ""                 # "" = DOCKER_HOST or the local socket
@@ -132,6 +134,8 @@ class ClusterSection:
     cores: int = 0
     memory_mib: int = 0
     default_memory_per_core: int = 1024
+    nodes_per_switch: int = 0
+    switches_per_pod: int = 0
 
 
 @dataclass(frozen=True)
@@ -315,6 +319,13 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:
         raise ConfigError(
             "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"
+        )
+    if (cluster.nodes_per_switch > 0) != (cluster.switches_per_pod > 0) or min(
+        cluster.nodes_per_switch, cluster.switches_per_pod
+    ) < 0:
+        raise ConfigError(
+            "config [cluster]: nodes_per_switch and switches_per_pod are both >= 1 (a fat-tree) or both 0, "
+            f"got {cluster.nodes_per_switch} and {cluster.switches_per_pod}"
         )
     validate_job_settings(config.docker)
     if config.docker.run_as not in RUN_AS:

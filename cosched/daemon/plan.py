@@ -92,8 +92,9 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                 plan.quotas.append((action.job_id, action.cpus, seq))
             elif isinstance(action, Kill):
                 plan.kills.append(action.job_id)
-            elif isinstance(action, Reject):
+            elif isinstance(action, Reject):  # refused, or its latest start passed: durable with the reason
                 store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
+                daemon.specs.pop(action.job.id, None)
         _save_learning(daemon, db, ends)
     return plan
 

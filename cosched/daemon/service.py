@@ -80,6 +80,8 @@ class Daemon:
             self.cpu_map.cores_per_node,
             config.memory_mib() // nodes,
             name="local",
+            nodes_per_switch=config.cluster.nodes_per_switch,
+            switches_per_pod=config.cluster.switches_per_pod,
         )
         self.asax = self._policy()
         self.core = self._new_core()

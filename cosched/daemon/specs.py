@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cosched.daemon import start_window
 from cosched.errors import ConfigError
 from workloads.workflows import Stage, Workflow
 
@@ -72,6 +73,13 @@ class JobSpec(Container):
     """May its cores come from several nodes: on one host (virtual nodes) yes unless false; on
     Mesos only if true, and it then runs as one task per agent, each given its part (COSCHED_PART
     of COSCHED_PARTS): a job made to be spread, such as an MPI rank per agent."""
+    begin: float | str | None = None
+    """Earliest start (Slurm's --begin): epoch seconds, or `+SECONDS` / `now+SECONDS` after
+    acceptance; stored absolute. Held (pending, `begins at ...`) until then."""
+    latest_start: float | str | None = None
+    """Latest start, same forms: still pending then, the job fails with that reason."""
+
+    _window = field_validator("begin", "latest_start", mode="before")(start_window.parse)
 
 
 class StageSpec(Container):
@@ -94,6 +102,11 @@ class WorkflowSpec(Container):
     memory_mib: int | None = Field(None, gt=0, le=1 << 30)
     walltime: float | None = Field(None, gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
     stages: list[StageSpec] = Field(min_length=1, max_length=1024)
+    begin: float | str | None = None
+    """No stage starts before it (as a job's `begin`); stages released after it start at once.
+    A workflow has no latest start: a stage expiring midway would strand the ones after it."""
+
+    _window = field_validator("begin", mode="before")(start_window.parse)
 
     @model_validator(mode="after")
     def _complete(self) -> WorkflowSpec:
@@ -139,5 +152,6 @@ class WorkflowSpec(Container):
                 parallel=stage.parallel,
                 env={**self.env, **stage.env},
                 data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
+                begin=self.begin,
             )
         )

@@ -14,7 +14,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import JobCancelled, JobSubmitted
-from cosched.daemon import journal, state_faults, workflow_stages
+from cosched.daemon import journal, start_window, state_faults, workflow_stages
 from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.identity import ANONYMOUS, Caller
@@ -114,6 +114,7 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     check_job(daemon, spec)
     now = daemon.clock()
     document = spec.model_dump()
+    document["begin"], document["latest_start"] = _window(spec.begin, spec.latest_start, now)
     with daemon.store.transaction() as db:
         check_room(daemon, db, user, 1)
         job_id = daemon.store.add_job(db, document, now, user=user)
@@ -133,6 +134,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
         except Rejected as exc:
             raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
     now = daemon.clock()
+    spec.begin = _window(spec.begin, None, now)[0]
     with daemon.store.transaction() as db:
         check_room(daemon, db, user, len(spec.stages))
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
@@ -165,6 +167,15 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
     return str(record["state"])
 
 
+def _window(begin: float | str | None, latest: float | str | None, now: float) -> tuple[float | None, float | None]:
+    """A submission's start window on the daemon's clock; Rejected naming the field it breaks."""
+    window = start_window.absolute(begin, now), start_window.absolute(latest, now)
+    problem = start_window.problem(*window, now)
+    if problem is not None:
+        raise Rejected(*problem)
+    return window
+
+
 def queue(daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, workflow: int | None = None) -> None:
     """Hand an accepted job (stored already) to the next pass."""
     daemon.specs[job_id] = document
@@ -174,6 +185,7 @@ def queue(daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, 
 def job_from(daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, workflow: int | None = None) -> Job:
     cores = int(spec["cores"])
     memory = spec.get("memory_mib") or cores * daemon.config.cluster.default_memory_per_core
+    begin, latest_start = start_window.stored(spec)
     return Job(
         id=job_id,
         submit=submit,
@@ -185,6 +197,8 @@ def job_from(daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, w
         tasks=int(spec.get("tasks") or 1),
         parallel=bool(spec.get("parallel", True)),
         span=_spans(daemon, spec),
+        begin=begin,
+        latest_start=latest_start,
     )
 
 

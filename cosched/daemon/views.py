@@ -7,6 +7,7 @@ tables; the wording follows Slurm's (`squeue --start` reasons, `scontrol show`).
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
@@ -46,6 +47,9 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
             _row(daemon, job, "pending", "Resources" if position == 0 else "Priority", reservations.get(job.id))
         )
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
+    in_queue = {job.id for job in queued}
+    held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
+    rows += [_row(daemon, job, "pending", begins_at(job.begin), None) for job in sorted(held, key=lambda j: j.begin)]
     owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
         if job.id in waiting:  # the core started it; its machines have not given what it needs yet
@@ -91,7 +95,14 @@ def _row(daemon: Daemon, job: Any, state: str, reason: str, start: float | None)
         "reason": reason,
         "app_class": job.stage,
         "workflow": job.workflow,
+        "begin": job.begin if math.isfinite(job.begin) else None,
+        "latest_start": job.latest_start if math.isfinite(job.latest_start) else None,
     }
+
+
+def begins_at(stamp: float) -> str:
+    """A held job's pending reason (Slurm says BeginTime): when it enters the queue."""
+    return "begins at " + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
 
 
 def _nodelist(slots: Any) -> str:
@@ -127,7 +138,11 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "workflow": record["workflow"],
         "stage": record["stage"],
         "quota_changes": daemon.store.quota_changes(job_id),
+        "begin": spec.get("begin"),
+        "latest_start": spec.get("latest_start"),
     }
+    if record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
+        status["reason"] = begins_at(spec["begin"])
     job = daemon.core.jobs.get(job_id)
     if job is not None and job.usage is not None:
         status["usage"] = {

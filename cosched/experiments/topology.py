@@ -106,3 +106,66 @@ def record_windows(
     tree = cluster.topology
     assert tree is not None
     return tree, recorder.windows
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementRow:
+    """One placement's replay of the paper's workload: Fig. 6's two axes, and its cost to run."""
+
+    placement: str
+    period: float
+    mean_ch: float
+    """Mean CH cost per job, c = 1000 (the paper's scale)."""
+    mean_wait: float
+    seconds: float
+
+
+def compare_placements(
+    count: int = 3000,
+    seed: int = 11,
+    *,
+    periods: Sequence[float] = (10, 20, 30, 40, 50, 60),
+    iterations: int = 500,
+    learned: bool = True,
+) -> list[PlacementRow]:
+    """The NSA paper's Fig. 6 in replay: per-job placement (first-fit, the continuity rule's
+    cheapest run) against window-based joint placement (`sa`, and `nsa` with the shipped
+    model when `learned`) for each window length, all on the same jobs under FCFS + EASY."""
+    cluster = paper_cluster()
+    tree = cluster.topology
+    assert tree is not None
+    setups: list[tuple[str, float]] = [("first-fit", 0.0), ("contiguous", 0.0)]
+    setups += [("sa", float(period)) for period in periods]
+    if learned:
+        setups += [("nsa", float(period)) for period in periods]
+    rows = []
+    for name, period in setups:
+        spec = name if name in ("first-fit", "contiguous") else f"{name}:iterations={iterations},period={period:g}"
+        result = replay(paper_jobs(count, seed), cluster, PolicySet("fcfs", "easy", placement=spec))
+        jobs = result.jobs
+        rows.append(
+            PlacementRow(
+                name,
+                period,
+                sum(tree.slots_cost(job.slots, False, HOP_COST) for job in jobs) / len(jobs),
+                sum(job.wait for job in jobs) / len(jobs),
+                result.seconds,
+            )
+        )
+    return rows
+
+
+def format_placements(rows: Sequence[PlacementRow]) -> str:
+    from cosched.reporting.report import format_table
+
+    table = [
+        {
+            "placement": row.placement,
+            "window": f"{row.period:g} s" if row.period else "per job",
+            "mean CH (c=1000)": round(row.mean_ch),
+            "mean wait (s)": round(row.mean_wait, 1),
+            "replay (s)": round(row.seconds, 1),
+        }
+        for row in rows
+    ]
+    return format_table(table)

@@ -21,7 +21,7 @@ from cosched.errors import ConfigError
 from cosched.learn.features import CLUSTER_QUANTILES
 
 FORMAT = 1
-KINDS = ("rlbf", "dbf")
+KINDS = ("rlbf", "dbf", "nsa")
 NEGLIGIBLE = -1e9
 """The attention key of an empty slot of DBF's window: finite, so that a window without jobs
 averages instead of giving NaN."""
@@ -30,7 +30,9 @@ averages instead of giving NaN."""
 @dataclass(frozen=True)
 class PolicyNetwork:
     """An MLP actor. For `rlbf` it scores each job row with the same small network (the
-    paper's kernel network); for `dbf` it maps the whole observation to one logit per action."""
+    paper's kernel network); for `dbf` it maps the whole observation to one logit per action;
+    for `nsa`, the (q, 4) observation to a logit per start position, through convolutions
+    first where its config's `actor` is `cnn` (`convs`: kernel and stride of each)."""
 
     config: dict[str, Any]
     weights: tuple[np.ndarray, ...]
@@ -46,9 +48,13 @@ class PolicyNetwork:
         x = np.asarray(obs, dtype=np.float32)
         if self.config.get("actor") == "kernel":
             return self._window_kernel(x)
+        if self.config.get("actor") == "cnn":
+            return self._cnn(x)
         if self.kind == "rlbf":
             x = x.reshape(*x.shape[:-1], -1, int(self.config["features"]))
             return self._mlp(x, 0, len(self.weights))[..., 0]
+        if self.kind == "nsa":  # FCN-1 over the flattened (q, 4) observation
+            x = x.reshape(*x.shape[:-2], -1)
         return self._mlp(x, 0, len(self.weights))
 
     def _mlp(self, x: np.ndarray, first: int, end: int) -> np.ndarray:
@@ -60,6 +66,17 @@ class PolicyNetwork:
             if k < end - 1:
                 x = np.maximum(x, 0.0) if self.config.get("activation", "relu") == "relu" else np.tanh(x)
         return x
+
+    def _cnn(self, x: np.ndarray) -> np.ndarray:
+        """NSA's CNN-3 (`cosched.learn.torch_nets.NsaConvExtractor`): the (q, 4) observation's
+        columns as channels along Q through the convolutions (tanh after each), flattened
+        channel by channel as torch does, then the MLP layers."""
+        convs = [(int(kernel), int(stride)) for kernel, stride in self.config["convs"]]
+        for k, (kernel, stride) in enumerate(convs):
+            windows = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=-2)[..., ::stride, :, :]
+            x = np.tanh(np.einsum("...lck,ock->...lo", windows, self.weights[k]) + self.biases[k])
+        x = np.swapaxes(x, -1, -2).reshape(*x.shape[:-2], -1)
+        return self._mlp(x, len(convs), len(self.weights))
 
     def _window_kernel(self, x: np.ndarray) -> np.ndarray:
         """DBF's kernel actor (`cosched.learn.torch_nets.WindowKernelExtractor`): keys and

@@ -6,6 +6,7 @@ DBF's is, by default, the paper's MLP over the whole observation (`MlpPolicy`), 
 learn the same comparison of jobs once for each of the window's slots. Fitted to imitate the
 rule f1-reserving (window 24 + 8), the MLP scored 67 mean bsld on the test windows, the kernel
 actor 27, the rule itself 23 (docs/learned-policies.md, round three).
+NSA's repair is the paper's CNN-3 (`NsaConvExtractor`) or its FCN-1 (an MLP, tanh).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from gymnasium import spaces
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
 from cosched.learn.features import CLUSTER_QUANTILES, RLBF_FEATURES
@@ -108,6 +111,36 @@ class WindowKernelExtractor(nn.Module):
         layers = [[m for m in part if isinstance(m, nn.Linear)] for part in parts]
         config = {"actor": "kernel", "features": self.features, "layers": [len(part) for part in layers]}
         return [layer for part in layers for layer in part], config
+
+
+NSA_CONV = ((16, 10, 1), (8, 5, 2))
+"""NSA's convolutions (the paper's CNN-3, Table II): (out channels, kernel, stride) each."""
+NSA_HIDDEN = 256
+"""The hidden linear layer after them (CNN-3's Linear(352, 256)); the action layer follows."""
+
+
+class NsaConvExtractor(BaseFeaturesExtractor):  # type: ignore[misc]
+    """The convolutional part of the NSA paper's CNN-3: the (q, 4) observation read as 4
+    channels along Q, Conv1d(4, 16, 10) Tanh Conv1d(16, 8, 5, stride 2) Tanh, flattened
+    (channel by channel, as torch's Flatten). Actor and critic share it; each has its own
+    Linear(., 256) Tanh after it, the actor then Linear(256, q), the critic Linear(256, 1)."""
+
+    def __init__(self, observation_space: spaces.Box) -> None:
+        length, channels = observation_space.shape
+        layers: list[nn.Module] = []
+        for out, kernel, stride in NSA_CONV:
+            layers += [nn.Conv1d(channels, out, kernel, stride), nn.Tanh()]
+            length, channels = (length - kernel) // stride + 1, out
+        super().__init__(observation_space, features_dim=length * channels)
+        self.conv = nn.Sequential(*layers, nn.Flatten())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.conv(observations.transpose(1, 2))  # type: ignore[no-any-return]
+
+    def exported(self) -> tuple[list[nn.Conv1d], list[list[int]]]:
+        """The convolutions, and (kernel, stride) of each for `network.PolicyNetwork`."""
+        convs = [m for m in self.conv if isinstance(m, nn.Conv1d)]
+        return convs, [[int(c.kernel_size[0]), int(c.stride[0])] for c in convs]
 
 
 class _ScoresPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]

@@ -7,6 +7,9 @@ of `training.jsonl` and a fresh `learning-curve.png`; at the end, `model.npz` (t
 in NumPy, with a check batch of torch's outputs, `cosched.learn.network`) and
 `record.json` (trace, windows, seeds, epochs, wall time, machine).
 
+`cosched train nsa paper[:JOBS] --out DIR` trains NSA's repair (`cosched.learn.nsa`) on the
+windows a joint placement meets replaying JOBS of the NSA paper's jobs (seeded by --seed).
+
 Torch is imported here only: install the CPU build first (`pip install torch==2.13.0`),
 then `pip install 'cosched[train]'`.
 """
@@ -27,6 +30,7 @@ from cosched.errors import ConfigError
 from cosched.learn.envs import BackfillEnv, JobSelectionEnv
 from cosched.learn.features import RLBF_FEATURES, dbf_row_features
 from cosched.learn.network import PolicyNetwork
+from cosched.learn.nsa import RepairEnv
 from cosched.learn.rules import rule
 from cosched.model import Cluster
 from cosched.traces.trace import Trace
@@ -38,7 +42,13 @@ try:
     from stable_baselines3.common.callbacks import BaseCallback
     from torch import nn
 
-    from cosched.learn.torch_nets import KernelExtractor, KernelPolicy, WindowKernelExtractor, WindowKernelPolicy
+    from cosched.learn.torch_nets import (
+        KernelExtractor,
+        KernelPolicy,
+        NsaConvExtractor,
+        WindowKernelExtractor,
+        WindowKernelPolicy,
+    )
 except ImportError as exc:  # pragma: no cover - the CLI turns this into one line
     raise ImportError(
         "training needs torch and sb3-contrib: pip install torch==2.13.0 && pip install 'cosched[train]'"
@@ -86,10 +96,24 @@ class TrainSettings:
     """DBF: each job's row also holds the time until it would fit (`features.dbf_observation`)."""
     actor: str = "mlp"
     """DBF's actor: `mlp`, the paper's (an MLP over the whole observation), or `kernel`, one
-    network scoring each job of the window (`torch_nets.WindowKernelExtractor`)."""
+    network scoring each job of the window (`torch_nets.WindowKernelExtractor`). NSA's: `cnn`, the
+    paper's CNN-3, or `mlp`, its FCN-1."""
+    jobs: int = 3000
+    """NSA: the paper's jobs replayed (seeded by `seed`) for the windows it trains on."""
+    remove: int = 2
+    """NSA: n_D, a move removes 1..n_D jobs."""
 
 
-def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> BackfillEnv | JobSelectionEnv:
+Env = BackfillEnv | JobSelectionEnv | RepairEnv
+
+
+def make_env(settings: TrainSettings, trace: Trace | None, cluster: Cluster | None) -> Env:
+    if settings.kind == "nsa":
+        from cosched.experiments.topology import HOP_COST, record_windows
+
+        tree, windows = record_windows(settings.jobs, settings.seed)
+        return RepairEnv(tree, windows, remove=settings.remove, hop_cost=HOP_COST)
+    assert trace is not None and cluster is not None  # rlbf's and dbf's
     if settings.kind == "rlbf":
         return BackfillEnv(
             trace,
@@ -111,10 +135,10 @@ def make_env(settings: TrainSettings, trace: Trace, cluster: Cluster) -> Backfil
             reward=settings.reward,
             expected_start=settings.expected_start,
         )
-    raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf")
+    raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf, nsa")
 
 
-def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> MaskablePPO:
+def new_agent(settings: TrainSettings, env: Env) -> MaskablePPO:
     """PPO close to the papers'. RLBackfilling: its terminal reward undiscounted (gamma 1);
     the paper's lambda 0.97, learning rate 1e-3 and early stop at a KL of 0.01 learned far
     slower here than Monte Carlo returns (lambda 1) at 3e-4 with no KL stop (docs/learned-
@@ -122,6 +146,8 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
     minibatches of 128; its 1024-512-256 hidden layers become 128-64, to train on 2 cores
     (or its actor is the kernel one, `settings.actor`)."""
     common: dict[str, Any] = {"n_steps": settings.steps, "seed": settings.seed, "verbose": 0, "device": "cpu"}
+    if settings.kind == "nsa":
+        return _nsa_agent(settings, env, common)
     if settings.kind == "rlbf":
         arguments: dict[str, Any] = {
             "learning_rate": 3e-4,
@@ -147,6 +173,34 @@ def new_agent(settings: TrainSettings, env: BackfillEnv | JobSelectionEnv) -> Ma
     if settings.actor != "mlp":
         raise ConfigError(f"unknown dbf actor {settings.actor!r}; known: mlp, kernel")
     arguments["policy_kwargs"] = {"net_arch": {"pi": [128, 64], "vf": [128, 64]}, "activation_fn": nn.ReLU}
+    return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
+
+
+def _nsa_agent(settings: TrainSettings, env: Env, common: dict[str, Any]) -> MaskablePPO:
+    """NSA: episodes of one or two decisions with one terminal reward, so Monte Carlo returns
+    (gamma and lambda 1); tanh, as the paper's networks. Learning rate 1e-3 and 5 passes of
+    256-decision minibatches: at 3e-4 and 10 passes of 128, 12 minutes on 2 cores had the
+    repair barely better than SA's random one. `cnn`: CNN-3, its convolutions shared
+    by actor and critic, then Linear(352, 256) Tanh each and the action (value) layer; `mlp`:
+    FCN-1, 400-64-64-q (a critic of its own shape)."""
+    arguments: dict[str, Any] = {
+        "learning_rate": 1e-3,
+        "gamma": 1.0,
+        "gae_lambda": 1.0,
+        "batch_size": 256,
+        "n_epochs": 5,
+        "ent_coef": 0.01,
+    }
+    if settings.actor == "cnn":
+        arguments["policy_kwargs"] = {
+            "features_extractor_class": NsaConvExtractor,
+            "net_arch": {"pi": [256], "vf": [256]},
+            "activation_fn": nn.Tanh,
+        }
+        return MaskablePPO(MaskableActorCriticPolicy, env, **{**common, **arguments, **settings.ppo})
+    if settings.actor != "mlp":
+        raise ConfigError(f"unknown nsa actor {settings.actor!r}; known: cnn, mlp")
+    arguments["policy_kwargs"] = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": nn.Tanh}
     return MaskablePPO("MlpPolicy", env, **{**common, **arguments, **settings.ppo})
 
 
@@ -197,7 +251,7 @@ class _EpochLog(BaseCallback):  # type: ignore[misc]
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "wall_s": round(self.wall_before + time.perf_counter() - self.started, 1),
         }
-        for key in ("bsld", "baseline_bsld", "mean_wait"):
+        for key in ("bsld", "baseline_bsld", "mean_wait", "improvement", "random_improvement"):
             values = [e[key] for e in self.episodes if key in e]
             if values:
                 line[key] = float(np.mean(values))
@@ -236,7 +290,12 @@ def plot_curve(out: Path) -> None:
         return [np.nan if line.get(key) is None else line[key] for line in log]
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    if json.loads((out / "settings.json").read_text())["kind"] == "rlbf":
+    kind = json.loads((out / "settings.json").read_text())["kind"]
+    if kind == "nsa":
+        ax.plot(epochs, series("improvement"), label="learned repair (training episodes)")
+        ax.plot(epochs, series("random_improvement"), label="SA's random repair, same removals", alpha=0.7)
+        ax.set_ylabel("mean CH cost improvement of a move")
+    elif kind == "rlbf":
         ax.plot(epochs, series("bsld"), label="RLBF (training episodes)")
         ax.plot(epochs, series("baseline_bsld"), label="base policy + EASY, same windows", alpha=0.7)
         ax.set_ylabel("mean bounded slowdown")
@@ -254,7 +313,9 @@ def plot_curve(out: Path) -> None:
     plt.close(fig)
 
 
-def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *, resume: bool = False) -> Path:
+def train(
+    settings: TrainSettings, trace: Trace | None, cluster: Cluster | None, out: Path, *, resume: bool = False
+) -> Path:
     """Train (or go on training) into `out`; returns the exported model's path."""
     torch.set_num_threads(1)  # the networks are tiny: one thread is fastest, and leaves cores to the env
     out.mkdir(parents=True, exist_ok=True)
@@ -294,20 +355,20 @@ def train(settings: TrainSettings, trace: Trace, cluster: Cluster, out: Path, *,
     agent.save(checkpoint)
     wall = wall_before + time.perf_counter() - started
     path = export(agent, env, settings, out / MODEL)
-    record = training_record(settings, trace, cluster, agent, out, wall)
+    record = training_record(settings, trace, cluster, agent, out, wall, env)
     (out / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     plot_curve(out)
     env.close()
     return path
 
 
-def warm_start(
-    agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, decisions: int = 4096
-) -> float:
+def warm_start(agent: MaskablePPO, env: Env, settings: TrainSettings, decisions: int = 4096) -> float:
     """Fit the actor to the rule `settings.warm_start` on `decisions` decisions of the rule's own
     episodes (cross-entropy over the allowed actions), so PPO starts from a sensible policy
     instead of a random one: on 2 cores PPO alone did not get there in our training budget
     (docs/learned-policies.md). Returns the fraction of decisions the actor then agrees with."""
+    if isinstance(env, RepairEnv):
+        raise ConfigError("nsa trains from a random actor, as the paper's (--warm-start none)")
     decide = rule(
         settings.warm_start,
         settings.kind,
@@ -348,14 +409,28 @@ def warm_start(
     return agree
 
 
-def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: TrainSettings, path: Path) -> Path:
+def export(agent: MaskablePPO, env: Env, settings: TrainSettings, path: Path) -> Path:
     """The actor as a NumPy model, with a check batch of torch's own logits."""
     policy = agent.policy
     extractor = policy.mlp_extractor
-    if settings.kind == "rlbf":
+    activation = "relu"
+    config: dict[str, Any]
+    layers: list[Any]  # Linear and Conv1d layers: each has a weight and a bias
+    if isinstance(env, RepairEnv):
+        activation = "tanh"
+        config = {"kind": "nsa", "actor": settings.actor, "q": env.q, "n_max": env.n_max, "remove": env.remove}
+        config.update(jobs=settings.jobs, seed=settings.seed)  # the windows it trained on
+        layers = [m for m in extractor.policy_net if isinstance(m, nn.Linear)]
+        assert isinstance(policy.action_net, nn.Linear)
+        layers.append(policy.action_net)
+        if settings.actor == "cnn":
+            assert isinstance(policy.features_extractor, NsaConvExtractor)
+            convs, config["convs"] = policy.features_extractor.exported()
+            layers = [*convs, *layers]
+    elif settings.kind == "rlbf":
         assert isinstance(extractor, KernelExtractor)  # KernelPolicy's
         layers = [m for m in extractor.kernel if isinstance(m, nn.Linear)]
-        config: dict[str, Any] = {
+        config = {
             "kind": "rlbf",
             "features": RLBF_FEATURES,
             "window": settings.window,
@@ -377,7 +452,9 @@ def export(agent: MaskablePPO, env: BackfillEnv | JobSelectionEnv, settings: Tra
             layers = [m for m in extractor.policy_net if isinstance(m, nn.Linear)]
             assert isinstance(policy.action_net, nn.Linear)  # MlpPolicy's, for a Discrete action space
             layers.append(policy.action_net)
-    config.update(activation="relu", trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time)
+    config.update(
+        activation=activation, trace=Path(settings.trace).name, queue=settings.queue, log_time=settings.log_time
+    )
     network = PolicyNetwork(
         config,
         tuple(layer.weight.detach().cpu().numpy() for layer in layers),
@@ -397,7 +474,7 @@ def _logits(policy: MaskableActorCriticPolicy, obs: torch.Tensor) -> torch.Tenso
     return policy.action_net(policy.mlp_extractor.forward_actor(features))
 
 
-def _sample_observations(env: BackfillEnv | JobSelectionEnv, seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+def _sample_observations(env: Env, seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Observations of real decisions (random allowed actions), for the export's check batch."""
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed + 12345)
@@ -414,15 +491,33 @@ def _sample_observations(env: BackfillEnv | JobSelectionEnv, seed: int, count: i
 
 
 def training_record(
-    settings: TrainSettings, trace: Trace, cluster: Cluster, agent: MaskablePPO, out: Path, wall: float
+    settings: TrainSettings,
+    trace: Trace | None,
+    cluster: Cluster | None,
+    agent: MaskablePPO,
+    out: Path,
+    wall: float,
+    env: Env | None = None,
 ) -> dict[str, Any]:
     """How a model was made: enough to train it again and to judge what it has seen."""
     import sb3_contrib
 
     log = read_log(out)
+    if isinstance(env, RepairEnv):
+        tree = env.tree
+        seen: dict[str, Any] = {
+            "name": "the NSA paper's workload (cosched.experiments.topology.record_windows)",
+            "jobs": settings.jobs,
+            "seed": settings.seed,
+            "windows": len(env.windows),
+            "cluster": f"{tree.nodes} nodes, {tree.per_switch} per leaf switch, {tree.switches} switches per pod",
+        }
+    else:
+        assert trace is not None and cluster is not None
+        seen = {"name": trace.name, "jobs": len(trace), "cluster": f"{cluster.nodes} x {cluster.cores_per_node}"}
     return {
         "settings": asdict(settings),
-        "trace": {"name": trace.name, "jobs": len(trace), "cluster": f"{cluster.nodes} x {cluster.cores_per_node}"},
+        "trace": seen,
         "epochs": len(log),
         "decisions": int(agent.num_timesteps),
         "episodes": sum(line.get("episodes", 0) for line in log),

@@ -25,52 +25,72 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from typing import ClassVar
 
 from cosched.core.events import Slots
-from cosched.core.pool import ResourcePool
+from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.topology import FatTree, contiguous, run_costs
 from cosched.errors import ConfigError
 from cosched.model import Job
 from cosched.policies.base import PlacementPolicy
 
 
-def free_nodes(pool: ResourcePool) -> list[int]:
-    """The free-node sequence Q: idle nodes in id order."""
-    return list(pool.avail)
+def free_sequence(pool: ResourcePool) -> list[int]:
+    """The free sequence Q in id order: each idle node once (whole-node allocation), or each
+    node once per free core (core allocation, where a job's cores are its ranks)."""
+    if pool.node_mode:
+        return list(pool.avail)
+    free = pool.free
+    return [node for node in pool.avail for _ in range(free[node])]
 
 
 def topology_applies(pool: ResourcePool, job: Job) -> FatTree | None:
-    """The cluster's fat-tree, when this job's nodes may be chosen freely by it: whole nodes
-    (or one-core nodes), no per-node memory to respect."""
+    """The cluster's fat-tree, when the job's ranks may be spread as the continuity rule says
+    (a job kept on one node has no network traffic to place)."""
     tree = pool.cluster.topology
-    if tree is None or not pool.node_mode or (job.memory and pool.cluster.memory_per_node):
+    if tree is None or (not job.span and not pool.node_mode):
         return None
     return tree
 
 
-def best_start(tree: FatTree, free: Sequence[int], n: int) -> int:
-    """The start position in `free` whose contiguous run of `n` nodes costs least (the first
-    such position on a tie, so an empty machine fills from its left)."""
-    costs = run_costs(tree, free, n)
-    return min(range(len(costs)), key=costs.__getitem__)
+def as_slots(nodes: Sequence[int], pool: ResourcePool) -> Slots:
+    """A run of the free sequence as slots: whole nodes, or cores counted per node."""
+    if pool.node_mode:
+        per_node = pool.per_node
+        return tuple((node, per_node) for node in sorted(nodes))
+    return tuple(sorted(Counter(nodes).items()))
 
 
-def _slots(nodes: Sequence[int], per_node: int) -> Slots:
-    return tuple((node, per_node) for node in sorted(nodes))
+def memory_fits(pool: ResourcePool, placed: Sequence[tuple[Job, Slots]]) -> bool:
+    """Whether the nodes have the memory these jobs' slots need, all together."""
+    cluster = pool.cluster
+    need: dict[int, int] = {}
+    for job, slots in placed:
+        memory = slot_memory(cluster, job, slots)
+        if memory is not None:
+            for (node, _), mib in zip(slots, memory, strict=True):
+                need[node] = need.get(node, 0) + mib
+    return all(pool.free_mem[node] >= mib for node, mib in need.items())
 
 
 def place_contiguous(job: Job, pool: ResourcePool) -> Slots | None:
-    """The job alone, at the contiguous run of free nodes with the lowest CH cost."""
+    """The job alone, at the contiguous run of the free sequence with the lowest CH cost that
+    has the memory it needs (first-fit where the topology says nothing)."""
     tree = topology_applies(pool, job)
     if tree is None or job.need < 2:
         return pool.first_fit(job)
     if job.need > pool.free_units:
         return None
-    free = free_nodes(pool)
-    start = best_start(tree, free, job.need)
-    return _slots(contiguous(free, start, job.need), pool.per_node)
+    free = free_sequence(pool)
+    n = job.need
+    costs = run_costs(tree, free, n)
+    for start in sorted(range(len(costs)), key=costs.__getitem__):
+        slots = as_slots(contiguous(free, start, n), pool)
+        if memory_fits(pool, [(job, slots)]):
+            return slots
+    return pool.first_fit(job)
 
 
 class Contiguous(PlacementPolicy):
@@ -135,6 +155,8 @@ class Annealing(PlacementPolicy):
             raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")
         self.t_max, self.t_min, self.hop_cost = t_max, t_min, hop_cost
         self.rng = random.Random(seed)
+        self._distinct = True
+        """Whether the free sequence being searched names each node once (whole nodes)."""
         self.searched = 0
         """Windows re-placed by the search (more than one multi-node job started together)."""
         self.improved = 0
@@ -148,18 +170,25 @@ class Annealing(PlacementPolicy):
         """New slots for `jobs` (all started in this window; their slots are back in `pool`),
         or None to keep the ones they have."""
         tree = pool.cluster.topology
-        movable = [j for j in jobs if j.need >= 2]
-        if tree is None or len(movable) < 2 or any(topology_applies(pool, j) is None for j in jobs):
+        movable = [j for j in jobs if j.need >= 2 and topology_applies(pool, j) is not None]
+        if tree is None or len(movable) < 2:
             return None
-        free = free_nodes(pool)
-        start = [[node for node, _ in job.slots] for job in movable]
+        moving = {job.id for job in movable}
+        # The search works on the free sequence less what the jobs it leaves alone hold.
+        free = _without(
+            free_sequence(pool), [n for job in jobs if job.id not in moving for n in _ranks(job.slots, pool)]
+        )
+        start = [_ranks(job.slots, pool) for job in movable]
         best = self.search(tree, free, [job.need for job in movable], start)
         self.searched += 1
         if best is None:
             return None
+        new = {job.id: as_slots(nodes, pool) for job, nodes in zip(movable, best, strict=True)}
+        arranged = [new.get(job.id, job.slots) for job in jobs]
+        if not memory_fits(pool, list(zip(jobs, arranged, strict=True))):
+            return None
         self.improved += 1
-        new = {job.id: _slots(nodes, pool.per_node) for job, nodes in zip(movable, best, strict=True)}
-        return [new.get(job.id, job.slots) for job in jobs]
+        return arranged
 
     # -- Algorithm 1 ----------------------------------------------------------
     def search(
@@ -169,6 +198,7 @@ class Annealing(PlacementPolicy):
         None when nothing beat it."""
         cost_of = tree.cost
         hop_cost = self.hop_cost
+        self._distinct = distinct = len(set(free)) == len(free)
         current = [list(nodes) for nodes in initial]
         costs = [cost_of(nodes, hop_cost) for nodes in current]
         total = best_total = start_total = sum(costs)
@@ -179,11 +209,7 @@ class Annealing(PlacementPolicy):
         for t in range(self.iterations):
             temperature = t_max * math.exp(rate * t / iterations)
             removed = rng.sample(range(k), rng.randint(1, min(self.remove, k)))
-            held = set()
-            for j in range(k):
-                if j not in removed:
-                    held.update(current[j])
-            queue = [node for node in free if node not in held]
+            queue = _without(free, [node for j in range(k) if j not in removed for node in current[j]], distinct)
             removed.sort(key=lambda j: -sizes[j])  # the paper's repair order: largest first
             repaired = self.repair(tree, queue, [sizes[j] for j in removed])
             new_costs = [cost_of(nodes, hop_cost) for nodes in repaired]
@@ -203,8 +229,7 @@ class Annealing(PlacementPolicy):
         for i, n in enumerate(sizes):
             start = self.choose_start(tree, queue, n, sizes[i + 1 :])
             nodes = contiguous(queue, start, n)
-            taken = set(nodes)
-            queue = [node for node in queue if node not in taken]
+            queue = _without(queue, nodes, self._distinct)
             placed.append(nodes)
         return placed
 
@@ -212,3 +237,29 @@ class Annealing(PlacementPolicy):
         """The start position for a job of `n` nodes in `queue`, before jobs of sizes `later`
         are re-inserted (SA: uniform at random)."""
         return self.rng.randrange(len(queue))
+
+
+def _ranks(slots: Slots, pool: ResourcePool) -> list[int]:
+    """Slots as entries of the free sequence: a node once, or once per core."""
+    if pool.node_mode:
+        return [node for node, _ in slots]
+    return [node for node, cores in slots for _ in range(cores)]
+
+
+def _without(sequence: Sequence[int], taken: Sequence[int], distinct: bool = False) -> list[int]:
+    """`sequence` less one entry for each of `taken` (a multiset difference, order kept). The
+    search calls it at every move: a set does when no node repeats (`distinct`), as under
+    whole-node allocation."""
+    if not taken:
+        return list(sequence)
+    if distinct:
+        gone = set(taken)
+        return [node for node in sequence if node not in gone]
+    left = Counter(taken)
+    kept = []
+    for node in sequence:
+        if left[node] > 0:
+            left[node] -= 1
+        else:
+            kept.append(node)
+    return kept

@@ -159,7 +159,14 @@ def run_study(
     for policies in policy_sets:
         study = StudyResult(policies)
         for sequence in sequences:
-            run = replay(sequence.jobs(), cluster, policies, validate=validate, progress=progress, keep_slots=False)
+            run = replay(
+                sequence.jobs(),
+                cluster,
+                policies,
+                validate=validate,
+                progress=progress,
+                keep_slots=cluster.topology is not None,
+            )
             study.runs.append(run)
             study.summaries.append(summarize(run.jobs, cluster.cores))
         results.append(study)

@@ -30,6 +30,7 @@ summary, a time series and a CSV reads the job objects only once.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -38,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.model import Job
+from cosched.model import Allocation, Cluster, Job
 
 DEFAULT_BSLD_THRESHOLD = 10.0
 _NO_JOBS = "no finished jobs to measure"
@@ -331,3 +332,13 @@ def aggregate(summaries: Sequence[Summary | Mapping[str, float]]) -> dict[str, d
             "max": float(values.max()),
         }
     return out
+
+
+def mean_hops(jobs: Sequence[Job], cluster: Cluster) -> float:
+    """Mean communication-hop cost per job (the NSA paper's eq. 1 with c = 1) on the cluster's
+    fat-tree: one rank per node under whole-node allocation, per core under core allocation."""
+    tree = cluster.topology
+    if tree is None or not jobs:
+        return math.nan
+    per_core = cluster.allocation is Allocation.CORE
+    return sum(tree.slots_cost(job.slots, per_core) for job in jobs) / len(jobs)
