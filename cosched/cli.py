@@ -262,6 +262,34 @@ def build_parser() -> argparse.ArgumentParser:
     long.add_argument("--out", type=Path, help="write decisions.jsonl, training.jsonl, summary.json and plots")
     long.set_defaults(handler=_experiment_asax_long)
 
+    nsa = which.add_parser(
+        "nsa",
+        help="the NSA paper in replay: per-job vs window-based placement (Fig. 6), SA vs NSA (Table III)",
+    )
+    nsa.add_argument("--jobs", type=_positive, default=3000, help="jobs of the paper's workload (Fig. 6 part)")
+    nsa.add_argument("--seed", type=_non_negative, default=11, help="seed of the Fig. 6 part's jobs")
+    nsa.add_argument("--periods", type=_int_list, default=[10, 20, 30, 40, 50, 60], help="window lengths, s")
+    nsa.add_argument("--iterations", type=_positive, default=500, help="SA and NSA iterations per window")
+    nsa.add_argument(
+        "--windows", type=_non_negative, default=200, help="windows of Table III (0: skip it); seed 7, 1,200 jobs"
+    )
+    nsa.set_defaults(handler=_experiment_nsa)
+
+    deferrable = which.add_parser(
+        "deferrable", help="OSDEC's heuristics for deferrable jobs on a workload given start windows (its Table 1)"
+    )
+    deferrable.add_argument("workload", nargs="?", default="lublin:2000:64", help="SWF file or lublin:JOBS:PROCS")
+    deferrable.add_argument("--fraction", type=float, default=0.5, help="share of jobs made deferrable")
+    deferrable.add_argument(
+        "--width", type=float, nargs=2, default=(3600.0, 4 * 3600.0), metavar=("LOW", "HIGH"), help="window, s"
+    )
+    deferrable.add_argument(
+        "--lead", type=float, nargs=2, default=(0.0, 0.0), metavar=("LOW", "HIGH"), help="begin after submit, s"
+    )
+    deferrable.add_argument("--policies", type=_name_list, help="queue:backfill pairs, comma-separated")
+    deferrable.add_argument("--seed", type=_non_negative, default=1)
+    deferrable.set_defaults(handler=_experiment_deferrable)
+
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
     xp.add_argument("job", type=_non_negative, help="job id")
     xp.add_argument("--log", type=Path, help="decisions.jsonl of `cosched experiment asax --out` (else: the daemon)")
@@ -454,6 +482,31 @@ def _experiment_asax(args: argparse.Namespace) -> int:
 
 def _name_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _experiment_nsa(args: argparse.Namespace) -> int:
+    from cosched.experiments.topology import compare_placements, format_placements
+
+    rows = compare_placements(args.jobs, args.seed, periods=args.periods, iterations=args.iterations)
+    print(f"The paper's workload, {args.jobs} jobs (seed {args.seed}), FCFS + EASY: Fig. 6")
+    print(format_placements(rows))
+    if args.windows:
+        from cosched.experiments.nsa_search import format_table, table
+
+        print(f"\nSA against NSA on {args.windows} windows of a replay the model never trained on: Table III")
+        print(format_table(table(windows=args.windows)))
+    return 0
+
+
+def _experiment_deferrable(args: argparse.Namespace) -> int:
+    from cosched.replay.deferrable import Windows
+    from cosched.replay.osdec import DEFAULT_POLICIES, run, table
+
+    if not 0 <= args.fraction <= 1:
+        raise ConfigError(f"--fraction must be in [0, 1], got {args.fraction}")
+    windows = Windows(args.fraction, tuple(args.width), tuple(args.lead), args.seed)
+    print(table(run(args.workload, windows, args.policies or DEFAULT_POLICIES, seed=args.seed)))
+    return 0
 
 
 def _experiment_asax_long(args: argparse.Namespace) -> int:

@@ -21,7 +21,6 @@ from cosched.policies.placement import FirstFit
 from cosched.policies.queue import FCFS
 from cosched.replay.deferrable import Windows, measure
 from cosched.replay.driver import PolicySet, replay
-from cosched.replay.osdec import main as osdec_main
 
 NODE = Cluster(nodes=1, cores_per_node=4)
 
@@ -152,6 +151,8 @@ def test_tetris_starts_the_largest_deferrable_job_that_fits() -> None:
 
 
 def test_the_study_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    assert osdec_main(["lublin:200:32", "--policies", "fcfs:easy,osdec-tetris:easy"]) == 0
+    from cosched.cli import main
+
+    assert main(["experiment", "deferrable", "lublin:200:32", "--policies", "fcfs:easy,osdec-tetris:easy"]) == 0
     out = capsys.readouterr().out
     assert "osdec-tetris:easy" in out and "reward" in out

@@ -1,15 +1,13 @@
-"""The OSDEC study in replay: its heuristics compared on a workload given start windows.
+"""The OSDEC study in replay (`cosched experiment deferrable`): its heuristics compared on a
+workload given start windows.
 
-Why a module of its own (run as `python -m cosched.replay.osdec`): SWF traces carry no
-windows, so the study draws them (`Windows`), replays each queue/backfill pair on the very
-same jobs through the validating core, and reports the paper's measures (`measure`) with
-the cluster's. Every number in docs/deferrable.md comes from a command of this module.
+SWF traces carry no windows, so the study draws them (`Windows`), replays each queue/backfill
+pair on the very same jobs through the validating core, and reports the paper's measures
+(`measure`) with the cluster's.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 
 from cosched.replay.deferrable import W1, DeferrableSummary, Windows, measure
@@ -69,22 +67,3 @@ def table(rows: list[tuple[str, DeferrableSummary]]) -> str:
             for label, s in rows
         ]
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosched.replay.osdec", description=__doc__)
-    parser.add_argument("workload", nargs="?", default="lublin:2000:64", help="SWF path or lublin:JOBS:PROCS[:LOAD]")
-    parser.add_argument("--fraction", type=float, default=0.5, help="share of jobs made deferrable")
-    parser.add_argument("--width", type=float, nargs=2, default=(3600.0, 4 * 3600.0), metavar=("LOW", "HIGH"))
-    parser.add_argument("--lead", type=float, nargs=2, default=(0.0, 0.0), metavar=("LOW", "HIGH"))
-    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated queue:backfill")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    windows = Windows(args.fraction, tuple(args.width), tuple(args.lead), args.seed)
-    rows = run(args.workload, windows, args.policies.split(","), seed=args.seed)
-    print(table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
