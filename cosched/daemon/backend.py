@@ -93,5 +93,17 @@ class Backend(Protocol):
         """Jobs whose launch waits for resources the machines have not given yet, and for what."""
         ...
 
+    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
+        """Per node, the cores and MiB (of its `cores` and `memory`) that others hold of its machine
+        (other frameworks of a shared Mesos agent), which the core must not place on."""
+        ...
+
+    def unsized(self) -> list[tuple[str, int]]:
+        """(handle, job id) of runs adopted after a restart whose sizes the backend cannot know."""
+        ...
+
+    def size(self, handle: str, memory_mib: int, guest: bool) -> None:
+        """What an adopted run holds: its job's memory, and whether it is a guest."""
+
     def close(self) -> None:
         """Let go of the machines; running jobs keep running for the next start."""

@@ -359,7 +359,11 @@ def _nodes(args: argparse.Namespace) -> int:
         {
             "NODE": f"node{r['node']}",
             **(
-                {"HOSTNAME": r["hostname"] or "-", "AGENT": r["agent"] or "-", "STATE": "up" if r["up"] else "DOWN"}
+                {
+                    "HOSTNAME": r["hostname"] or "-",
+                    "AGENT": r["agent"] or "-",
+                    "STATE": _node_state(r),
+                }
                 if r.get("hostname") is not None  # a Mesos agent's node ('' while no agent took it)
                 else {"CPUS": _ranges(r["cpus"])}
             ),
@@ -372,6 +376,13 @@ def _nodes(args: argparse.Namespace) -> int:
     ]
     print(format_table(table))
     return 0
+
+
+def _node_state(row: dict[str, Any]) -> str:
+    """up, up with what other frameworks hold of its Mesos agent, or DOWN."""
+    if not row["up"]:
+        return "DOWN"
+    return f"up (others hold {row['others']})" if row.get("others") else "up"
 
 
 def explain_live(args: argparse.Namespace) -> int:

@@ -433,6 +433,15 @@ class DockerBackend:
     def waiting(self) -> dict[int, str]:
         return {}  # a launch waits for nothing but the engine
 
+    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
+        return {}  # the host's CPUs and memory are the daemon's
+
+    def unsized(self) -> list[tuple[str, int]]:
+        return []  # an adopted container's size is in its own settings
+
+    def size(self, handle: str, memory_mib: int, guest: bool) -> None:
+        pass
+
     # -- monitoring ---------------------------------------------------------
     def sample(self, container_id: str, quota: float, now: float) -> Sample | None:
         """CPU used over the quota granted since the last sample, memory over limit, progress."""

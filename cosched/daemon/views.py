@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
+from cosched.daemon import nodes as machines
 from cosched.daemon import workflow_stages
 from cosched.model import Job, JobState
 
@@ -186,6 +187,8 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
     used = dict(daemon.metrics.cpu_used)
     cpus_of = dict(daemon.cpus_of)
     agents = daemon.backend.node_status()
+    with daemon.lock:
+        held_by_others = machines.others(daemon)
     rows = []
     for node, cpus in enumerate(daemon.cpu_map.node_cpus):
         here = [job for job in running if any(n == node and c for n, c in job.slots)]
@@ -203,6 +206,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                 "hostname": agents[node].name if agents else None,
                 "agent": agents[node].id if agents else None,
                 "up": agents[node].up if agents else True,
+                "others": held_by_others.get(node, "") if agents else None,
                 "jobs": [
                     {
                         "id": job.id,

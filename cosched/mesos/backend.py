@@ -8,14 +8,19 @@ executors as MESSAGEs and come back as the value the cgroup shows; usage arrives
 
 Why the core's nodes are agents and offers only carry its launches out: the core decides which
 job starts and where (its placement policy), in replay and here alike, so the offers cannot
-decide it again. cosched owns its agents' resources as it owns one host's CPUs; an offer is
-where a launch finds its agent's resources. `OfferBook` holds an offer only while a launch
-waits for its agent, declines the rest with a refuse filter so other frameworks may use them,
-SUPPRESSes while nothing waits and REVIVEs (rate-limited) when something does.
+decide it again. An offer is where a launch finds its agent's resources. `OfferBook` holds an
+offer only while a launch waits for its agent, declines the rest with a refuse filter so other
+frameworks may use them, SUPPRESSes while nothing waits and REVIVEs (rate-limited) when
+something does. What other frameworks hold of an agent reaches the core as information, not
+as a placement: each offer of an agent, with what our tasks there hold, says the agent's room
+for cosched (`cosched/mesos/shares.py`); `others_hold` turns it into the cores and MiB of the
+node the core must hold back, which the daemon rescinds from the node's free resources and
+offers again when they are given back (`cosched/daemon/nodes.py`).
 
 Runs lost, not ended by their job, come back as `lost` (the daemon requeues the job): an agent
 removed (FAILURE, or a task gone with it), no offer from the agent in `launch_timeout` (its node
-is taken out of the core's until it offers room for that launch), a gang part that could not start, an executor
+is taken out of the core's until it offers room for that launch: a race, since the core places
+only on what the agent's last offers left), a gang part that could not start, an executor
 killed. A killed executor may leave its containers running on its agent: the run counts as lost
 only after a new executor there removed them (`jobs.sweep_task`), so a job never runs twice.
 A guest's task asks Mesos for memory and a token 0.01 CPU; its CPU is the quota the core lent.
@@ -42,7 +47,7 @@ from cosched.daemon.backend import NodeStatus, RunLost
 from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
 from cosched.errors import ConfigError
-from cosched.mesos import calls, jobs
+from cosched.mesos import calls, jobs, shares
 from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
@@ -63,6 +68,10 @@ _SWEEP = "cosched-sweep-"
 KNOWN_AGENTS_GRACE = 10.0
 """Seconds a restarted daemon waits for the agents it knows before it starts without the absent ones
 (live agents offer within the master's first allocations, about a second)."""
+
+EXECUTOR_GRACE = 30.0
+"""Seconds an executor whose run was forgotten counts as alive on its agent without the FAILURE that
+says it left (it leaves once its tasks' ends are acknowledged, within a second or two)."""
 
 FORGOTTEN = 100_000
 """Ended runs remembered, so that a late update of one is known for a stray (a few MB)."""
@@ -184,11 +193,21 @@ class MesosBackend(EventHandler):
         self.down: set[int] = set()
         self.wanted: dict[int, Need] = {}
         """Down nodes taken out because their agent had no room for a launch: what that launch needed there.
-        Such a node comes back once its agent offers room for it, not at its first offer: another
-        framework holding part of the agent would otherwise let the core place the same launch there
-        again, and each try would hold a pass for `launch_timeout`."""
+        Such a node comes back once its agent offers room for it, not at its first offer. The core
+        places only on what the agent's last offers left (`others_hold`), so this is a race (others
+        took more after an offer we declined, while our offers were filtered or suppressed); the rule
+        keeps the core from trying the same launch there again, each try holding a pass for
+        `launch_timeout`, should the executors' overhead be counted short (guests' token CPUs)."""
         self.beyond: set[str] = set()
         """Agents declined for an hour as beyond the cluster's nodes: a REVIVE brings their offers back."""
+        self.rooms: dict[str, shares.Room] = {}
+        """Agent id -> what cosched could hold there (offered + its own tasks), as its last offers showed:
+        the agent less what other frameworks hold (`cosched/mesos/shares.py`, `others_hold`)."""
+        self._unsized: set[str] = set()
+        """Runs known from reconciliation whose tasks' sizes the daemon has not told yet (`size`)."""
+        self._leaving: dict[str, tuple[str, float]] = {}
+        """Executors of forgotten runs (the id is the task's) not yet said gone: agent, since when (monotonic).
+        Each holds 0.05 CPU and 64 MiB of its agent until the master's FAILURE for it."""
         self.changes: list[tuple[int, bool]] = []
         self.runs: dict[str, Run] = {}
         self.launches: dict[str, _Launch] = {}
@@ -336,6 +355,7 @@ class MesosBackend(EventHandler):
         surplus = []
         hosts = None
         with self.cond:
+            offered: set[str] = set()
             for raw in offers:
                 offer = parse_offer(raw, now)
                 node = self._node_of_host(offer.hostname)
@@ -363,11 +383,13 @@ class MesosBackend(EventHandler):
                         log.warning("agent %s is now %s (node %d)", offer.hostname, offer.agent_id, node)
                     self.agents[node] = offer.agent_id
                 self.book.add([offer])
+                offered.add(offer.agent_id)
                 if node is not None and node in self.down and self._back(node, offer.agent_id):
                     log.warning("agent %s (node %d) offers again: back in the cluster", offer.hostname, node)
                     self.down.discard(node)
                     self.wanted.pop(node, None)
                     self.changes.append((node, True))
+            self._learn_rooms(offered)
             self._dirty = True
             self.cond.notify_all()
         if hosts is not None and self._on_nodes is not None:
@@ -381,8 +403,18 @@ class MesosBackend(EventHandler):
 
     def on_failure(self, failure: dict[str, Any]) -> None:
         agent = failure.get("agent_id", {}).get("value", "")
-        if not agent or failure.get("executor_id"):
-            return  # an executor's end: its tasks' updates say what happened
+        executor = failure.get("executor_id", {}).get("value", "")
+        if executor:  # an executor's end: its tasks' updates say what happened; it holds nothing now
+            with self.cond:
+                self._leaving.pop(executor, None)
+                name = parse_task(executor)
+                run = None if name is None else self.runs.get(name.handle)
+                task = None if run is None or name is None else run.tasks.get(name.part)
+                if task is not None and task.id == executor:
+                    task.executor_gone = True
+            return
+        if not agent:
+            return
         with self.cond:
             self._agent_lost(agent, "removed by the master")
 
@@ -391,6 +423,9 @@ class MesosBackend(EventHandler):
         take), its tasks are lost."""
         self.book.agent_lost(agent)
         self.beyond.discard(agent)
+        self.rooms.pop(agent, None)  # learnt again from its next offer
+        for executor in [e for e, (where, _) in self._leaving.items() if where == agent]:
+            del self._leaving[executor]
         self._node_down(agent, why)
         node = self._node_of_agent(agent)
         if node is not None:
@@ -435,6 +470,8 @@ class MesosBackend(EventHandler):
                 if task is None:
                     agent = status.get("agent_id", {}).get("value", "")
                     task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores)
+                    if state in LIVE:  # its size (cores, memory, guest) is the daemon's to tell
+                        self._unsized.add(name.handle)
                 task.apply(status, time.monotonic())
                 if state in GONE and status.get("reason") in AGENT_GONE:
                     self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
@@ -609,6 +646,92 @@ class MesosBackend(EventHandler):
             changes, self.changes = self.changes, []
         return changes
 
+    # -- agents shared with other frameworks ---------------------------------------------
+    def _learn_rooms(self, agents: set[str]) -> None:
+        """Under the lock, after offers of `agents` arrived: each one's room, the offers of it we hold
+        plus what our tasks there hold (a launch still waiting for offers holds nothing yet; one
+        accepted does, even before its first update). A task of unknown size keeps the room it had."""
+        if not agents:
+            return
+        ours: dict[str, list[tuple[float, float] | None]] = {agent: [] for agent in agents}
+        for run in self.runs.values():
+            launch = self.launches.get(run.handle)
+            for task in run.tasks.values():
+                sizes = ours.get(task.agent_id)
+                if sizes is None or (launch is not None and task.agent_id in launch.infos):
+                    continue
+                if task.state in LIVE:
+                    sizes.append(task.size)
+                elif self._executor_alive(task):  # it leaves once the end is acknowledged
+                    sizes.append((jobs.EXECUTOR_CPUS, jobs.EXECUTOR_MEM))
+        now = time.monotonic()
+        for executor, (agent, since) in list(self._leaving.items()):
+            if now - since > EXECUTOR_GRACE:
+                del self._leaving[executor]
+            elif agent in ours:
+                ours[agent].append((jobs.EXECUTOR_CPUS, jobs.EXECUTOR_MEM))
+        for sweep in self.sweeps.values():
+            if sweep.agent_id in ours and sweep.demand is None:
+                ours[sweep.agent_id].append(shares.task_size(jobs.SWEEP_CPUS, int(jobs.SWEEP_MEM)))
+        held: dict[str, list[Any]] = {agent: [] for agent in agents}
+        for offer in self.book.held:
+            if offer.agent_id in held:
+                held[offer.agent_id].append(offer)
+        for agent in agents:
+            room = shares.room(held[agent], ours[agent])
+            if room is not None:
+                self.rooms[agent] = room
+
+    @staticmethod
+    def _executor_alive(task: Task) -> bool:
+        """Whether an ended task's executor may still hold its share of the agent (no FAILURE yet)."""
+        return not task.executor_gone and task.state not in GONE and task.state != "TASK_ERROR"
+
+    def _executors_leave(self, tasks: list[Task]) -> None:
+        """Under the lock: a run forgotten; its executors still count until they are said gone."""
+        now = time.monotonic()
+        for task in tasks:
+            if task.agent_id and self._executor_alive(task):
+                self._leaving[task.id] = (task.agent_id, now)
+
+    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
+        """Per node up whose agent offered, what the core must hold back of its `cores` cores and
+        `memory` MiB: what other frameworks hold of the agent (or the agent lacks), as its last
+        offers showed. Nodes with nothing to hold back are left out."""
+        out: dict[int, tuple[int, int]] = {}
+        with self.cond:
+            for node, agent in enumerate(self.agents):
+                room = self.rooms.get(agent) if agent and node not in self.down else None
+                if room is not None and any(held := shares.held_back(room, cores, memory)):
+                    out[node] = held
+        return out
+
+    def unsized(self) -> list[tuple[str, int]]:
+        """(handle, job id) of runs known from reconciliation whose sizes the daemon has not told."""
+        with self.cond:
+            if not self._unsized:
+                return []
+            self._unsized = {
+                handle
+                for handle in self._unsized
+                if (run := self.runs.get(handle)) is not None
+                and any(task.size is None and task.state in LIVE for task in run.tasks.values())
+            }
+            return [(handle, self.runs[handle].job_id) for handle in sorted(self._unsized)]
+
+    def size(self, handle: str, memory_mib: int, guest: bool) -> None:
+        """A run known from reconciliation is the daemon's job of `memory_mib` MiB (a guest if
+        `guest`): its tasks hold what a launch of it would ask for, as the launch computes it."""
+        with self.cond:
+            self._unsized.discard(handle)
+            run = self.runs.get(handle)
+            if run is None:
+                return
+            for task in run.tasks.values():
+                if task.size is None:
+                    cpus = GUEST_CPUS if guest else float(task.cores)
+                    task.size = shares.task_size(cpus, math.ceil(memory_mib * run.share(task)))
+
     def node_status(self) -> list[NodeStatus]:
         with self.cond:
             return [
@@ -664,7 +787,9 @@ class MesosBackend(EventHandler):
                 launch.infos.setdefault(agent, []).append(
                     jobs.job_task(task.id, agent, executor, payload, task_cpus, name)
                 )
-                needs.append(Need(agent, task_cpus + jobs.EXECUTOR_CPUS, memory + jobs.EXECUTOR_MEM))
+                need = Need(agent, *shares.task_size(task_cpus, memory))
+                needs.append(need)
+                task.size = (need.cpus, need.mem)
                 run.tasks[part] = task
             launch.demand = Demand(handle, tuple(needs))
             self.runs[handle] = run
@@ -733,6 +858,7 @@ class MesosBackend(EventHandler):
         self.runs.pop(run.handle, None)
         self._forget(run.handle)
         sent = [t for t in run.tasks.values() if t.agent_id not in launch.infos]
+        self._executors_leave(sent)
         live = [(t.id, t.agent_id) for t in sent if t.state in LIVE]
         for task in run.tasks.values():
             task.killed = True
@@ -878,6 +1004,7 @@ class MesosBackend(EventHandler):
             if run is None:
                 return
             self._forget(handle)
+            self._executors_leave(list(run.tasks.values()))
             live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE]
             acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
         for task_id, agent in live:  # never the case after an end; a requeued run's last parts

@@ -96,6 +96,11 @@ class Task:
     """A sweep of its agent ran after it ended: nothing of it runs on."""
     ack: tuple[str, str] | None = None
     """(agent, uuid) of its terminal update, acknowledged once the daemon recorded the end."""
+    executor_gone: bool = False
+    """The master said its executor terminated (FAILURE): it holds nothing on its agent any more."""
+    size: tuple[float, float] | None = None
+    """(cpus, MiB) it holds on its agent with its executor; None when known only from reconciliation
+    until the daemon tells its job's size (`MesosBackend.size`)."""
 
     def apply(self, status: Mapping[str, Any], now: float) -> None:
         """A status update; reconciliation's summary of a state we know better is ignored."""
