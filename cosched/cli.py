@@ -134,12 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = commands.add_parser(
         "train",
-        help="train a learned policy (RLBackfilling or DBF) with PPO on a trace, in replay",
-        description="Train rlbf (which job to backfill) or dbf (which job to start, split window) with "
+        help="train a learned policy (RLBackfilling, DBF, OSDEC or NSA) with PPO on a trace, in replay",
+        description="Train rlbf (which job to backfill), dbf (which job to start, split window) or osdec "
+        "(which deferrable job to start, on windows of the trace given start windows, eq. 6 reward) with "
         "MaskablePPO on windows of a trace replayed by the core. Needs the train extra: "
         "pip install torch==2.13.0 && pip install 'cosched[train]'.",
     )
-    tr.add_argument("policy", choices=("rlbf", "dbf", "nsa"))
+    tr.add_argument("policy", choices=("rlbf", "dbf", "nsa", "osdec"))
     tr.add_argument(
         "trace",
         help="SWF file, or lublin[:JOBS[:PROCS[:LOAD]]]; nsa: paper[:JOBS], the windows of the NSA paper's "
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--epochs", type=_positive, default=100, help="PPO rollouts and updates (default 100)")
     tr.add_argument("--steps", type=_positive, default=4096, help="decisions per epoch (default 4096)")
     tr.add_argument("--length", type=_positive, default=256, help="jobs per episode window (dbf: starts)")
-    tr.add_argument("--window", type=_positive, default=128, help="rlbf: jobs it observes (default 128)")
+    tr.add_argument("--window", type=_positive, help="rlbf: jobs it observes (default 128); osdec: jobs it scores (32)")
     tr.add_argument("--head", type=_non_negative, default=10, help="dbf: jobs observed at the queue's head")
     tr.add_argument("--tail", type=_non_negative, default=0, help="dbf: jobs observed at its tail (split window)")
     tr.add_argument("--queue", default="fcfs", help="rlbf: the base queue policy (default fcfs)")
@@ -178,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument(
         "--time-features",
         choices=("linear", "log"),
-        default="linear",
-        help="requested and remaining times as features: divided by the trace's longest request, or on a log scale",
+        help="requested and remaining times as features: divided by the trace's longest request, or on a log scale "
+        "(default linear; osdec: log)",
     )
     tr.add_argument(
         "--reward",
@@ -344,6 +345,11 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     if args.policy == "nsa":
         return _train_nsa(args)
+    osdec = args.policy == "osdec"
+    args.window = args.window or (32 if osdec else 128)
+    args.time_features = args.time_features or ("log" if osdec else "linear")
+    if osdec and args.window < 2:
+        raise ConfigError("osdec: --window must be at least 2")
     args.warm_start = args.warm_start or "shortest"
     args.actor = args.actor or "mlp"
     if args.actor not in ("mlp", "kernel"):
@@ -352,7 +358,7 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError("--head + --tail must be at least 1")
     create("queue", args.queue)  # an unknown base policy fails before any work
     if args.warm_start != "none":
-        check_rule(args.warm_start, args.policy, args.expected_start)
+        check_rule(args.warm_start, "rlbf" if osdec else args.policy, args.expected_start)
     trace = load_workload(args.trace, seed=args.seed, procs=args.procs, cleaning=args.cleaning)
     cluster = cluster_for(trace, "core", args.procs)
     settings = TrainSettings(
@@ -378,7 +384,7 @@ def _train(args: argparse.Namespace) -> int:
     )
     path = train(settings, trace, cluster, args.out, resume=args.resume)
     record = json.loads((args.out / "record.json").read_text())
-    spec = f"fcfs:[rlbf:{path}]" if args.policy == "rlbf" else f"[dbf:{path}]:none"
+    spec = {"rlbf": f"fcfs:[rlbf:{path}]", "osdec": f"[osdec:{path}]:easy"}.get(args.policy, f"[dbf:{path}]:none")
     print(
         f"trained {args.policy} on {trace.name}: {record['epochs']} epochs, {record['decisions']} decisions, "
         f"{record['episodes']} episodes in {record['wall_seconds']:.0f} s",

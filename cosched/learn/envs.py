@@ -1,4 +1,4 @@
-"""Gymnasium environments over the replay core: RLBackfilling's and DBF's.
+"""Gymnasium environments over the replay core: RLBackfilling's, DBF's and the learned OSDEC's.
 
 There is no second simulator here. An episode is a replay (`cosched.replay.driver.Replay`)
 of a window of the trace, with the learned plugin in the core; the plugin's `decide`
@@ -25,7 +25,7 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.learn import REWARDS
-from cosched.learn.features import CLUSTER_QUANTILES, RLBF_FEATURES, dbf_row_features
+from cosched.learn.features import CLUSTER_QUANTILES, OSDEC_FEATURES, RLBF_FEATURES, dbf_row_features
 from cosched.model import Cluster, Job, JobState
 from cosched.policies.learned import DBF, RLBackfill
 from cosched.replay.driver import PolicySet, Replay, replay
@@ -356,3 +356,110 @@ class JobSelectionEnv(_ReplayEnv):
         started = [job for job in self._run.pending if job.state is not JobState.PENDING]
         waits = np.array([job.start - job.submit for job in started])
         return {"mean_wait": float(waits.mean()) if started else 0.0, "started": float(len(started))}
+
+
+REWARD_HOURS = 3600.0
+
+
+class DeferrableEnv(_ReplayEnv):
+    """The learned OSDEC policy (`cosched.policies.osdec_learned`): which deferrable job of B_cur
+    starts next, on windows of the trace given start windows as the study gives them
+    (`cosched.replay.deferrable.Windows`, drawn afresh for every episode).
+
+    Observation: `window` rows of `OSDEC_FEATURES` (`features.osdec_observation`), the
+    deferrable jobs that may start. Action: a row; padding rows are masked. The agent is asked
+    whenever two or more deferrable jobs may start (the policy's rule: they fit, and delay no
+    blocked on-demand job). Reward, OSDEC's eq. 6 without its violation term (0 here): at each
+    step, for every deferrable job started since the last one (by the agent's pick or around
+    it), r_i - w1 p_i, with r_i = c_i d_i in core-hours (d_i its true runtime, which the
+    environment reads from the trace, never the agent) and p_i = t_i - e_i in hours, divided
+    by the cluster's cores (cluster-hours). An episode replays the whole window, so its return
+    is the window's eq. 6 reward (after the first decision) over the capacity.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        cluster: Cluster,
+        *,
+        length: int = 256,
+        window: int = 32,
+        time_scale: float | None = None,
+        log_time: bool = True,
+        fraction: float = 0.5,
+        width: tuple[float, float] = (3600.0, 4 * 3600.0),
+        lead: tuple[float, float] = (0.0, 0.0),
+        backfill: str = "easy",
+        w1: float = 2.0,
+    ) -> None:
+        from cosched.policies.osdec_learned import LearnedOSDEC
+        from cosched.replay.deferrable import Windows
+
+        super().__init__(trace, cluster, length)
+        Windows(fraction, width, lead)  # ConfigError for a bad fraction, width or lead
+        self.window = window
+        self.time_scale = time_scale or time_scale_of(trace)
+        self.log_time = log_time
+        self.fraction, self.width, self.lead = fraction, width, lead
+        self.backfill = backfill
+        self.w1 = w1
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (window * OSDEC_FEATURES,), np.float32)
+        self.action_space = gym.spaces.Discrete(window)
+        self.policy = LearnedOSDEC(decide=self._decide, window=window, time_scale=self.time_scale, log_time=log_time)
+        self._runtime: dict[int, float] = {}
+        self._waiting: list[Job] = []
+        self._return = 0.0
+        self._expired = 0
+
+    def _start_jobs(self, jobs: list[Job]) -> bool:
+        """`_start` for jobs already given windows."""
+        self._close_run()
+        self._answer = self._pending = None
+        self._run = Replay(jobs, self.cluster, PolicySet(self.policy, self.backfill), keep_slots=False)
+        passes = self._run.passes(pause=self._pause)
+        assert isinstance(passes, Generator)
+        self._passes = passes
+        return self._advance()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        from cosched.replay.deferrable import Windows
+
+        super().reset(seed=seed)
+        for _ in range(MAX_RESETS):
+            window = self._window(self.length)
+            drawn = Windows(self.fraction, self.width, self.lead, seed=int(self.np_random.integers(1 << 31)))
+            jobs = drawn.apply(window.jobs())
+            self.episode = window
+            self._runtime = {job.id: float(job.runtime or 0.0) for job in jobs}
+            self._waiting = [job for job in jobs if job.deferrable]
+            if self._start_jobs(jobs):
+                self._reward()  # starts before the first decision are no action's doing
+                self._return, self._expired = 0.0, 0
+                return self._observation(), {}
+        raise ConfigError(f"no choice between deferrable jobs in {MAX_RESETS} windows of {self.length} jobs")
+
+    def _reward(self) -> float:
+        """Eq. 6 (over the capacity) of the deferrable jobs started since the last call."""
+        reward, still = 0.0, []
+        for job in self._waiting:
+            if job.state is JobState.PENDING:
+                still.append(job)
+            elif job.state is JobState.RUNNING or job.state is JobState.DONE:
+                r = job.cores * self._runtime[job.id] / REWARD_HOURS
+                reward += r - self.w1 * (job.start - job.eligible) / REWARD_HOURS
+            elif job.state is JobState.FAILED:
+                self._expired += 1
+        self._waiting = still
+        value = reward / self.cluster.capacity_units
+        self._return += value
+        return value
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._answer_now(int(action))
+        alive = self._pending is not None or self._advance()
+        reward = self._reward()
+        if alive:
+            return self._observation(), reward, False, False, {}
+        info = {"reward": self._return * self.cluster.capacity_units, "expired": float(self._expired)}
+        self._close_run()
+        return self._observation(), reward, True, False, info

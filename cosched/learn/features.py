@@ -178,3 +178,51 @@ def dbf_observation(
         mask[:n] = need <= free
     mask[size] = bool(running)
     return np.concatenate((cluster, rows.reshape(-1))), mask
+
+
+OSDEC_FEATURES = 5
+"""Per deferrable job of the learned OSDEC policy's window (`osdec_observation`)."""
+OSDEC_PAD = RLBF_PAD
+
+
+def osdec_observation(
+    jobs: Sequence[Job],
+    view: SchedulerView,
+    window: int,
+    time_scale: float,
+    log_time: bool = True,
+    free: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The learned OSDEC policy's observation: `window` rows of `OSDEC_FEATURES`, flattened, and
+    the mask of the rows whose job fits now.
+
+    One row per deferrable job of B_cur (eligible, queued), laid out as RLBackfilling's so its
+    kernel network and rules read it alike: the time waited since its earliest start
+    (p_i so far), its requested time, its size against the cluster, the time left to its latest
+    start (times by `scaled_time`), and its size against the free capacity. Padding rows are
+    RLBackfilling's and masked. `free`: the free units, when jobs the view does not know of yet
+    start before these (the policy's own picks earlier in the same pass)."""
+    rows = np.tile(OSDEC_PAD, (window, 1))
+    mask = np.zeros(window, dtype=bool)
+    shown = jobs[:window]
+    n = len(shown)
+    if n:
+        now, capacity = view.now, view.capacity_units
+        free = view.free_units if free is None else free
+        walltime = np.fromiter((job.walltime for job in shown), dtype=np.float64, count=n)
+        eligible = np.fromiter((job.eligible for job in shown), dtype=np.float64, count=n)
+        latest = np.fromiter((min(job.latest_start, now + 1e9) for job in shown), dtype=np.float64, count=n)
+        need = np.fromiter((job.need for job in shown), dtype=np.float64, count=n)
+        block = np.stack(
+            (
+                scaled_time(now - eligible, time_scale, log_time),
+                scaled_time(walltime, time_scale, log_time),
+                need / capacity,
+                scaled_time(latest - now, time_scale, log_time),
+                need / max(free, 1),
+            ),
+            axis=1,
+        )
+        rows[:n] = np.clip(block, 0.0, CAP)
+        mask[:n] = need <= free
+    return rows.reshape(-1), mask

@@ -14,8 +14,8 @@ from cosched.errors import ConfigError
 from cosched.learn.network import PolicyNetwork
 
 SHIPPED = Path(__file__).parent / "models"
-DEFAULT_MODEL = {"rlbf": "sdsc-sp2", "dbf": "lublin-1-m32-split-bsld"}
-"""The model a bare `rlbf` or `dbf` runs."""
+DEFAULT_MODEL = {"rlbf": "sdsc-sp2", "dbf": "lublin-1-m32-split-bsld", "osdec": "lublin"}
+"""The model a bare `rlbf`, `dbf` or `osdec` runs."""
 
 
 def shipped(kind: str) -> list[str]:

@@ -21,7 +21,7 @@ from cosched.errors import ConfigError
 from cosched.learn.features import CLUSTER_QUANTILES
 
 FORMAT = 1
-KINDS = ("rlbf", "dbf", "nsa")
+KINDS = ("rlbf", "dbf", "nsa", "osdec")
 NEGLIGIBLE = -1e9
 """The attention key of an empty slot of DBF's window: finite, so that a window without jobs
 averages instead of giving NaN."""
@@ -30,7 +30,7 @@ averages instead of giving NaN."""
 @dataclass(frozen=True)
 class PolicyNetwork:
     """An MLP actor. For `rlbf` it scores each job row with the same small network (the
-    paper's kernel network); for `dbf` it maps the whole observation to one logit per action;
+    paper's kernel network), and so for `osdec`; for `dbf` it maps the whole observation to one logit per action;
     for `nsa`, the (q, 4) observation to a logit per start position, through convolutions
     first where its config's `actor` is `cnn` (`convs`: kernel and stride of each)."""
 
@@ -50,7 +50,7 @@ class PolicyNetwork:
             return self._window_kernel(x)
         if self.config.get("actor") == "cnn":
             return self._cnn(x)
-        if self.kind == "rlbf":
+        if self.kind in ("rlbf", "osdec"):  # the kernel network: one score per job row
             x = x.reshape(*x.shape[:-1], -1, int(self.config["features"]))
             return self._mlp(x, 0, len(self.weights))[..., 0]
         if self.kind == "nsa":  # FCN-1 over the flattened (q, 4) observation

@@ -41,13 +41,14 @@ class KernelExtractor(nn.Module):
     """RLBackfilling's networks: the actor scores every job row with one small MLP (the
     paper's kernel network, 5-32-16-8-1); the critic reads the flattened rows (32-16-8)."""
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, features: int = RLBF_FEATURES) -> None:
         super().__init__()
         self.window = window
+        self.features = features
         self.latent_dim_pi = window
         self.latent_dim_vf = 8
         self.kernel = nn.Sequential(
-            nn.Linear(RLBF_FEATURES, 32),
+            nn.Linear(features, 32),
             nn.ReLU(),
             nn.Linear(32, 16),
             nn.ReLU(),
@@ -56,14 +57,14 @@ class KernelExtractor(nn.Module):
             nn.Linear(8, 1),
         )
         self.value = nn.Sequential(
-            nn.Linear(window * RLBF_FEATURES, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU()
+            nn.Linear(window * features, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU()
         )
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.forward_actor(features), self.forward_critic(features)
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        rows = features.view(features.shape[0], self.window, RLBF_FEATURES)
+        rows = features.view(features.shape[0], self.window, self.features)
         return self.kernel(rows).squeeze(-1)
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
@@ -156,16 +157,16 @@ class _ScoresPolicy(MaskableActorCriticPolicy):  # type: ignore[misc]
 class KernelPolicy(_ScoresPolicy):
     """RLBackfilling's kernel actor: its per-row scores are the logits."""
 
-    def __init__(self, *args: Any, window: int = 128, **kwargs: Any) -> None:
-        self.window = window
+    def __init__(self, *args: Any, window: int = 128, features: int = RLBF_FEATURES, **kwargs: Any) -> None:
+        self.window, self.features = window, features
         super().__init__(*args, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
         # SB3 types it MlpExtractor, but takes any module with its latent dims and forward_actor/critic
-        self.mlp_extractor = KernelExtractor(self.window)  # type: ignore[assignment]
+        self.mlp_extractor = KernelExtractor(self.window, self.features)  # type: ignore[assignment]
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
-        return {**super()._get_constructor_parameters(), "window": self.window}
+        return {**super()._get_constructor_parameters(), "window": self.window, "features": self.features}
 
 
 class WindowKernelPolicy(_ScoresPolicy):

@@ -7,6 +7,10 @@ of `training.jsonl` and a fresh `learning-curve.png`; at the end, `model.npz` (t
 in NumPy, with a check batch of torch's outputs, `cosched.learn.network`) and
 `record.json` (trace, windows, seeds, epochs, wall time, machine).
 
+`cosched train osdec TRACE --out DIR` trains the learned OSDEC policy on windows of the trace
+given start windows (`cosched.replay.deferrable.Windows`, drawn afresh per episode), with
+OSDEC's eq. 6 as the reward (`cosched.learn.envs.DeferrableEnv`).
+
 `cosched train nsa paper[:JOBS] --out DIR` trains NSA's repair (`cosched.learn.nsa`) on the
 windows a joint placement meets replaying JOBS of the NSA paper's jobs (seeded by --seed).
 
@@ -27,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.learn.envs import BackfillEnv, JobSelectionEnv
-from cosched.learn.features import RLBF_FEATURES, dbf_row_features
+from cosched.learn.envs import BackfillEnv, DeferrableEnv, JobSelectionEnv
+from cosched.learn.features import OSDEC_FEATURES, dbf_row_features
 from cosched.learn.network import PolicyNetwork
 from cosched.learn.nsa import RepairEnv
 from cosched.learn.rules import rule
@@ -102,9 +106,15 @@ class TrainSettings:
     """NSA: the paper's jobs replayed (seeded by `seed`) for the windows it trains on."""
     remove: int = 2
     """NSA: n_D, a move removes 1..n_D jobs."""
+    fraction: float = 0.5
+    """OSDEC: the share of each episode's jobs made deferrable (`Windows`)."""
+    width: tuple[float, float] = (3600.0, 4 * 3600.0)
+    """OSDEC: latest start - begin, drawn from U[width] seconds."""
+    lead: tuple[float, float] = (0.0, 0.0)
+    """OSDEC: begin - submission, drawn from U[lead] seconds."""
 
 
-Env = BackfillEnv | JobSelectionEnv | RepairEnv
+Env = BackfillEnv | JobSelectionEnv | RepairEnv | DeferrableEnv
 
 
 def make_env(settings: TrainSettings, trace: Trace | None, cluster: Cluster | None) -> Env:
@@ -135,7 +145,18 @@ def make_env(settings: TrainSettings, trace: Trace | None, cluster: Cluster | No
             reward=settings.reward,
             expected_start=settings.expected_start,
         )
-    raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf, nsa")
+    if settings.kind == "osdec":
+        return DeferrableEnv(
+            trace,
+            cluster,
+            length=settings.length,
+            window=settings.window,
+            log_time=settings.log_time,
+            fraction=settings.fraction,
+            width=(float(settings.width[0]), float(settings.width[1])),
+            lead=(float(settings.lead[0]), float(settings.lead[1])),
+        )
+    raise ConfigError(f"unknown policy to train {settings.kind!r}; known: rlbf, dbf, nsa, osdec")
 
 
 def new_agent(settings: TrainSettings, env: Env) -> MaskablePPO:
@@ -157,6 +178,18 @@ def new_agent(settings: TrainSettings, env: Env) -> MaskablePPO:
             "n_epochs": 10,
             "target_kl": None,
             "policy_kwargs": {"window": settings.window},
+        }
+        return MaskablePPO(KernelPolicy, env, **{**common, **arguments, **settings.ppo})
+    if settings.kind == "osdec":
+        # A reward at every step (eq. 6 of the jobs started since), so discounted returns with
+        # GAE; the kernel actor of RLBackfilling scores each deferrable job of the window.
+        arguments = {
+            "learning_rate": 3e-4,
+            "gamma": 0.99,
+            "gae_lambda": 0.95,
+            "batch_size": 256,
+            "n_epochs": 10,
+            "policy_kwargs": {"window": settings.window, "features": OSDEC_FEATURES},
         }
         return MaskablePPO(KernelPolicy, env, **{**common, **arguments, **settings.ppo})
     arguments = {
@@ -251,7 +284,7 @@ class _EpochLog(BaseCallback):  # type: ignore[misc]
             "mean_return": float(np.mean(self.returns)) if self.returns else None,
             "wall_s": round(self.wall_before + time.perf_counter() - self.started, 1),
         }
-        for key in ("bsld", "baseline_bsld", "mean_wait", "improvement", "random_improvement"):
+        for key in ("bsld", "baseline_bsld", "mean_wait", "improvement", "random_improvement", "reward", "expired"):
             values = [e[key] for e in self.episodes if key in e]
             if values:
                 line[key] = float(np.mean(values))
@@ -295,6 +328,9 @@ def plot_curve(out: Path) -> None:
         ax.plot(epochs, series("improvement"), label="learned repair (training episodes)")
         ax.plot(epochs, series("random_improvement"), label="SA's random repair, same removals", alpha=0.7)
         ax.set_ylabel("mean CH cost improvement of a move")
+    elif kind == "osdec":
+        ax.plot(epochs, series("reward"), label="eq. 6 reward per episode (training windows)")
+        ax.set_ylabel("reward (core-hours)")
     elif kind == "rlbf":
         ax.plot(epochs, series("bsld"), label="RLBF (training episodes)")
         ax.plot(epochs, series("baseline_bsld"), label="base policy + EASY, same windows", alpha=0.7)
@@ -371,7 +407,7 @@ def warm_start(agent: MaskablePPO, env: Env, settings: TrainSettings, decisions:
         raise ConfigError("nsa trains from a random actor, as the paper's (--warm-start none)")
     decide = rule(
         settings.warm_start,
-        settings.kind,
+        "rlbf" if settings.kind == "osdec" else settings.kind,  # osdec's rows are laid out as rlbf's
         time_scale=env.time_scale,
         capacity=env.cluster.capacity_units,
         log_time=settings.log_time,
@@ -427,12 +463,12 @@ def export(agent: MaskablePPO, env: Env, settings: TrainSettings, path: Path) ->
             assert isinstance(policy.features_extractor, NsaConvExtractor)
             convs, config["convs"] = policy.features_extractor.exported()
             layers = [*convs, *layers]
-    elif settings.kind == "rlbf":
+    elif settings.kind in ("rlbf", "osdec"):
         assert isinstance(extractor, KernelExtractor)  # KernelPolicy's
         layers = [m for m in extractor.kernel if isinstance(m, nn.Linear)]
         config = {
-            "kind": "rlbf",
-            "features": RLBF_FEATURES,
+            "kind": settings.kind,
+            "features": extractor.features,
             "window": settings.window,
             "time_scale": env.time_scale,
         }

@@ -23,7 +23,19 @@ DEFAULT_POLICIES = (
     "osdec-fifo:easy",
     "osdec-sjf:easy",
     "osdec-tetris:easy",
+    "osdec:easy",
 )
+"""The heuristics, and the learned policy with its shipped model (`cosched.policies.osdec_learned`)."""
+
+
+def split_pair(pair: str) -> tuple[str, str]:
+    """`queue:backfill` (backfill `easy` when left out); a queue with an argument is written in
+    brackets, `[osdec:/srv/m.npz]:easy`, as in `cosched replay --compare`."""
+    if pair.startswith("["):
+        queue, _, rest = pair[1:].partition("]")
+        return queue, rest.removeprefix(":") or "easy"
+    queue, _, backfill = pair.partition(":")
+    return queue, backfill or "easy"
 
 
 def run(
@@ -40,10 +52,8 @@ def run(
     base = windows.apply(trace.jobs())
     out = []
     for pair in policies:
-        queue, _, backfill = pair.partition(":")
-        result = replay(
-            windows.apply(base), cluster, PolicySet(queue=queue, backfill=backfill or "easy"), validate=True
-        )
+        queue, backfill = split_pair(pair)
+        result = replay(windows.apply(base), cluster, PolicySet(queue=queue, backfill=backfill), validate=True)
         out.append((pair, measure(result, w1)))
     return out
 
