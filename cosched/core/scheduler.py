@@ -167,6 +167,14 @@ class Scheduler:
             # A host and its guest can end in one step: no quota change for a job already gone.
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
         windows = self.windows
+        if windows.held or windows.deadlines or self._period:
+            return self._timed_pass(now, actions)
+        busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
+        return Decision(actions, self._schedule(now, actions) if busy else _NONE)
+
+    def _timed_pass(self, now: float, actions: list[Action]) -> Decision:
+        """A pass with times to keep: held jobs' begins, latest starts, placement windows."""
+        windows = self.windows
         if windows.held:
             for job in windows.due(now):  # their begin came: they enter the queue as arrivals do
                 self._enqueue(job, now)
@@ -399,7 +407,8 @@ class Scheduler:
         if self.queue_policy.one_by_one:
             view = self._serve_one_by_one(view, now, actions)
         order = full = view.queue
-        if self.windows.watching:
+        watching = bool(self.windows.deadlines)
+        if watching:
             order = self._reservable(view, order, ())
         head = 0
         late_before: set[int] | None = None
@@ -417,11 +426,13 @@ class Scheduler:
             plan = (
                 self.backfill.plan(view, head) if head < n and (pool.free_units or self.backfill.serves_head) else None
             )
-            late = self._late(plan) if plan is not None and self.windows.watching else ()
-            if not late or (late_before is not None and set(late) <= late_before):
+            if not watching or plan is None:
+                break
+            late = set(self._late(plan))
+            if not late or (late_before is not None and late <= late_before):
                 break  # (a policy that reserves again what it forgot gets no second try)
-            late_before = set(late) | (late_before or set())
-            order = self._reservable(view, order, late)  # plan again without them
+            late_before = late | (late_before or set())
+            order = self._reservable(view, order, list(late))  # plan again without them
         self._dequeue_prefix(order, head)
         reservations = _NONE
         if plan is not None:
@@ -429,7 +440,7 @@ class Scheduler:
             started = self._start_planned(plan.start, now, actions)
             while started and self.backfill.one_by_one and pool.free_units and self.queue:
                 view = self.view(now)
-                if self.windows.watching:
+                if watching:
                     self._reservable(view, view.queue, ())
                 plan = self.backfill.plan(view, 0)
                 reservations = plan.reservations or reservations

@@ -23,19 +23,21 @@ from cosched.model import Job, JobState
 class StartWindows:
     """The held jobs by begin and the pending jobs by latest start."""
 
-    __slots__ = ("_deadlines", "_held", "_seq", "held")
+    __slots__ = ("_held", "_seq", "deadlines", "held")
 
     def __init__(self) -> None:
         self._held: list[tuple[float, int, Job]] = []
-        self._deadlines: list[tuple[float, int, Job]] = []
+        self.deadlines: list[tuple[float, int, Job]] = []
+        """Pending jobs with a latest start, a heap by it (stale entries dropped lazily)."""
         self._seq = 0
         self.held: dict[int, Job] = {}
         """Jobs waiting for their begin, by id (pending, not queued)."""
 
     @property
     def watching(self) -> bool:
-        """Whether some job may still have a latest start to keep (stale entries included)."""
-        return bool(self._deadlines)
+        """Whether some job may still have a latest start to keep (stale entries included); the
+        core's hot path reads `deadlines` itself, a property call per pass being measurable."""
+        return bool(self.deadlines)
 
     def hold(self, job: Job) -> None:
         """Keep `job` out of the queue until its begin."""
@@ -47,7 +49,7 @@ class StartWindows:
         """Remember `job`'s latest start (a no-op for a job without one)."""
         if job.latest_start < math.inf:
             self._seq += 1
-            heapq.heappush(self._deadlines, (job.latest_start, self._seq, job))
+            heapq.heappush(self.deadlines, (job.latest_start, self._seq, job))
 
     def drop(self, job: Job) -> bool:
         """Forget a held job (cancelled or expired); whether it was held."""
@@ -65,7 +67,7 @@ class StartWindows:
     def expired(self, now: float, *, at_now: bool) -> list[Job]:
         """Pending jobs past their latest start (or at it, with `at_now`: the pass that could
         start them is over)."""
-        heap, out = self._deadlines, []
+        heap, out = self.deadlines, []
         while heap and (heap[0][0] <= now if at_now else heap[0][0] < now):
             job = heapq.heappop(heap)[2]
             if job.state is JobState.PENDING:
@@ -74,7 +76,7 @@ class StartWindows:
 
     def next_time(self, now: float) -> float:
         """The next begin or latest start after `now` that still matters (inf: none)."""
-        held, deadlines = self._held, self._deadlines
+        held, deadlines = self._held, self.deadlines
         while held and self.held.get(held[0][2].id) is not held[0][2]:
             heapq.heappop(held)
         while deadlines and deadlines[0][2].state is not JobState.PENDING:
