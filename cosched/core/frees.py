@@ -10,6 +10,7 @@ the same rule (`releases`), so a promise never counts cores a guest still holds.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from cosched.core.events import Slots
@@ -53,3 +54,15 @@ def releases(
     later.sort()
     own = ((max(job.expected_end, now), job.need - kept.get(job.id, 0)) for job in running)
     yield from heapq.merge(own, later)
+
+
+def shadow(free: int, releases: Iterable[tuple[float, int]], need: int) -> tuple[float, int]:
+    """When `need` units are free, with `free` free now and `releases` (time, units) to come in
+    time order (inf: never), and the units left over then: EASY's shadow time and extra units,
+    the one rule every reservation and every "would it fit by then" is computed with."""
+    available = free
+    for end, units in releases:
+        available += units
+        if available >= need:
+            return end, available - need
+    return math.inf, 0

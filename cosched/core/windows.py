@@ -16,6 +16,7 @@ import heapq
 import math
 from collections.abc import Iterable
 
+from cosched.core.frees import shadow as shadow_of
 from cosched.core.view import SchedulerView
 from cosched.model import Job, JobState
 
@@ -102,17 +103,7 @@ def doomed(view: SchedulerView, jobs: Iterable[Job]) -> set[int]:
             continue
         shadow = shadows.get(job.need)
         if shadow is None:
-            shadow = shadows[job.need] = _fits_at(view, job.need)
+            shadow = shadows[job.need] = shadow_of(view.free_units, view.releases(), job.need)[0]
         if shadow > job.latest_start:
             out.add(job.id)
     return out
-
-
-def _fits_at(view: SchedulerView, need: int) -> float:
-    """When `need` units are free by the running jobs' expected ends (EASY's shadow time)."""
-    available = view.free_units
-    for end, units in view.releases():
-        available += units
-        if available >= need:
-            return end
-    return math.inf

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from cosched.core.frees import shadow
 from cosched.core.view import SchedulerView
 from cosched.model import Job
 from cosched.policies.base import NO_BACKFILL, BackfillPlan, BackfillPolicy
@@ -12,12 +13,7 @@ from cosched.policies.base import NO_BACKFILL, BackfillPlan, BackfillPolicy
 def shadow_time(view: SchedulerView, need: int) -> tuple[float, int]:
     """When a blocked job of `need` units fits by the running jobs' estimates (inf: never),
     and the units it will leave unused then (EASY's extra capacity)."""
-    available = view.free_units
-    for end, units in view.releases():
-        available += units
-        if available >= need:
-            return end, available - need
-    return math.inf, 0
+    return shadow(view.free_units, view.releases(), need)
 
 
 class NoBackfill(BackfillPolicy):

@@ -33,9 +33,9 @@ the view as it then is.
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 
+from cosched.core.frees import shadow as shadow_of
 from cosched.core.view import SchedulerView
 from cosched.errors import ConfigError
 from cosched.learn.features import osdec_observation
@@ -43,16 +43,6 @@ from cosched.learn.models import load_model
 from cosched.model import Job
 from cosched.policies.base import QueuePolicy
 from cosched.policies.learned import Decide
-
-
-def _shadow(free: int, releases: list[tuple[float, int]], need: int) -> tuple[float, int]:
-    """`backfill.shadow_time` over a list of (end, units) in time order."""
-    available = free
-    for end, units in releases:
-        available += units
-        if available >= need:
-            return end, available - need
-    return math.inf, 0
 
 
 class LearnedOSDEC(QueuePolicy):
@@ -120,7 +110,7 @@ class LearnedOSDEC(QueuePolicy):
         if ordinary and ordinary[0].need <= free:
             return ordinary[0]
         if ordinary:  # a blocked on-demand head: nothing may delay its start (EASY's rule)
-            shadow, extra = _shadow(free, releases, ordinary[0].need)
+            shadow, extra = shadow_of(free, releases, ordinary[0].need)
 
             def allowed(job: Job) -> bool:
                 return job.need <= free and (now + job.estimate <= shadow or job.need <= extra)
