@@ -245,7 +245,7 @@ def test_cosched_token_makes_the_key_once_and_prints_a_token_for_the_user(
     name, _, token = out.strip().partition("=")
     assert name == "COSCHED_TOKEN" and user_of(load_key(path), token) == "alice"
     claims = jwt.decode(token, load_key(path), algorithms=["HS256"])
-    assert claims["exp"] - claims["iat"] == 7200
+    assert claims["exp"] - claims["iat"] == pytest.approx(7200, abs=1)
     assert main(["token", "bob", "--key-file", str(path)]) == 0
     out, err = capsys.readouterr()
     assert user_of(load_key(path), out.strip().partition("=")[2]) == "bob"
@@ -300,6 +300,32 @@ def test_accounts_come_from_the_user_database_and_never_give_root() -> None:
         with pytest.raises(NoAccount, match="expected uid, gid and groups"):
             account_in({"run_as": given})
     assert Account(5, 6, (7,)).as_spec() == {"uid": 5, "gid": 6, "groups": [7]}
+
+
+def test_a_revoked_users_old_tokens_are_refused_and_their_new_one_works(
+    client: TestClient, daemon: Daemon, key_file: Path, image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A leaked token is good until it expires unless its user's tokens can be revoked: the
+    running daemon refuses it as soon as `cosched token USER --revoke` has written the list,
+    while the user's next token, and other users' tokens, still work."""
+    old_alice, bob = as_user(key_file, "alice"), as_user(key_file, "bob")
+    assert client.post("/v1/jobs", json=job(image), headers=old_alice).status_code == 201
+    assert main(["token", "alice", "--revoke", "--key-file", str(key_file)]) == 0
+    assert "alice's tokens issued before " in capsys.readouterr().err
+    listed = key_file.with_name("api.key.revoked")
+    assert listed.stat().st_mode & 0o777 == 0o600
+    refused = client.post("/v1/jobs", json=job(image), headers=old_alice)
+    assert refused.status_code == 401 and refused.json()["error"].startswith("bearer token revoked: alice's tokens")
+    assert len(daemon.store.jobs()) == 1  # nothing stored for the refused call
+    assert client.post("/v1/jobs", json=job(image), headers=as_user(key_file, "alice")).status_code == 201
+    assert client.post("/v1/jobs", json=job(image), headers=bob).status_code == 201
+    # Fail closed: a list that cannot be parsed refuses every user token, not none of them.
+    listed.write_text("alice not-a-time\n")
+    broken = client.get("/v1/queue", headers=bob)
+    assert broken.status_code == 401 and "revocation list is unusable" in broken.json()["error"]
+    assert client.get("/v1/queue", headers={"authorization": f"Bearer {SHARED}"}).status_code == 200
+    listed.unlink()
+    assert client.get("/v1/queue", headers=old_alice).status_code == 200  # no list: nothing revoked
 
 
 def test_cosched_token_without_a_key_says_where_to_give_one(capsys: pytest.CaptureFixture[str]) -> None:

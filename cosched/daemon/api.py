@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cosched.daemon import journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.http_guards import Authenticate, BodyLimit
-from cosched.daemon.identity import Caller, load_key
+from cosched.daemon.identity import Caller, Revocations, load_key, revocations_path
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -60,9 +60,13 @@ def create_app(daemon: Daemon) -> FastAPI:
         description="HPC co-scheduler daemon: jobs and workflows in containers, CPU lent between them by ASAx.",
     )
     app.add_middleware(BodyLimit, limit=api.max_body, timeout=api.body_timeout)
-    key = load_key(FilePath(api.key_file).expanduser()) if api.key_file else None
+    key_file = FilePath(api.key_file).expanduser() if api.key_file else None
+    key = load_key(key_file) if key_file else None
+    revocations = Revocations(revocations_path(key_file)) if key_file else None
     # added last: the outermost, so a request without its credential is refused before any body is read
-    app.add_middleware(Authenticate, token=api.token, key=key, operators=frozenset(api.operators))
+    app.add_middleware(
+        Authenticate, token=api.token, key=key, operators=frozenset(api.operators), revocations=revocations
+    )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -97,6 +97,11 @@ def add_commands(commands: Any, parser_class: type) -> None:
     tp.add_argument("--config", type=Path, help="the daemon's TOML settings, for api.key_file")
     tp.add_argument("--key-file", type=Path, help="the signing key (default: the config's api.key_file)")
     tp.add_argument("--lifetime", type=_duration, default=30 * 86400.0, help="e.g. 3600, 12h, 30d (default: 30d)")
+    tp.add_argument(
+        "--revoke",
+        action="store_true",
+        help="instead, refuse every token of USER issued until now (a new one works); the daemon sees it at once",
+    )
     tp.set_defaults(handler=_token)
 
     np_ = commands.add_parser(
@@ -170,12 +175,19 @@ def _duration(text: str) -> float:
 
 def _token(args: argparse.Namespace) -> int:
     from cosched.daemon.config import load_config
-    from cosched.daemon.identity import create_key, load_key, mint
+    from cosched.daemon.identity import create_key, load_key, mint, revocations_path, revoke
 
     key_file = args.key_file or load_config(args.config).api.key_file
     if not key_file:
         raise ConfigError("token: no signing key: give --key-file or a --config whose api.key_file is set")
     path = Path(key_file).expanduser()
+    if args.revoke:
+        at = revoke(path, args.user)
+        print(
+            f"cosched: {args.user}'s tokens issued before {_when(at)} are refused ({revocations_path(path)})",
+            file=sys.stderr,
+        )
+        return 0
     if create_key(path):
         print(f"cosched: made a new signing key {path}: set api.key_file = {str(path)!r} and restart", file=sys.stderr)
     print(f"COSCHED_TOKEN={mint(load_key(path), args.user, args.lifetime)}")

@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cosched.daemon.identity import ANONYMOUS, BadToken, Caller, user_of
+from cosched.daemon.identity import ANONYMOUS, BadToken, Caller, Revocations, user_of
 
 UNAUTHORISED = "missing or wrong bearer token"
 
@@ -30,8 +30,16 @@ class Authenticate:
     operator if named in `operators`.
     """
 
-    def __init__(self, app: ASGIApp, token: str, key: bytes | None, operators: frozenset[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str,
+        key: bytes | None,
+        operators: frozenset[str],
+        revocations: Revocations | None = None,
+    ) -> None:
         self.app, self.token, self.key, self.operators = app, token.encode(), key, operators
+        self.revocations = revocations
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -56,7 +64,7 @@ class Authenticate:
             return Caller("", operator=True)
         if self.key is None or not given:
             raise BadToken(UNAUTHORISED)
-        user = user_of(self.key, given.decode("latin-1"))
+        user = user_of(self.key, given.decode("latin-1"), self.revocations)
         return Caller(user, operator=user in self.operators)
 
 

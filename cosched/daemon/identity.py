@@ -8,10 +8,17 @@ signature and the expiry and stores nothing per user, so adding a user touches
 no configuration and no restart. What a user may do depends on who they are: any
 user submits and reads, but cancels only their own jobs; an operator (a name in
 `api.operators`, or the holder of the shared `api.token`) cancels any.
+
+A token cannot be taken back, so a leaked one would be good until it expires. The operator
+revokes a user's tokens (`cosched token USER --revoke`): the time goes into a list beside the
+key (`<key_file>.revoked`, one `USER EPOCH` line each), and a token of that user issued before
+it is refused, the daemon re-reading the list whenever it changes; the user's next token works.
+As Keycloak's not-before policy, this needs no record of the tokens handed out.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -87,14 +94,91 @@ def create_key(path: Path) -> bool:
 
 
 def mint(key: bytes, user: str, lifetime: float, now: float | None = None) -> str:
-    """A token for `user` that the daemon holding `key` accepts for `lifetime` seconds."""
-    issued = int(time.time() if now is None else now)
-    claims = {"sun": check_user_name(user), "iat": issued, "exp": issued + int(lifetime)}
+    """A token for `user` that the daemon holding `key` accepts for `lifetime` seconds.
+
+    Its issue time keeps microseconds (JWT allows a non-integer NumericDate), so that a token
+    minted in the same second as a revocation, but after it, is not taken for an older one."""
+    issued = round(time.time() if now is None else now, 6)
+    claims = {"sun": check_user_name(user), "iat": issued, "exp": int(issued + lifetime)}
     return jwt.encode(claims, key, algorithm=ALGORITHM)
 
 
-def user_of(key: bytes, token: str) -> str:
-    """The user a token names; BadToken if this key did not sign it or it expired."""
+def revocations_path(key_file: Path) -> Path:
+    """Where the revocations of the tokens signed with `key_file` are listed."""
+    return key_file.with_name(key_file.name + ".revoked")
+
+
+def revoke(key_file: Path, user: str, now: float | None = None) -> float:
+    """Refuse every token of `user` issued before now; the time written."""
+    at = round(time.time() if now is None else now, 6)
+    path = revocations_path(key_file)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"revocation list {path}: cannot write it: {exc.strerror}") from None
+    with os.fdopen(fd, "a") as file:
+        file.write(f"{check_user_name(user)} {at:.6f}\n")
+    return at
+
+
+class Revocations:
+    """The list `revoke` writes, read again whenever the file changes (a `stat` per request).
+
+    Fail closed: a list that cannot be read or parsed refuses every user token (the shared
+    operator token still works) until it is mended, rather than letting revoked tokens back in."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._seen: tuple[int, int, int] | None = None
+        self._before: dict[str, float] = {}
+        self._problem = ""
+        self._read()
+
+    def issued_before(self, user: str) -> float:
+        """The time before which `user`'s tokens are refused (-inf: none)."""
+        self._read()
+        if self._problem:
+            raise BadToken(f"the daemon's token revocation list is unusable ({self._problem}): tell the operator")
+        return self._before.get(user, -math.inf)
+
+    def _read(self) -> None:
+        try:
+            info = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            self._seen, self._before, self._problem = None, {}, ""
+            return
+        except OSError as exc:
+            self._seen, self._problem = None, f"{self.path}: {exc.strerror}"
+            return
+        seen = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if seen == self._seen:
+            return
+        self._seen = seen
+        try:
+            before, problem = _parse_revocations(self.path.read_text(encoding="utf-8")), ""
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            before, problem = {}, f"{self.path}: {exc}"
+        self._before, self._problem = before, problem
+
+
+def _parse_revocations(text: str) -> dict[str, float]:
+    before: dict[str, float] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        user, _, at = line.partition(" ")
+        if not USER_NAME.fullmatch(user):
+            raise ValueError(f"line {number}: {user!r} is not a user name")
+        when = float(at)  # ValueError names the text
+        if not math.isfinite(when):
+            raise ValueError(f"line {number}: {at!r} is not a time")
+        before[user] = max(before.get(user, -math.inf), when)
+    return before
+
+
+def user_of(key: bytes, token: str, revocations: Revocations | None = None) -> str:
+    """The user a token names; BadToken if this key did not sign it, it expired, or its user's
+    tokens were revoked after it was issued."""
     try:
         claims = jwt.decode(token, key, algorithms=[ALGORITHM], options={"require": ["exp", "sun"]})
     except jwt.ExpiredSignatureError:
@@ -104,4 +188,8 @@ def user_of(key: bytes, token: str) -> str:
     user = claims["sun"]
     if not isinstance(user, str) or not USER_NAME.fullmatch(user):
         raise BadToken("missing or wrong bearer token")
+    if revocations is not None:
+        issued = claims.get("iat")
+        if not isinstance(issued, int | float) or issued < revocations.issued_before(user):
+            raise BadToken(f"bearer token revoked: {user}'s tokens were revoked after it was issued; ask for a new one")
     return user
