@@ -79,6 +79,12 @@ class _SlowEngine:
     def nodes_changed(self) -> list[tuple[int, bool]]:
         return []
 
+    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
+        return {}
+
+    def unsized(self) -> list[tuple[str, int]]:
+        return []
+
 
 def _daemon(tmp_path: Path, engine: _SlowEngine, workers: int) -> Daemon:
     config = from_dict(
