@@ -110,6 +110,21 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument(
         "--allocation", default="core", choices=("core", "node"), help="jobs take any free cores, or whole nodes"
     )
+    rp.add_argument(
+        "--deferrable",
+        type=float,
+        metavar="FRACTION",
+        help="make this share of the jobs deferrable (drawn with --seed): each may start from its submission "
+        "until --window seconds later, else it expires; adds OSDEC's expired and reward columns",
+    )
+    rp.add_argument(
+        "--window",
+        type=float,
+        nargs=2,
+        default=(3600.0, 4 * 3600.0),
+        metavar=("LOW", "HIGH"),
+        help="with --deferrable: each window's width is drawn from U[LOW, HIGH] seconds (default 3600 14400)",
+    )
     rp.add_argument("--procs", type=_positive, help="cluster size in processors (overrides the header)")
     rp.add_argument("--start", type=_non_negative, default=0, help="first job of the window (0-based)")
     rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
@@ -619,6 +634,11 @@ def _replay(args: argparse.Namespace) -> int:
     for policy_set in sets:
         policy_set.placement = args.placement
         policy_set.check()  # an unknown name fails before any trace is read
+    windows = None
+    if args.deferrable is not None:
+        from cosched.replay.deferrable import Windows
+
+        windows = Windows(args.deferrable, tuple(args.window), seed=args.seed)
     trace = load_workload(
         args.trace,
         seed=args.seed,
@@ -655,12 +675,15 @@ def _replay(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=total, unit="job", file=sys.stderr, leave=False)
     try:
-        results = run_study(sequences, cluster, sets, validate=args.validate, progress=bar.update if bar else None)
+        results = run_study(
+            sequences, cluster, sets, validate=args.validate, progress=bar.update if bar else None, windows=windows
+        )
     finally:
         if bar is not None:
             bar.close()
 
-    rejected = sum(len(run.rejected) for r in results for run in r.runs)
+    # An expired deferrable job ends at the pass that expired it; one that never fits never ends.
+    rejected = sum(1 for r in results for run in r.runs for job in run.rejected if job.end < 0)
     if rejected:
         print(f"cosched: warning: {rejected} jobs larger than the cluster were rejected, not replayed", file=sys.stderr)
     payload = _payload(results, trace.name, len(sequences))
@@ -670,7 +693,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(payload, indent=2, default=float))
     else:
-        print(_table(results, len(sequences)))
+        print(_table(results, len(sequences), windows is not None))
         if args.out:
             print(f"wrote {args.out}/", file=sys.stderr)
     return 0
@@ -692,7 +715,8 @@ def _payload(results: Sequence[StudyResult], name: str, samples: int) -> dict[st
     }
 
 
-def _table(results: Sequence[StudyResult], samples: int) -> str:
+def _table(results: Sequence[StudyResult], samples: int, windows: bool = False) -> str:
+    from cosched.replay.deferrable import measure
     from cosched.reporting.metrics import mean_hops
     from cosched.reporting.report import format_table
 
@@ -707,6 +731,10 @@ def _table(results: Sequence[StudyResult], samples: int) -> str:
                 row[column] = f"{agg[column]['mean']:.2f} ± {agg[column]['std']:.2f}"
             else:
                 row[column] = agg[column]["mean"]
+        if windows:
+            measures = [measure(run) for run in r.runs]
+            row["expired"] = sum(m.expired for m in measures)
+            row["reward"] = round(statistics.fmean(m.reward for m in measures), 1)
         if r.runs and r.runs[0].cluster.topology is not None:
             row["hops"] = round(statistics.fmean(mean_hops(run.jobs, run.cluster) for run in r.runs), 2)
         row["jobs/s"] = round(r.jobs / r.seconds) if r.seconds else 0

@@ -156,3 +156,18 @@ def test_the_study_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["experiment", "deferrable", "lublin:200:32", "--policies", "fcfs:easy,osdec-tetris:easy"]) == 0
     out = capsys.readouterr().out
     assert "osdec-tetris:easy" in out and "reward" in out
+
+
+def test_cosched_replay_gives_a_share_of_a_traces_jobs_start_windows(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--deferrable` draws the same windows as the study for the same seed, so its expired and
+    reward columns are the study's; a share outside [0, 1] is one line and exit status 2."""
+    from cosched.cli import main
+    from cosched.replay.osdec import run
+
+    assert main(["replay", "lublin:300:32", "--deferrable", "0.5", "--compare", "fcfs:easy"]) == 0
+    row = capsys.readouterr().out.strip().splitlines()[-1].split()
+    [(_, summary)] = run("lublin:300:32", Windows(0.5, seed=1), ["fcfs:easy"])
+    assert summary.expired > 0
+    assert (int(row[-3]), float(row[-2])) == (summary.expired, round(summary.reward, 1))
+    assert main(["replay", "lublin:300:32", "--deferrable", "2"]) == 2
+    assert capsys.readouterr().err.strip() == "cosched: error: deferrable fraction must be in [0, 1], got 2.0"

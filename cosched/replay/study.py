@@ -16,6 +16,7 @@ import numpy as np
 
 from cosched.errors import ConfigError
 from cosched.model import Allocation, Cluster
+from cosched.replay.deferrable import Windows
 from cosched.replay.driver import PolicySet, ReplayResult, replay
 from cosched.reporting.metrics import Summary, aggregate, summarize
 from cosched.traces.swf import read_swf
@@ -153,14 +154,17 @@ def run_study(
     *,
     validate: bool = False,
     progress: Callable[[int], None] | None = None,
+    windows: Windows | None = None,
 ) -> list[StudyResult]:
-    """Replay every sequence under every policy set (fresh jobs each time)."""
+    """Replay every sequence under every policy set (fresh jobs each time; with `windows`, the
+    same drawn fraction of them deferrable under every set)."""
     results = []
     for policies in policy_sets:
         study = StudyResult(policies)
         for sequence in sequences:
+            jobs = sequence.jobs()
             run = replay(
-                sequence.jobs(),
+                windows.apply(jobs) if windows is not None else jobs,
                 cluster,
                 policies,
                 validate=validate,
