@@ -279,12 +279,16 @@ class Scheduler:
                 self._killing.add(job.id)
                 actions.append(Kill(job.id))  # it leaves `running` when the backend reports the end
             return
+        self._leave_pending(job, JobState.CANCELLED, now)
+
+    def _leave_pending(self, job: Job, state: JobState, now: float) -> None:
+        """A pending job (queued, or held until its begin) is over before it started."""
         del self.jobs[job.id]
         if not self.windows.drop(job):
             self._unqueue(job)
         self._view.epoch += 1
         self.backfill.forget(job)
-        job.state = JobState.CANCELLED
+        job.state = state
         job.end = now
 
     def _expire(self, now: float, actions: list[Action], *, at_now: bool) -> None:
@@ -293,13 +297,7 @@ class Scheduler:
         for job in self.windows.expired(now, at_now=at_now):
             if job.id not in self.jobs:
                 continue
-            del self.jobs[job.id]
-            if not self.windows.drop(job):
-                self._unqueue(job)
-            self._view.epoch += 1
-            self.backfill.forget(job)
-            job.state = JobState.FAILED
-            job.end = now
+            self._leave_pending(job, JobState.FAILED, now)
             actions.append(Reject(job, f"job {job.id} did not start by its latest start {job.latest_start:.0f}"))
 
     def _on_usage(self, event: UsageReported, now: float, actions: list[Action]) -> None:

@@ -26,6 +26,22 @@ Decide = Callable[[np.ndarray, np.ndarray], "int | None"]
 """(observation, mask of allowed actions) -> the action, or None to take none now."""
 
 
+def kernel_settings(
+    kind: str, model: str | None, decide: Decide | None, window: int, time_scale: float, log_time: bool
+) -> tuple[Decide, int, float, bool]:
+    """What a policy scoring each job of a window with one network decides with: a trained
+    model's actor and the window, time scale and time encoding it was trained with, or, for a
+    training environment, its own `decide` and the settings given."""
+    if decide is None:
+        network = load_model(kind, model)
+        decide = network.act
+        window, time_scale = int(network.config["window"]), float(network.config["time_scale"])
+        log_time = bool(network.config.get("log_time", log_time))
+    if window < 2 or time_scale <= 0:
+        raise ConfigError(f"{kind} needs a window >= 2 and a positive time scale, got {window}, {time_scale}")
+    return decide, window, time_scale, log_time
+
+
 class RLBackfill(BackfillPolicy):
     """RLBackfilling (Kolker-Hicks, Zhang and Dai): an agent picks which job to backfill.
 
@@ -48,17 +64,9 @@ class RLBackfill(BackfillPolicy):
         time_scale: float = 12 * 3600.0,
         log_time: bool = False,
     ) -> None:
-        if decide is None:
-            network = load_model("rlbf", model)
-            decide = network.act
-            window, time_scale = int(network.config["window"]), float(network.config["time_scale"])
-            log_time = bool(network.config.get("log_time", False))
-        if window < 2 or time_scale <= 0:
-            raise ConfigError(f"rlbf needs a window >= 2 and a positive time scale, got {window}, {time_scale}")
-        self.decide = decide
-        self.window = window
-        self.time_scale = time_scale
-        self.log_time = log_time
+        self.decide, self.window, self.time_scale, self.log_time = kernel_settings(
+            "rlbf", model, decide, window, time_scale, log_time
+        )
         self._easy = EASY()
 
     def plan(self, view: SchedulerView, head: int) -> BackfillPlan:

@@ -37,12 +37,10 @@ from collections.abc import Sequence
 
 from cosched.core.frees import shadow as shadow_of
 from cosched.core.view import SchedulerView
-from cosched.errors import ConfigError
 from cosched.learn.features import osdec_observation
-from cosched.learn.models import load_model
 from cosched.model import Job
 from cosched.policies.base import QueuePolicy
-from cosched.policies.learned import Decide
+from cosched.policies.learned import Decide, kernel_settings
 
 
 class LearnedOSDEC(QueuePolicy):
@@ -60,17 +58,9 @@ class LearnedOSDEC(QueuePolicy):
         time_scale: float = 12 * 3600.0,
         log_time: bool = True,
     ) -> None:
-        if decide is None:
-            network = load_model("osdec", model)
-            decide = network.act
-            window, time_scale = int(network.config["window"]), float(network.config["time_scale"])
-            log_time = bool(network.config.get("log_time", True))
-        if window < 2 or time_scale <= 0:
-            raise ConfigError(f"osdec needs a window >= 2 and a positive time scale, got {window}, {time_scale}")
-        self.decide = decide
-        self.window = window
-        self.time_scale = time_scale
-        self.log_time = log_time
+        self.decide, self.window, self.time_scale, self.log_time = kernel_settings(
+            "osdec", model, decide, window, time_scale, log_time
+        )
 
     def score(self, job: Job, now: float) -> float:
         return job.submit

@@ -155,8 +155,6 @@ class Annealing(PlacementPolicy):
             raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")
         self.t_max, self.t_min, self.hop_cost = t_max, t_min, hop_cost
         self.rng = random.Random(seed)
-        self._distinct = True
-        """Whether the free sequence being searched names each node once (whole nodes)."""
         self.searched = 0
         """Windows re-placed by the search (more than one multi-node job started together)."""
         self.improved = 0
@@ -198,7 +196,7 @@ class Annealing(PlacementPolicy):
         None when nothing beat it."""
         cost_of = tree.cost
         hop_cost = self.hop_cost
-        self._distinct = distinct = len(set(free)) == len(free)
+        distinct = len(set(free)) == len(free)  # each node once: whole-node allocation
         current = [list(nodes) for nodes in initial]
         costs = [cost_of(nodes, hop_cost) for nodes in current]
         total = best_total = start_total = sum(costs)
@@ -211,7 +209,7 @@ class Annealing(PlacementPolicy):
             removed = rng.sample(range(k), rng.randint(1, min(self.remove, k)))
             queue = _without(free, [node for j in range(k) if j not in removed for node in current[j]], distinct)
             removed.sort(key=lambda j: -sizes[j])  # the paper's repair order: largest first
-            repaired = self.repair(tree, queue, [sizes[j] for j in removed])
+            repaired = self.repair(tree, queue, [sizes[j] for j in removed], distinct)
             new_costs = [cost_of(nodes, hop_cost) for nodes in repaired]
             delta = sum(new_costs) - sum(costs[j] for j in removed)
             if delta < 0 or rng.random() < math.exp(-delta / temperature):
@@ -222,14 +220,15 @@ class Annealing(PlacementPolicy):
                     best_total, best = total, [list(nodes) for nodes in current]
         return best if best is not None and best_total < start_total - 1e-9 else None
 
-    def repair(self, tree: FatTree, queue: list[int], sizes: Sequence[int]) -> list[list[int]]:
+    def repair(self, tree: FatTree, queue: list[int], sizes: Sequence[int], distinct: bool) -> list[list[int]]:
         """Re-insert jobs of these sizes, in this order, into the free sequence `queue` (DCAS:
-        each one's nodes leave it before the next); SA picks each start at random."""
+        each one's nodes leave it before the next; `distinct`: no node repeats in it); SA picks
+        each start at random."""
         placed = []
         for i, n in enumerate(sizes):
             start = self.choose_start(tree, queue, n, sizes[i + 1 :])
             nodes = contiguous(queue, start, n)
-            queue = _without(queue, nodes, self._distinct)
+            queue = _without(queue, nodes, distinct)
             placed.append(nodes)
         return placed
 
