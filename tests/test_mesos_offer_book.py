@@ -129,7 +129,8 @@ def test_parse_offer_sums_scalars_of_all_roles() -> None:
             {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 1, "end": 2}]}},
         ],
     }
-    assert parse_offer(raw, 7.0) == Offer("O1", "S1", "agent1", 1.5, 1024.0, 7.0)
+    offer = parse_offer(raw, 7.0)
+    assert offer == Offer("O1", "S1", "agent1", 1.5, 1024.0, 7.0, pieces=tuple(raw["resources"][:3]))
 
 
 @given(

@@ -51,6 +51,7 @@ default. Example (every key, with its default)::
                                   # or their ZooKeeper group: "zk://z1:2181,z2:2181/mesos"
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
+    role = ""                     # subscribe in this role ("" = "*"): what agents reserve for it is offered too
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
     launch_timeout = 30.0         # seconds a launch (and the pass) waits for its agents' offers, then for its tasks
     hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
@@ -98,6 +99,7 @@ import psutil
 from cosched.daemon.accounts import RUN_AS
 from cosched.daemon.identity import USER_NAME
 from cosched.errors import ConfigError
+from cosched.mesos.calls import role_problem
 
 
 def _default_state_dir() -> str:
@@ -162,6 +164,7 @@ class MesosSection:
     masters: str = ""
     name: str = "cosched"
     user: str = "root"
+    role: str = ""
     executor_command: str = "python3 -m cosched.mesos.executor"
     launch_timeout: float = 30.0
     hold_timeout: float = 10.0
@@ -341,6 +344,8 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
+    if config.mesos.role and (problem := role_problem(config.mesos.role)):
+        raise ConfigError(f"config key mesos.role: {config.mesos.role!r} is not a Mesos role: {problem}")
     if bool(config.mesos.principal) != bool(config.mesos.secret_file):
         raise ConfigError("config keys mesos.principal and mesos.secret_file: give both (authentication) or neither")
     if not 1 <= config.mesos.watchdog_heartbeats <= 100:

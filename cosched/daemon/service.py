@@ -176,6 +176,7 @@ class Daemon:
             masters=m.masters,
             name=m.name,
             user=m.user,
+            role=m.role,
             executor_command=m.executor_command,
             launch_timeout=m.launch_timeout,
             hold_timeout=m.hold_timeout,

@@ -48,10 +48,11 @@ from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs, shares
+from cosched.mesos.carve import carve
 from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
-from cosched.mesos.offers import parse_offer
+from cosched.mesos.offers import Offer, parse_offer
 from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, new_handle, parse_task, part_id
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
 
@@ -95,6 +96,9 @@ class MesosSettings:
     principal: str = ""
     """With `secret`: the principal the framework authenticates as (a master with framework authentication)."""
     secret: str = field(default="", repr=False)
+    role: str = ""
+    """The role the framework subscribes in ('' or '*': the default role): it is then offered what is
+    reserved for that role too, and its tasks name the reservations they use (`carve`)."""
     job_settings: DockerSection = field(default_factory=DockerSection)
     """The daemon's [docker] table: every agent's executor runs jobs as its user, with its limits
     and data roots (storage every agent mounts at the same path)."""
@@ -171,6 +175,7 @@ class MesosBackend(EventHandler):
                 watchdog_heartbeats=settings.watchdog_heartbeats,
                 principal=settings.principal,
                 secret=settings.secret,
+                roles=(settings.role,) if settings.role not in ("", "*") else (),
             ),
             self,
             framework_id=framework_id,
@@ -532,14 +537,14 @@ class MesosBackend(EventHandler):
         for demand in demands:
             self.launches[demand.key].had_room.update(need.agent_id for need in demand.needs if self._room(need))
         demands += [s.demand for s in self.sweeps.values() if s.demand is not None and now >= s.not_before]
-        arrived = {offer.id: offer.received_at for offer in self.book.held}
+        held = {offer.id: offer for offer in self.book.held}
         actions = self.book.decide(demands, self._queued, now, watching=bool(self.down) or self._mapping)
         if self.metrics is not None:
             self.metrics.offers_held.set(len(self.book.held))
         work: list[Callable[[], None]] = []
         for action in actions:
             if isinstance(action, Accept):
-                work.append(self._accept_call(action, max(arrived.get(o, now) for o in action.offer_ids)))
+                work.append(self._accept_call(action, [held[o] for o in action.offer_ids]))
             elif isinstance(action, Decline):
                 work.append(partial(self._decline, list(action.offer_ids), action.refuse_seconds))
             elif isinstance(action, Suppress):
@@ -548,8 +553,10 @@ class MesosBackend(EventHandler):
                 work.append(lambda: self._flow(self.client.revive, "REVIVE"))
         return work
 
-    def _accept_call(self, accept: Accept, offered: float) -> Callable[[], None]:
-        """Take the launches' TaskInfos for this agent out of their runs now (under the lock)."""
+    def _accept_call(self, accept: Accept, offers: list[Offer]) -> Callable[[], None]:
+        """Take the launches' TaskInfos for this agent out of their runs now (under the lock), their
+        resources cut from the accepted offers' pieces (`carve`)."""
+        offered = max(offer.received_at for offer in offers)
         infos: list[dict[str, Any]] = []
         launches: list[_Launch] = []
         for key in accept.launches:
@@ -563,14 +570,28 @@ class MesosBackend(EventHandler):
                 infos.append(sweep.info)
                 sweep.demand = None
 
+        def fail(why: str) -> None:
+            with self.cond:
+                for launch in launches:
+                    launch.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {why}"
+                self.cond.notify_all()
+
+        try:
+            infos = carve(offers, infos)
+        except MesosError as exc:
+            reason = str(exc)
+
+            def give_back() -> None:
+                fail(reason)
+                self._decline(list(accept.offer_ids), self.book.expired_refuse_seconds)
+
+            return give_back
+
         def call() -> None:
             try:
                 self.client.accept(list(accept.offer_ids), [calls.launch(infos)], refuse_seconds=0)
             except MesosError as exc:
-                with self.cond:
-                    for launch in launches:
-                        launch.failure = f"ACCEPT on agent {self.hostnames.get(accept.agent_id)} failed: {exc}"
-                    self.cond.notify_all()
+                fail(str(exc))
 
         return call
 

@@ -36,14 +36,30 @@ def framework_info(
     if principal:
         info["principal"] = principal
     roles = list(roles)
-    if roles:
+    if roles:  # offered what is reserved for them too, refined reservations included (`carve` copies both formats)
         info["roles"] = roles
-        info["capabilities"] = [{"type": "MULTI_ROLE"}]
+        info["capabilities"] = [{"type": "MULTI_ROLE"}, {"type": "RESERVATION_REFINEMENT"}]
     if hostname:
         info["hostname"] = hostname
     if framework_id:
         info["id"] = value(framework_id)
     return info
+
+
+def role_problem(role: str) -> str | None:
+    """Why the master would refuse `role` as a framework's role (its rules, `roles::validate`); None if valid."""
+    if role == "*":
+        return None
+    if role.startswith("/") or role.endswith("/") or "//" in role or not role:
+        return "a role is components joined by single slashes, with none at either end"
+    for component in role.split("/"):
+        if component in (".", "..", "*"):
+            return f"a role cannot have {component!r} as a component"
+        if component.startswith("-"):
+            return f"a role component cannot start with a dash ({component!r})"
+        if any(c.isspace() or c == "\b" for c in component):
+            return f"a role cannot contain whitespace or backspace ({component!r})"
+    return None
 
 
 def subscribe(info: Mapping[str, Any]) -> Json:

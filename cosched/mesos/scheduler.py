@@ -409,7 +409,13 @@ class SchedulerClient:
             self._heartbeat = float(payload.get("heartbeat_interval_seconds", 15.0))
         self.subscriptions += 1
         self._subscribed.set()
-        log.info("subscribed to %s as framework %s (heartbeat %.1f s)", stream.master, framework_id, self._heartbeat)
+        log.info(
+            "subscribed to %s as framework %s in role %s (heartbeat %.1f s)",
+            stream.master,
+            framework_id,
+            ", ".join(self.config.roles) or "*",
+            self._heartbeat,
+        )
         if framework_id != known and self._on_framework_id is not None:
             self._dispatch(self._on_framework_id, framework_id)
         self._dispatch(self.handler.on_subscribed, framework_id, payload)
