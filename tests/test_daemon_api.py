@@ -426,7 +426,14 @@ def test_fuzz_raw_bodies(client: TestClient, daemon: Daemon, content: bytes, con
 @given(
     key=st.integers(min_value=-3, max_value=3) | st.integers() | st.text(max_size=12),
     route=st.sampled_from(
-        [("GET", "/v1/jobs/{}"), ("GET", "/v1/workflows/{}"), ("GET", "/v1/jobs/{}/explain"), ("DELETE", "/v1/jobs/{}")]
+        [
+            ("GET", "/v1/jobs/{}"),
+            ("GET", "/v1/workflows/{}"),
+            ("GET", "/v1/jobs/{}/explain"),
+            ("DELETE", "/v1/jobs/{}"),
+            ("POST", "/v1/nodes/{}/drain"),
+            ("POST", "/v1/nodes/{}/resume"),
+        ]
     ),
 )
 def test_fuzz_ids(client: TestClient, daemon: Daemon, image: str, key: int | str, route: tuple[str, str]) -> None:
@@ -437,3 +444,5 @@ def test_fuzz_ids(client: TestClient, daemon: Daemon, image: str, key: int | str
     check_answer(response)
     if isinstance(key, int) and response.status_code == 200:
         assert response.json() == [] or response.json()["id"] == key
+    if template.startswith("/v1/nodes/"):  # no body to drain with, no drained node to resume
+        assert response.status_code in (404, 409, 422), response.text

@@ -17,7 +17,7 @@ from cosched.daemon import nodes
 from cosched.mesos import shares
 from cosched.mesos.backend import MesosBackend, MesosSettings
 from cosched.mesos.offers import Offer as MesosOffer
-from cosched.model import Cluster
+from cosched.model import Cluster, JobState
 
 
 # -- the rule: room -> what the core holds back ----------------------------------------------
@@ -214,6 +214,10 @@ class _Core:
     def __init__(self, cluster: Cluster) -> None:
         self.pool = ResourcePool(cluster)
         self.jobs: dict[int, Any] = {}
+        self.withheld: dict[int, int] = {}
+
+    def withhold(self, units: dict[int, int]) -> None:
+        self.withheld = dict(units)
 
 
 class _Backend:
@@ -234,6 +238,7 @@ class _Daemon:
         self.core.pool.add(((0, cores), (1, cores)), (memory, memory))
         self.backend = _Backend()
         self.down: set[int] = set()
+        self.drained: dict[int, Any] = {}
         self.containers: dict[int, str] = {}
 
     def step(self, changes: list[tuple[int, bool]] = ()) -> list[Any]:  # type: ignore[assignment]
@@ -282,6 +287,28 @@ def test_what_others_took_while_the_core_counted_it_is_taken_from_the_next_ends(
     # They give both back: both are offered.
     daemon.backend.held = {}
     assert daemon.step() == [Offer(((1, 2),), (0,))] and daemon.free(1) == (3, 900)
+
+
+def test_a_drained_node_is_held_back_whole_by_the_same_rule_and_given_back_at_resume() -> None:
+    """Node 1 runs a 3-core job (job 7) and others hold 1 core of it, when it is drained: what is free
+    leaves the pool, the job's cores are owed (its end gives back nothing of node 1), the core is told
+    that job 7's end frees none of its units, and `others` still says only what others hold. At
+    resume the node comes back less what others still hold."""
+    daemon = _Daemon()
+    daemon.core.pool.remove(((1, 3),), (300,))
+    job = type("RunningJob", (), {"id": 7, "state": JobState.RUNNING, "slots": ((1, 3),), "host": -1})()
+    daemon.core.jobs[7] = job
+    daemon.backend.held = {1: (1, 0)}
+    assert daemon.step() == [Rescind(((1, 1),), (0,))]
+    daemon.drained = {1: "fan"}
+    assert daemon.step() == [Rescind(((1, 0),), (700,))]
+    assert daemon.free(1) == (0, 0) and daemon.core.withheld == {7: 3}
+    assert nodes.others(daemon) == {1: "1 core"}  # type: ignore[arg-type]
+    del daemon.core.jobs[7]
+    assert nodes.live_part(daemon, Offer(((1, 3),), (300,))) is None  # type: ignore[arg-type]
+    assert daemon.step() == [] and daemon.core.withheld == {}
+    daemon.drained = {}
+    assert daemon.step() == [Offer(((1, 3),), (1000,))] and daemon.free(1) == (3, 1000)
 
 
 def test_a_node_gone_forgets_what_it_held_back_and_comes_back_whole_then_held_back_anew() -> None:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 
 from cosched.core.events import Slots
 from cosched.model import Job
+
+_NONE: Mapping[int, int] = MappingProxyType({})
 
 
 def freed_slots(job: Job, host_running: bool, surviving_guests: Iterable[Job]) -> Slots | None:
@@ -29,17 +32,28 @@ def freed_slots(job: Job, host_running: bool, surviving_guests: Iterable[Job]) -
 
 
 def releases(
-    running: Sequence[Job], guests: Mapping[int, Sequence[Job]], jobs: Mapping[int, Job], now: float
+    running: Sequence[Job],
+    guests: Mapping[int, Sequence[Job]],
+    jobs: Mapping[int, Job],
+    now: float,
+    withheld: Mapping[int, int] = _NONE,
 ) -> Iterator[tuple[float, int]]:
     """(time, units) the running jobs give back by their expected ends (never before `now`), in time order.
 
     `running` is sorted by expected end and holds hosts, not guests; `guests` maps a
     host's id to its guests. A guest expected to outlive its host keeps its units
-    past the host's end and gives them back at its own.
+    past the host's end and gives them back at its own. `withheld` maps a job (host or
+    guest) to the units of it that its end will not give back: those on a drained node,
+    which a reservation must not count on. A guest's withheld units are part of its
+    host's, so they are not kept twice when it outlives the host.
     """
     if not guests:
+        if not withheld:
+            for job in running:
+                yield max(job.expected_end, now), job.need
+            return
         for job in running:
-            yield max(job.expected_end, now), job.need
+            yield max(job.expected_end, now), job.need - withheld.get(job.id, 0)
         return
     kept: dict[int, int] = {}
     later: list[tuple[float, int]] = []
@@ -49,10 +63,11 @@ def releases(
             continue
         for guest in members:
             if guest.expected_end > host.expected_end:
-                kept[host_id] = kept.get(host_id, 0) + guest.need
-                later.append((max(guest.expected_end, now), guest.need))
+                units = guest.need - withheld.get(guest.id, 0)
+                kept[host_id] = kept.get(host_id, 0) + units
+                later.append((max(guest.expected_end, now), units))
     later.sort()
-    own = ((max(job.expected_end, now), job.need - kept.get(job.id, 0)) for job in running)
+    own = ((max(job.expected_end, now), job.need - kept.get(job.id, 0) - withheld.get(job.id, 0)) for job in running)
     yield from heapq.merge(own, later)
 
 

@@ -113,6 +113,8 @@ class Scheduler:
         """Pending and running jobs by id."""
         self._killing: set[int] = set()
         """Running jobs the core asked the backend to kill."""
+        self._withheld: dict[int, int] = {}
+        """Running jobs' units their ends will not give back to the pool (`withhold`)."""
         self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,
             JobEnded: self._on_ended,
@@ -124,7 +126,7 @@ class Scheduler:
             JobRequeued: self._on_requeued,
         }
         guests: Mapping[int, list[Job]] = self.guests if keep_promises else _NO_GUESTS
-        self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs)
+        self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs, self._withheld)
         self._capacity = cluster.capacity_units
         self._memory_tracked = cluster.memory_per_node > 0
         self._place = placement.place
@@ -393,6 +395,16 @@ class Scheduler:
     def _on_offer(self, event: Offer, now: float, actions: list[Action]) -> None:
         self.pool.add(event.slots, event.memory)
         self._view.epoch += 1
+
+    def withhold(self, units: Mapping[int, int]) -> None:
+        """Say which running jobs' ends will give back less than they hold, in units by job id (those
+        on a node being drained: the backend's `Offer` at their end leaves it out). Reservations
+        then never count on those units. Replaces what was said before; the backend says it again
+        whenever it changes."""
+        if units != self._withheld:
+            self._withheld.clear()
+            self._withheld.update(units)
+            self._view.epoch += 1
 
     def _on_rescind(self, event: Rescind, now: float, actions: list[Action]) -> None:
         self.pool.remove(event.slots, event.memory)

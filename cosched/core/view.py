@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class SchedulerView:
     """State at `now`: queue (policy order), running jobs, free resources."""
 
-    __slots__ = ("_jobs", "_pool", "cluster", "epoch", "guests", "now", "queue", "running")
+    __slots__ = ("_jobs", "_pool", "cluster", "epoch", "guests", "now", "queue", "running", "withheld")
 
     def __init__(
         self,
@@ -38,6 +38,7 @@ class SchedulerView:
         pool: ResourcePool,
         guests: Mapping[int, Sequence[Job]] = MappingProxyType({}),
         jobs: Mapping[int, Job] = MappingProxyType({}),
+        withheld: Mapping[int, int] = MappingProxyType({}),
     ) -> None:
         self.now = now
         self.cluster = cluster
@@ -49,6 +50,8 @@ class SchedulerView:
         """Co-scheduled guests by their host's id (guests are not in `running`)."""
         self._jobs = jobs
         self._pool = pool
+        self.withheld = withheld
+        """Running jobs' units their ends will not give back (on drained nodes), by job id."""
         self.epoch = 0
         """Bumped whenever anything but a job appended at the queue's tail changed
         (resources, running jobs, queue order), so a policy may reuse work done
@@ -61,8 +64,9 @@ class SchedulerView:
 
     def releases(self) -> Iterator[tuple[float, int]]:
         """(time, units) the running jobs give back by their expected ends, in time order,
-        counting what guests keep after their hosts end (`cosched.core.frees`)."""
-        return releases(self.running, self.guests, self._jobs, self.now)
+        counting what guests keep after their hosts end and not what `withheld` says never
+        comes back (`cosched.core.frees`)."""
+        return releases(self.running, self.guests, self._jobs, self.now, self.withheld)
 
     @property
     def capacity_units(self) -> int:

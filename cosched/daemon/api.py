@@ -8,16 +8,17 @@ one line naming the problem, as everywhere else in cosched.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
 from fastapi import FastAPI, HTTPException, Path, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from cosched.daemon import journal, views
+from cosched.daemon import drain, journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.http_guards import Authenticate, BodyLimit
 from cosched.daemon.identity import Caller, Revocations, load_key, revocations_path
@@ -29,6 +30,8 @@ from cosched.daemon.submissions import Forbidden, Full, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
+# A node number (checked against the cluster by `drain`).
+Node = Annotated[int, Path(ge=-(1 << 31), le=(1 << 31) - 1)]
 
 
 class Submitted(BaseModel):
@@ -43,6 +46,17 @@ class WorkflowSubmitted(BaseModel):
 class Cancelled(BaseModel):
     id: int
     state: str
+
+
+class DrainAsked(BaseModel):
+    reason: str = Field(max_length=drain.MAX_REASON)
+
+
+class Drained(BaseModel):
+    node: int
+    reason: str
+    since: float
+    by: str
 
 
 def create_app(daemon: Daemon) -> FastAPI:
@@ -87,6 +101,14 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def forbidden(request: Request, exc: Forbidden) -> JSONResponse:
         journal.refused(request.url.path, str(exc))
         return JSONResponse({"error": str(exc)}, status_code=403)
+
+    @app.exception_handler(drain.NoSuchNode)
+    async def no_node(request: Request, exc: drain.NoSuchNode) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=404)
+
+    @app.exception_handler(drain.NotDrained)
+    async def not_drained(request: Request, exc: drain.NotDrained) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=409)
 
     @app.exception_handler(Full)
     async def full(request: Request, exc: Full) -> JSONResponse:
@@ -149,6 +171,16 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.get("/v1/nodes")
     def nodes() -> list[dict[str, Any]]:
         return views.nodes(daemon)
+
+    @app.post("/v1/nodes/{node}/drain", response_model=Drained)
+    def drain_node(node: Node, asked: DrainAsked, request: Request) -> Drained:
+        entry = drain.drain(daemon, node, asked.reason, caller(request))
+        return Drained(node=node, **asdict(entry))
+
+    @app.post("/v1/nodes/{node}/resume", response_model=Drained)
+    def resume_node(node: Node, request: Request) -> Drained:
+        entry = drain.resume(daemon, node, caller(request))
+        return Drained(node=node, **asdict(entry))
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:

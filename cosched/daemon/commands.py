@@ -1,4 +1,4 @@
-"""The operator's commands, shaped like Slurm's: submit, queue, status, cancel, explain, nodes.
+"""The operator's commands, shaped like Slurm's: submit, queue, status, cancel, explain, nodes, drain, resume.
 
 Each is a thin call to the daemon's API; `--json` prints the API's answer as is.
 """
@@ -109,6 +109,22 @@ def add_commands(commands: Any, parser_class: type) -> None:
     )
     common(np_)
     np_.set_defaults(handler=_nodes)
+
+    drp = commands.add_parser(
+        "drain",
+        help="take nodes out of service: no job starts there, running ones finish (operators only)",
+        description="As Slurm's `scontrol update nodename=N state=drain reason=...`: the node's free cores "
+        "leave the pool now, its running jobs finish, and it stays out (across restarts) until `cosched resume`.",
+    )
+    drp.add_argument("nodes", nargs="+", help="node numbers (1 or node1) or Mesos agent hostnames")
+    drp.add_argument("--reason", required=True, help="why, shown by `cosched nodes`")
+    common(drp)
+    drp.set_defaults(handler=_drain)
+
+    rsp = commands.add_parser("resume", help="give drained nodes back to the scheduler (operators only)")
+    rsp.add_argument("nodes", nargs="+", help="node numbers (1 or node1) or Mesos agent hostnames")
+    common(rsp)
+    rsp.set_defaults(handler=_resume)
 
 
 def add_explain_options(parser: argparse.ArgumentParser) -> None:
@@ -374,11 +390,11 @@ def _nodes(args: argparse.Namespace) -> int:
                 {
                     "HOSTNAME": r["hostname"] or "-",
                     "AGENT": r["agent"] or "-",
-                    "STATE": _node_state(r),
                 }
                 if r.get("hostname") is not None  # a Mesos agent's node ('' while no agent took it)
                 else {"CPUS": _ranges(r["cpus"])}
             ),
+            "STATE": _node_state(r),
             "ALLOC": f"{r['allocated']}/{r['cores']}",
             "LENT": r["lent"],
             "USED": r["used"],
@@ -391,10 +407,46 @@ def _nodes(args: argparse.Namespace) -> int:
 
 
 def _node_state(row: dict[str, Any]) -> str:
-    """up, up with what other frameworks hold of its Mesos agent, or DOWN."""
-    if not row["up"]:
-        return "DOWN"
-    return f"up (others hold {row['others']})" if row.get("others") else "up"
+    """up, up with what other frameworks hold of its Mesos agent, or DOWN; and drained or draining
+    (jobs still run there) with the operator's reason."""
+    state = "DOWN" if not row["up"] else f"up (others hold {row['others']})" if row.get("others") else "up"
+    drain = row.get("drain")
+    if drain:
+        state = f"{drain['state']} ({drain['reason']})" + ("" if row["up"] else ", DOWN")
+    return state
+
+
+def _drain(args: argparse.Namespace) -> int:
+    client = _client(args)
+    for node in _node_numbers(client, args.nodes):
+        answer = client.call("POST", f"/v1/nodes/{node}/drain", {"reason": args.reason})
+        print(json.dumps(answer) if args.json else f"node{node}: drained ({answer['reason']})")
+    return 0
+
+
+def _resume(args: argparse.Namespace) -> int:
+    client = _client(args)
+    for node in _node_numbers(client, args.nodes):
+        answer = client.call("POST", f"/v1/nodes/{node}/resume")
+        print(json.dumps(answer) if args.json else f"node{node}: resumed (drained since {_when(answer['since'])})")
+    return 0
+
+
+def _node_numbers(client: Client, names: list[str]) -> list[int]:
+    """Node numbers from what an operator types: 3, node3, or a Mesos agent's hostname."""
+    rows: list[dict[str, Any]] | None = None
+    numbers = []
+    for name in names:
+        digits = name.removeprefix("node")
+        if digits.isdigit():
+            numbers.append(int(digits))
+            continue
+        rows = rows if rows is not None else client.call("GET", "/v1/nodes")
+        found = [row["node"] for row in rows if row.get("hostname") == name]
+        if not found:
+            raise ConfigError(f"no node {name!r}: give a node number (as `cosched nodes` lists) or an agent's hostname")
+        numbers.append(found[0])
+    return numbers
 
 
 def explain_live(args: argparse.Namespace) -> int:

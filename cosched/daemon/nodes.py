@@ -1,5 +1,6 @@
-"""Machines gone and back (a Mesos agent lost, then registered again), and machines shared
-with others (a Mesos agent another framework partly holds), as the core's events.
+"""Machines gone and back (a Mesos agent lost, then registered again), machines shared
+with others (a Mesos agent another framework partly holds) and nodes drained by an operator,
+as the core's events.
 
 Why its own module: the core's pool must never offer cores of a machine that is
 gone, nor count twice what a machine back still runs, nor count what another
@@ -7,8 +8,8 @@ framework holds. The daemon keeps the gone nodes in `daemon.down`; these functio
 turn the backend's node changes into `Rescind` and `Offer`, hold back of each node
 what the backend says others hold (`others_hold`: a `Rescind` of it from the node's
 free resources, an `Offer` when they give it back; what is not free yet is taken from
-the next ends on that node), and cut what an end gives back to the nodes still there.
-All run under `lock`, inside the pass.
+the next ends on that node), hold back a drained node whole by the same rule, and cut what
+an end gives back to the nodes still there. All run under `lock`, inside the pass.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from weakref import WeakKeyDictionary
 
 from cosched.core.events import Event, Offer, Rescind
 from cosched.core.pool import slot_memory
+from cosched.daemon import drain
 from cosched.model import JobState
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ class Held:
     want_mem: int = 0
     have_cores: int = 0
     have_mem: int = 0
+    others: tuple[int, int] = (0, 0)
+    """Of `want`, what other frameworks hold (the rest: the node is drained)."""
 
 
 _HELD: WeakKeyDictionary[Scheduler, dict[int, Held]] = WeakKeyDictionary()
@@ -77,18 +81,23 @@ def events(daemon: Daemon, changes: list[tuple[int, bool]]) -> list[Event]:
                         memory -= mib
             if cores > 0 or memory > 0:
                 events.append(Offer(((node, max(cores, 0)),), (max(memory, 0),)))
-    return events + _shared(daemon, events)
+    events += _shared(daemon, events)
+    daemon.core.withhold(drain.withheld(daemon))
+    return events
 
 
 def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
-    """Hold back of each node up what other frameworks hold of it now, give back what they left.
+    """Hold back of each node up what other frameworks hold of it now (all of it if it is drained),
+    give back what they left.
 
     Only free resources can be rescinded: what others took while the core counted it as its own
-    (a launch in flight, or jobs that ended) is owed, taken from the node's next ends (`live_part`).
-    `pending` are this pass's events before these (a node back is offered in them)."""
+    (a launch in flight, or jobs that ended) is owed, taken from the node's next ends (`live_part`);
+    so is what a drained node's jobs hold. `pending` are this pass's events before these (a node
+    back is offered in them)."""
     _size_adopted(daemon)
     cluster, pool = daemon.cluster, daemon.core.pool
-    target = daemon.backend.others_hold(cluster.cores_per_node, cluster.memory_per_node)
+    by_others = daemon.backend.others_hold(cluster.cores_per_node, cluster.memory_per_node)
+    target = {**by_others, **{node: (cluster.cores_per_node, cluster.memory_per_node) for node in daemon.drained}}
     ledger = _ledger(daemon)
     if not target and not ledger:
         return []
@@ -107,9 +116,10 @@ def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
             continue
         want_cores, want_mem = target.get(node, (0, 0))
         entry = ledger.setdefault(node, Held())
-        if (entry.want_cores, entry.want_mem) != (want_cores, want_mem):
-            what = _describe(want_cores, want_mem)
-            log.info("node %d: other frameworks hold %s of its machine", node, what or "nothing")
+        others = by_others.get(node, (0, 0))
+        if entry.others != others:
+            log.info("node %d: other frameworks hold %s of its machine", node, _describe(*others) or "nothing")
+        entry.others = others
         entry.want_cores, entry.want_mem = want_cores, want_mem
         extra = coming.get(node, [0, 0])
         free_cores = pool.free_cores(node) + extra[0]
@@ -126,7 +136,7 @@ def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
             events.append(Rescind(((node, take_cores),), (take_mem,)))
             entry.have_cores += take_cores
             entry.have_mem += take_mem
-        if not (entry.want_cores or entry.want_mem or entry.have_cores or entry.have_mem):
+        if not (entry.want_cores or entry.want_mem or entry.have_cores or entry.have_mem or any(entry.others)):
             del ledger[node]
     return events
 
@@ -151,7 +161,7 @@ def others(daemon: Daemon) -> dict[int, str]:
     return {
         node: what
         for node, entry in _ledger(daemon).items()
-        if node not in daemon.down and (what := _describe(entry.want_cores, entry.want_mem))
+        if node not in daemon.down and (what := _describe(*entry.others))
     }
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from cosched.core.events import Event
 from cosched.core.scheduler import Scheduler
-from cosched.daemon import engine_faults, monitoring, scheduling, submissions
+from cosched.daemon import drain, engine_faults, monitoring, scheduling, submissions
 from cosched.daemon.backend import Backend
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap
@@ -100,6 +100,8 @@ class Daemon:
         """Runs lost to their machines, per job, since this start (`ends.MAX_LOST_RUNS`)."""
         self.down: set[int] = set()
         """Nodes whose machine is gone (a Mesos agent): out of the core's pool until it is back."""
+        self.drained: dict[int, drain.Drain] = drain.load(self.store)
+        """Nodes an operator took out of service (`cosched.daemon.drain`), from the state file."""
         self.engine_up = True
         self.state_problem = ""
         """Why the state file cannot be used ('' when it can): submissions are refused meanwhile."""

@@ -11,8 +11,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
+from cosched.daemon import drain, workflow_stages
 from cosched.daemon import nodes as machines
-from cosched.daemon import workflow_stages
 from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
 
 def nodes(daemon: Daemon) -> list[dict[str, Any]]:
     """Per node: CPUs (one host) or the Mesos agent behind it, allocated cores, quota lent to
-    guests, CPU used, jobs."""
+    guests, CPU used, jobs, and its drain if an operator took it out of service."""
     running = [job for job in _snapshot(daemon)[1] if job.state is JobState.RUNNING]
     used = dict(daemon.metrics.cpu_used)
     cpus_of = dict(daemon.cpus_of)
@@ -207,6 +207,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                 "agent": agents[node].id if agents else None,
                 "up": agents[node].up if agents else True,
                 "others": held_by_others.get(node, "") if agents else None,
+                "drain": drain.row(daemon, node, busy=bool(here)),
                 "jobs": [
                     {
                         "id": job.id,

@@ -1,0 +1,126 @@
+"""Nodes an operator takes out of service (Slurm's DRAIN): no job starts there any more, the jobs
+running there finish, and `resume` gives the node back.
+
+Why this shape: a drained node is held back whole by the rule that already holds back what other
+frameworks take of a Mesos agent (`nodes._shared`): what it has free leaves the core's pool at
+the next pass, and what its running jobs hold is owed, cut from their ends. The core is told
+which running jobs' ends give back less (`Scheduler.withhold`), so no backfill reservation
+counts on a drained node's cores. Drains are in the state file: a restarted daemon keeps its
+nodes drained, with their reasons. Only an operator drains or resumes (with per-user tokens,
+`api.operators`), as only root runs `scontrol update state=drain`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from cosched.daemon.identity import Caller
+from cosched.daemon.store import Store
+from cosched.daemon.submissions import Forbidden, Rejected
+from cosched.errors import CoschedError
+from cosched.model import Allocation, Cluster, Job, JobState
+
+if TYPE_CHECKING:
+    from cosched.daemon.service import Daemon
+
+log = logging.getLogger("cosched.daemon")
+
+KEY = "drained_nodes"
+"""The state file's meta key: node -> Drain, as JSON."""
+MAX_REASON = 200
+
+
+class NoSuchNode(CoschedError):
+    """A node number outside the cluster."""
+
+
+class NotDrained(CoschedError):
+    """`resume` of a node that is in service."""
+
+
+@dataclass(frozen=True)
+class Drain:
+    reason: str
+    since: float
+    by: str
+    """Who drained it ('' without user tokens)."""
+
+
+def load(store: Store) -> dict[int, Drain]:
+    """The drained nodes the state file holds."""
+    saved = store.get_meta(KEY) or {}
+    return {int(node): Drain(**fields) for node, fields in saved.items()}
+
+
+def drain(daemon: Daemon, node: int, reason: str, caller: Caller) -> Drain:
+    """Take `node` out of service from the next pass on; draining it again replaces the reason."""
+    _check(daemon, node, caller, "drain")
+    reason = reason.strip()
+    if not reason or len(reason) > MAX_REASON or not reason.isprintable():
+        raise Rejected("reason", f"say why, in 1 to {MAX_REASON} printable characters")
+    with daemon.lock:
+        entry = Drain(reason, daemon.clock(), caller.user)
+        _save(daemon, {**daemon.drained, node: entry})
+    log.warning("node %d drained%s: %s", node, f" by {caller.user}" if caller.user else "", reason)
+    return entry
+
+
+def resume(daemon: Daemon, node: int, caller: Caller) -> Drain:
+    """Give a drained node back to the core at the next pass; the drain it ends."""
+    _check(daemon, node, caller, "resume")
+    with daemon.lock:
+        entry = daemon.drained.get(node)
+        if entry is None:
+            raise NotDrained(f"node {node} is not drained")
+        _save(daemon, {n: d for n, d in daemon.drained.items() if n != node})
+    log.warning(
+        "node %d resumed%s (drained since %.0f: %s)",
+        node,
+        f" by {caller.user}" if caller.user else "",
+        entry.since,
+        entry.reason,
+    )
+    return entry
+
+
+def _check(daemon: Daemon, node: int, caller: Caller, verb: str) -> None:
+    if not 0 <= node < daemon.cluster.nodes:
+        raise NoSuchNode(f"node {node}: no such node (the cluster has nodes 0 to {daemon.cluster.nodes - 1})")
+    if not caller.operator:
+        raise Forbidden(f"node {node}: only an operator may {verb} a node, not {caller.user}")
+
+
+def _save(daemon: Daemon, drained: dict[int, Drain]) -> None:
+    """Under `lock`: the state file first, then memory (a failed write changes nothing)."""
+    with daemon.store.transaction() as db:
+        daemon.store.set_meta(db, KEY, {str(node): asdict(entry) for node, entry in sorted(drained.items())})
+    daemon.drained = drained
+
+
+def withheld(daemon: Daemon) -> dict[int, int]:
+    """Running job -> the units of it on drained nodes, which its end will not give back."""
+    if not daemon.drained:
+        return {}
+    cluster = daemon.cluster
+    out = {}
+    for job in daemon.core.jobs.values():
+        if job.state is JobState.RUNNING and (units := _units_on(job, daemon.drained, cluster)):
+            out[job.id] = units
+    return out
+
+
+def _units_on(job: Job, nodes: dict[int, Any], cluster: Cluster) -> int:
+    if cluster.allocation is Allocation.NODE:
+        return sum(1 for node, cores in job.slots if cores and node in nodes)
+    return sum(cores for node, cores in job.slots if node in nodes)
+
+
+def row(daemon: Daemon, node: int, busy: bool) -> dict[str, Any] | None:
+    """A node's drain for `/v1/nodes`: reason, since, by, and whether jobs still run there (draining)
+    or none does (drained); None for a node in service."""
+    entry = daemon.drained.get(node)
+    if entry is None:
+        return None
+    return {**asdict(entry), "state": "draining" if busy else "drained"}
