@@ -320,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("file", nargs="?", type=Path, help="expert set (JSON); default: the shipped set")
     show.set_defaults(handler=_experts_show)
     fit = verbs.add_parser("fit", help="fit decision-tree experts from recorded decisions and losses")
-    fit.add_argument("log", type=Path, help="JSON Lines of decisions (e.g. training.jsonl)")
+    fit.add_argument(
+        "log", type=Path, help="JSON Lines of decisions (e.g. training.jsonl), or a daemon's state file (state.sqlite)"
+    )
     fit.add_argument("--out", type=Path, required=True, help="where to write the expert set")
     fit.add_argument("--depth", type=_positive, default=3, help="maximum tree depth")
     fit.add_argument("--seed", type=_non_negative, default=0)

@@ -7,20 +7,28 @@ One JSON object per line (JSON Lines), appendable by a running daemon and readab
 
 "happiness" may be the string "inf" (no tasks left): JSON has no infinity, and Python's
 non-standard `Infinity` would break other tools reading the log. "app" is optional.
+
+A running daemon's own record is its state file: `read_log` reads the scored lending decisions
+from it directly (read-only), so a site fits experts on what its live scheduler saw.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import sqlite3
+from collections.abc import Iterable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from cosched.errors import ConfigError
 from experts.features import FEATURE_NAMES, JobFeatures
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 @dataclass(frozen=True)
@@ -98,8 +106,44 @@ def write_log(path: str | Path, records: Iterable[DecisionRecord], append: bool 
             out.write(json.dumps(record.to_json(), allow_nan=False) + "\n")
 
 
+def from_decision(body: Mapping[str, Any]) -> DecisionRecord | None:
+    """A lending decision (`LendingDecision.as_dict`, as a daemon stores it) as a record to learn
+    from; None when nothing was lent or its loss is not known yet."""
+    if not body.get("executed", True) or body.get("loss") is None:
+        return None
+    doc = {"features": body["features"], "action": body["action"], "loss": body["loss"], "app": body.get("app_class")}
+    return DecisionRecord.from_json(doc)
+
+
+def read_state(path: str | Path) -> list[DecisionRecord]:
+    """The scored lending decisions of a daemon's state file, oldest first. The file is opened
+    read-only, so this may run beside the daemon (as root: the file is 0600)."""
+    uri = f"file:{quote(str(Path(path).resolve()))}?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=30)) as db:
+            rows = db.execute("SELECT seq, body FROM decisions ORDER BY seq").fetchall()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{path}: cannot read the lending decisions of this state file: {exc}") from None
+    records = []
+    for seq, body in rows:
+        try:
+            record = from_decision(json.loads(body))
+        except (ConfigError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}: decision {seq}: {exc}") from None
+        if record is not None:
+            records.append(record)
+    return records
+
+
 def read_log(path: str | Path) -> list[DecisionRecord]:
-    """Every record of a JSON Lines log; blank lines are skipped. ConfigError names path and line."""
+    """Every record of a JSON Lines log (blank lines skipped), or of a daemon's state file
+    (`read_state`). ConfigError names path and line."""
+    try:
+        with Path(path).open("rb") as head:
+            if head.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+                return read_state(path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read decision log: {exc}") from exc
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

@@ -11,6 +11,7 @@ at decision time and cannot fail on a tree that loaded.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -166,6 +167,13 @@ class ExpertSet:
         """Every expert's distribution, shape (n, m): row i is p_i(x), ready for `ExponentialWeights.mix`."""
         x = features.as_vector()
         return np.stack([e.predict_vector(x) for e in self.experts])
+
+    def digest(self) -> str:
+        """A short fingerprint of the set (its JSON document's SHA-256): weights learned for one set
+        mean nothing for another, even of as many experts."""
+        from experts.store import dumps
+
+        return hashlib.sha256(dumps(self).encode()).hexdigest()[:16]
 
     def save(self, path: str | Path) -> None:
         """Write the set as a versioned JSON document (see experts.store)."""

@@ -734,6 +734,47 @@ def test_weights_learned_under_another_learner_setting_are_said_at_start(
     assert "learned with learner" not in caplog.text
 
 
+def test_weights_learned_for_another_expert_set_are_dropped_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Weights are by expert index: after `policies.experts` names another set (one fitted from the
+    daemon's own decisions), the saved ones would weigh experts they never saw. They are dropped,
+    and said so; with the same set they are kept, and a state file from before the set's digest was
+    saved keeps them too."""
+    from cosched.daemon.service import Daemon
+    from experts.default import default_experts
+    from experts.tree import ExpertSet
+    from experts.weights import WeightBook
+
+    shipped = default_experts()
+    other = ExpertSet([*shipped.experts[1:], shipped.experts[0]])  # the same experts, another order
+    other.save(tmp_path / "other.json")
+    book = WeightBook(4)
+    book.get("montage").update()
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        store.set_meta(db, "weights", book.to_state())
+        store.set_meta(db, "learner", "app")
+
+    def start(experts: str) -> Daemon:
+        return Daemon(from_dict({"daemon": {"state_dir": str(tmp_path)}, "policies": {"experts": experts}}))
+
+    def learned(daemon: Daemon) -> int:
+        assert daemon.asax is not None
+        return daemon.asax.book.get("montage").t
+
+    assert learned(start(str(tmp_path / "other.json"))) == 1  # no digest saved yet: kept
+    with store.transaction() as db:
+        store.set_meta(db, "experts", shipped.digest())
+    with caplog.at_level("WARNING", logger="cosched.daemon"):
+        assert learned(start("")) == 1
+    assert "another expert set" not in caplog.text
+    with caplog.at_level("WARNING", logger="cosched.daemon"):
+        assert learned(start(str(tmp_path / "other.json"))) == 0
+    assert "the saved weights were learned for another expert set" in caplog.text
+    store.close()
+
+
 def test_the_journal_quotes_a_value_that_is_not_plain_printable_text() -> None:
     """A journal value is often a job's own words (a reason quoting its command): one holding a
     control character is JSON-quoted, so tailing the log never feeds a terminal escape sequences."""
@@ -806,13 +847,49 @@ def test_purge_deletes_what_ended_long_ago_never_a_stage_a_workflow_needs(tmp_pa
         store.close()
 
 
+def test_purge_decisions_deletes_old_lendings_but_never_one_a_restart_needs(tmp_path: Path) -> None:
+    """`daemon.keep_decisions_days`: decisions made before the cut go, except the last `recent`, those
+    about a job still live (a loss to resolve), and an executed lending still waiting for its score."""
+    from cosched.daemon.store import Store
+
+    store = Store(tmp_path / "state.sqlite")
+
+    def decision(seq: int, time_: float, guest: int, host: int, **body: object) -> None:
+        with store.transaction() as db:
+            doc = {"time": time_, "guest": guest, "host": host, "loss": 0.1, "executed": True, "fraction": 0.2}
+            store.save_decision(db, seq, {**doc, **body})
+
+    with store.transaction() as db:
+        live = store.add_job(db, {"cores": 1}, 0.0)
+        store.update_job(db, live, state="running")
+    decision(1, 100.0, 900, 901)  # old, both jobs gone: goes
+    decision(2, 100.0, live, 901)  # old, but its guest still runs: stays
+    decision(3, 100.0, 902, 903, loss=None, host_runtime=50.0)  # old, waiting for its score: stays
+    decision(4, 100.0, 904, 905, loss=None, executed=False)  # old, nothing lent: goes
+    decision(5, 5000.0, 906, 907)  # recent: stays
+    decision(6, 100.0, 908, 909)  # old, but among the last `recent`: stays
+    try:
+        assert store.purge_decisions(1000.0, recent=1, batch=1) == 2
+        assert [d["time"] for d in store.decisions()] == [100.0, 100.0, 5000.0, 100.0]
+        assert {d["guest"] for d in store.decisions()} == {live, 902, 906, 908}
+        assert store.purge_decisions(1000.0, recent=1) == 0
+    finally:
+        store.close()
+    with pytest.raises(ConfigError, match=r"daemon\.keep_decisions_days: must be in 0\.\.36500"):
+        validate(from_dict({"daemon": {"keep_decisions_days": 40000}}))
+
+
 def test_keep_ended_days_is_checked_and_sets_an_hourly_purge(tmp_path: Path) -> None:
     from cosched.daemon.run import periodic
 
     with pytest.raises(ConfigError, match=r"daemon\.keep_ended_days: must be in 0\.\.36500"):
         validate(from_dict({"daemon": {"keep_ended_days": -1}}))
-    for days, planned in ((0, False), (30, True)):
-        config = validate(from_dict({"daemon": {"state_dir": str(tmp_path / str(days)), "keep_ended_days": days}}))
+    for key, days, planned in (
+        ("keep_ended_days", 0, False),
+        ("keep_ended_days", 30, True),
+        ("keep_decisions_days", 9, True),
+    ):
+        config = validate(from_dict({"daemon": {"state_dir": str(tmp_path / f"{key}{days}"), key: days}}))
         jobs = dict.fromkeys(("schedule", "sample", "review", "reconcile", "purge"), print)
         daemon = SimpleNamespace(config=config, **jobs)
         assert (periodic(daemon).get_job("purge") is not None) is planned  # type: ignore[arg-type]

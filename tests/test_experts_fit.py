@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -120,3 +122,48 @@ def test_read_log_errors_name_the_line(tmp_path: Path) -> None:
         assert f"{path}:3:" in str(info.value) and word in str(info.value)
     with pytest.raises(ConfigError, match="cannot read"):
         read_log(tmp_path / "missing.jsonl")
+
+
+def test_a_daemons_state_file_is_a_decision_log(tmp_path: Path) -> None:
+    """`cosched experts fit /var/lib/cosched/state.sqlite`: the scored lendings a daemon stored are
+    the records, in order; one not carried out or not scored yet is left out; a file that is not a
+    state file is one line."""
+    from cosched.cli import main
+    from cosched.daemon.store import Store
+    from cosched.policies.asax import LendingDecision
+
+    records = synthetic_records(50, seed=3)
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        for seq, record in enumerate(records, start=1):
+            f = record.features
+            features = {"cpu": f.cpu, "mem": f.mem, "parallel": f.parallel, "progress": f.progress}
+            body = LendingDecision(
+                time=float(seq),
+                guest=seq,
+                host=1000 + seq,
+                app_class=record.app or "",
+                features={**features, "happiness": math.inf if seq == 7 else f.happiness},
+                experts=[],
+                distributions=[],
+                weights=[],
+                action=record.action,
+                fraction=record.action / 10,
+                loss=None if seq == 5 else record.loss,
+                executed=seq != 9,
+            )
+            store.save_decision(db, seq, body.as_dict())
+    try:
+        expected = [r for seq, r in enumerate(records, start=1) if seq not in (5, 9)]
+        expected[5] = replace(expected[5], features=replace(expected[5].features, happiness=math.inf))  # seq 7
+        read = read_log(tmp_path / "state.sqlite")  # beside a daemon that holds it open
+        assert [(r.features, r.action, r.loss) for r in read] == [(r.features, r.action, r.loss) for r in expected]
+        assert {r.app for r in read} == {"synthetic"}
+    finally:
+        store.close()
+    assert main(["experts", "fit", str(tmp_path / "state.sqlite"), "--out", str(tmp_path / "fitted.json")]) == 0
+    assert ExpertSet.load(str(tmp_path / "fitted.json")).names == ("cpu", "mem", "stage", "progress")
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(ConfigError, match=r"other\.sqlite: cannot read the lending decisions .*no such table"):
+        read_log(other)

@@ -9,6 +9,7 @@ default. Example (every key, with its default)::
     state_dir = "~/.local/state/cosched"   # /var/lib/cosched when run as root
     instance = ""                 # label value that marks this daemon's containers ("" = from state)
     keep_ended_days = 0.0         # an ended job leaves the state file this many days after its end (0 = never)
+    keep_decisions_days = 0.0     # a lending decision leaves it this many days after it was made (0 = never)
 
     [api]
     host = "127.0.0.1"
@@ -113,6 +114,7 @@ class DaemonSection:
     state_dir: str = field(default_factory=_default_state_dir)
     instance: str = ""
     keep_ended_days: float = 0.0
+    keep_decisions_days: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -294,10 +296,9 @@ def _coerce(name: str, default: Any, value: Any) -> Any:
 def validate(config: DaemonConfig) -> DaemonConfig:
     """Range checks the types cannot express."""
     api, cluster, intervals = config.api, config.cluster, config.intervals
-    if not 0 <= config.daemon.keep_ended_days <= 36500:
-        raise ConfigError(
-            f"config key daemon.keep_ended_days: must be in 0..36500 (0 = keep), got {config.daemon.keep_ended_days}"
-        )
+    for key in ("keep_ended_days", "keep_decisions_days"):
+        if not 0 <= (days := getattr(config.daemon, key)) <= 36500:
+            raise ConfigError(f"config key daemon.{key}: must be in 0..36500 (0 = keep), got {days}")
     if not 0 < api.port < 65536:
         raise ConfigError(f"config key api.port: must be in 1..65535, got {api.port}")
     if api.max_body < 1024:

@@ -128,6 +128,7 @@ def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
     daemon.saved_decisions = daemon.asax.decided
     daemon.store.set_meta(db, "weights", daemon.asax.book.to_state())
     daemon.store.set_meta(db, "learner", daemon.config.policies.learner)  # what the weights' keys are
+    daemon.store.set_meta(db, "experts", daemon.asax.experts.digest())  # what the weights weigh
 
 
 def _stage_of(daemon: Daemon, job_id: int) -> str:

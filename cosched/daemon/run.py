@@ -62,7 +62,7 @@ def periodic(daemon: Daemon) -> BackgroundScheduler:
     scheduler.add_job(daemon.sample, "interval", seconds=intervals.sample, id="sample", next_run_time=now)
     scheduler.add_job(daemon.review, "interval", seconds=intervals.review, id="review")
     scheduler.add_job(daemon.reconcile, "interval", seconds=intervals.reconcile, id="reconcile")
-    if daemon.config.daemon.keep_ended_days > 0:
+    if daemon.config.daemon.keep_ended_days > 0 or daemon.config.daemon.keep_decisions_days > 0:
         scheduler.add_job(daemon.purge, "interval", hours=1, id="purge", next_run_time=now)
     return scheduler
 

@@ -50,7 +50,7 @@ from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.metrics import DaemonMetrics
 from cosched.daemon.sandbox import StagingMounts
 from cosched.daemon.specs import JobSpec, WorkflowSpec
-from cosched.daemon.store import StateError, Store
+from cosched.daemon.store import DECISIONS_KEPT, StateError, Store
 from cosched.errors import ConfigError
 from cosched.model import Cluster
 from cosched.policies.asax import ASAx
@@ -131,6 +131,13 @@ class Daemon:
             schedule=schedule,
             learner=p.learner,
         )
+        saved_set = self.store.get_meta("experts")
+        if state is not None and saved_set not in (None, asax.experts.digest()):
+            log.warning(
+                "ASAx: the saved weights were learned for another expert set (policies.experts changed): "
+                "they are dropped, and every learner starts from uniform weights over the new experts"
+            )
+            state = None
         if state is not None:
             asax.book = WeightBook.from_state(state).rescheduled(schedule)
             saved = self.store.get_meta("learner")
@@ -267,15 +274,24 @@ class Daemon:
         engine_faults.reconcile(self)
 
     def purge(self) -> None:
-        """Delete the jobs that ended more than `daemon.keep_ended_days` ago (`Store.purge_ended`)."""
-        days = self.config.daemon.keep_ended_days
+        """Delete the jobs that ended more than `daemon.keep_ended_days` ago (`Store.purge_ended`) and
+        the lending decisions made more than `daemon.keep_decisions_days` ago (`Store.purge_decisions`)."""
+        keep = self.config.daemon
+        now = self.clock()
         try:
-            removed = self.store.purge_ended(self.clock() - days * 86400)
+            ended = self.store.purge_ended(now - keep.keep_ended_days * 86400) if keep.keep_ended_days else 0
+            decided = (
+                self.store.purge_decisions(now - keep.keep_decisions_days * 86400, DECISIONS_KEPT)
+                if keep.keep_decisions_days
+                else 0
+            )
         except StateError as exc:  # the scheduling pass notices and reports a state file gone bad
-            log.error("purging ended jobs: %s", exc)
+            log.error("purging the state file: %s", exc)
             return
-        if removed:
-            log.info("purged %d job(s) that ended more than %g days ago", removed, days)
+        if ended:
+            log.info("purged %d job(s) that ended more than %g days ago", ended, keep.keep_ended_days)
+        if decided:
+            log.info("purged %d lending decision(s) made more than %g days ago", decided, keep.keep_decisions_days)
 
     def health(self) -> dict[str, Any]:
         """From memory only: answers whatever the engine or the state file do."""

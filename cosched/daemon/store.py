@@ -88,6 +88,15 @@ _IS_LIVE = f"state IN ({', '.join('?' * len(LIVE))})"
 """A job row's condition of being live, with `LIVE` as its parameters."""
 
 
+_NEEDED = (
+    "seq > (SELECT COALESCE(MAX(seq), 0) FROM decisions) - ?"
+    " OR guest IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
+    " OR host IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
+    " OR (json_extract(body, '$.loss') IS NULL AND json_extract(body, '$.host_runtime') IS NOT NULL"
+    "     AND json_extract(body, '$.executed') AND json_extract(body, '$.fraction') > 0)"
+)
+"""The decisions a restarted daemon needs (one parameter: how many of the last to keep in any case)."""
+
 DECISIONS_KEPT = 256
 """Lending decisions a daemon keeps in memory and reloads at start (the store keeps all; `explain` reads them here)."""
 
@@ -303,7 +312,7 @@ class Store:
         daemon's history. A workflow's jobs go only once the workflow is over and every one
         of them ended before `before` (its stages' rows are what it released), and the
         workflow goes with its last job. Lending decisions stay: they are what ASAx learned
-        from. `batch` jobs a transaction, so submissions wait for one batch at most.
+        from (`purge_decisions`). `batch` jobs a transaction, so submissions wait for one batch at most.
         """
         final = ", ".join(f"'{state}'" for state in FINAL)
         purgeable = (
@@ -377,16 +386,27 @@ class Store:
         one about a job not finished yet (a loss to resolve, a pair not to ask again), and
         every lending whose lender ended before its kind's runtime alone was known (scored
         when it is)."""
-        rows = self._conn().execute(
-            "SELECT body FROM decisions WHERE seq > (SELECT COALESCE(MAX(seq), 0) FROM decisions) - ?"
-            " OR guest IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
-            " OR host IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
-            " OR (json_extract(body, '$.loss') IS NULL AND json_extract(body, '$.host_runtime') IS NOT NULL"
-            "     AND json_extract(body, '$.executed') AND json_extract(body, '$.fraction') > 0)"
-            " ORDER BY seq",
-            (recent,),
-        )
+        rows = self._conn().execute(f"SELECT body FROM decisions WHERE {_NEEDED} ORDER BY seq", (recent,))
         return [json.loads(row[0]) for row in rows]
+
+    def purge_decisions(self, before: float, recent: int, batch: int = 5000) -> int:
+        """Delete the lending decisions made before `before` (epoch s) that a restarted daemon does
+        not need (`decisions_needed` with `recent`); how many.
+
+        Why: every lending adds one, so the file grows with the daemon's history. They are what
+        ASAx learned from and what `cosched experts fit` reads, so they go only when the operator
+        says (`daemon.keep_decisions_days`); the weights learned from them stay."""
+        total = 0
+        while True:
+            with self.transaction() as db:
+                removed = db.execute(
+                    "DELETE FROM decisions WHERE seq IN (SELECT seq FROM decisions WHERE"
+                    f" json_extract(body, '$.time') < ? AND NOT ({_NEEDED}) LIMIT ?)",
+                    (before, recent, batch),
+                ).rowcount
+            total += removed
+            if removed < batch:
+                return total
 
     def decisions(self, job_id: int | None = None) -> list[dict[str, Any]]:
         if job_id is None:

@@ -21,9 +21,8 @@ from cosched.experiments.asax_long import (
 )
 from cosched.policies.asax import ASAx
 from cosched.reporting.report import format_table
-from experts.features import JobFeatures
 from experts.loss import degradation_loss
-from experts.records import DecisionRecord, write_log
+from experts.records import DecisionRecord, from_decision, write_log
 
 LABELS = {"slurm": "space sharing+EASY", "static": "Static 50%", "asax": "ASAx (learning)", "uniform": "uniform mixing"}
 
@@ -252,11 +251,11 @@ def compare_experts(default: LongExperiment, other: LongExperiment, other_name: 
 def training_records(experiment: LongExperiment) -> list[DecisionRecord]:
     """What `cosched experts fit` learns from: every scored decision of the learning runs."""
     return [
-        DecisionRecord(JobFeatures(**d.features), d.action, d.loss, d.app_class)
+        record
         for run in experiment.select("asax")
         if isinstance(run.policy, ASAx)
         for d in run.policy.decisions
-        if d.loss is not None
+        if (record := from_decision(d.as_dict())) is not None
     ]
 
 
