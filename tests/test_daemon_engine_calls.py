@@ -153,3 +153,117 @@ def test_what_started_is_recorded_when_the_engine_is_lost_or_refuses_mid_step(tm
     assert daemon.store.job(2)["state"] == "running"
     assert daemon.store.job(2)["launches"] == 1
     daemon.close()
+
+
+class _StuckEngine(_SlowEngine):
+    """The launch of job `stuck` waits until `release` is set (a Mesos launch waiting for offers of
+    an agent with no room); every other launch takes DELAY. Killed containers stop at once."""
+
+    def __init__(self, stuck: int) -> None:
+        super().__init__()
+        self.stuck = stuck
+        self.release = threading.Event()
+        self.launched: list[int] = []
+        self.killed: list[str] = []
+        self.quotas: list[tuple[str, float]] = []
+
+    def launch(
+        self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
+    ) -> tuple[str, float]:
+        self.launched.append(job_id)
+        if job_id == self.stuck:
+            assert self.release.wait(30)
+        return super().launch(job_id, spec, cpuset, quota, memory, **placement)
+
+    def kill(self, container: str) -> None:
+        self.killed.append(container)
+        self.running = {j: c for j, c in self.running.items() if c != container}
+
+    def set_quota(self, container: str, cpus: float) -> None:
+        self.quotas.append((container, cpus))
+
+
+def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_once_it_runs(
+    tmp_path: Path,
+) -> None:
+    """Job 1's launch hangs. The pass waits `launch_wait` (0.5 s) for it, then goes on: job 1 is
+    `launching`, job 2 submitted next starts and runs at the next pass, and the reconciliation does
+    not launch job 1 again. Job 1 is cancelled while its launch hangs (the core's kill finds no
+    container); once the launch finishes, the next pass records it and kills it, and it ends
+    cancelled. With the launches waited for whole (the code before), the first pass would have
+    hung until the launch finished."""
+    engine = _StuckEngine(stuck=1)
+    config = from_dict(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "cluster": {"cores": 8, "memory_mib": 8192},
+            "intervals": {"launch_wait": 0.5},
+            "policies": {"cosched": "none"},
+        }
+    )
+    daemon = Daemon(config, backend=engine)  # type: ignore[arg-type]
+    daemon.start()
+    try:
+        [stuck] = _submit(daemon, 1)
+        started = time.perf_counter()
+        daemon.schedule()
+        assert time.perf_counter() - started < 3.0
+        assert daemon.store.job(stuck)["state"] == "launching" and stuck in daemon.launching
+        [other] = _submit(daemon, 1)
+        daemon.schedule()
+        assert daemon.store.job(other)["state"] == "running"
+        daemon.reconcile()
+        assert engine.launched == [stuck, other]  # not launched a second time
+        assert daemon.cancel(stuck) == "launching"
+        daemon.schedule()  # the core asks for the kill: no container yet
+        assert engine.killed == [] and daemon.store.job(stuck)["state"] == "launching"
+        engine.release.set()
+        deadline = time.monotonic() + 10
+        while daemon.launching[stuck].future.done() is False:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        daemon.schedule()  # records the launch and kills what it started
+        assert engine.killed == [f"c{stuck}"]
+        daemon.schedule()  # its container is gone: the end
+        assert daemon.store.job(stuck)["state"] == "cancelled" and not daemon.launching
+        assert engine.launched == [stuck, other]
+    finally:
+        engine.release.set()
+        daemon.close()
+
+
+def test_a_quota_the_core_changed_while_the_launch_hung_is_applied_once_it_runs(tmp_path: Path) -> None:
+    """Static lending: job 1 (8 cores, the whole cluster) hangs in its launch; job 2 queues behind
+    it and is co-scheduled on it at once, the core halving job 1's quota. The quota change finds no
+    container, so when job 1's launch finishes, it runs with the quota it was launched with until
+    the pass that records it applies the core's."""
+    engine = _StuckEngine(stuck=1)
+    config = from_dict(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "cluster": {"cores": 8, "memory_mib": 8192},
+            "intervals": {"launch_wait": 0.3},
+            "policies": {"cosched": "static", "keep_promises": False},
+        }
+    )
+    daemon = Daemon(config, backend=engine)  # type: ignore[arg-type]
+    daemon.start()
+    try:
+        spec = JobSpec(image="x", command=["true"], cores=8, memory_mib=64, walltime=600)
+        host = daemon.submit_job(spec)
+        daemon.schedule()
+        guest = daemon.submit_job(JobSpec(image="x", command=["true"], cores=4, memory_mib=64, walltime=60))
+        daemon.schedule()
+        assert daemon.store.job(guest)["state"] == "running" and daemon.store.job(guest)["host"] == host
+        assert daemon.core.jobs[host].quota == 4.0 and engine.quotas == []
+        engine.release.set()
+        deadline = time.monotonic() + 10
+        while not daemon.launching[host].future.done():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        daemon.schedule()
+        assert engine.quotas == [(f"c{host}", 4.0)]
+        assert daemon.store.job(host)["state"] == "running"
+    finally:
+        engine.release.set()
+        daemon.close()

@@ -592,7 +592,7 @@ def test_a_silent_master_under_the_daemon(cluster: Cluster, image: str, tmp_path
     comes. The client's watchdog (1.5 heartbeat intervals here) drops it, and its SUBSCRIBE calls go
     unanswered while the master is stopped; once it continues (SIGCONT) the daemon subscribes as the
     same framework and reconciles. The job that was running runs on and ends once; a job submitted
-    while the master was silent starts afterwards, never requeued."""
+    while the master was silent starts afterwards, and runs once."""
     engine = require_engine()
     since = time.time()
     name = "cosched-silent-master"
@@ -625,9 +625,14 @@ def test_a_silent_master_under_the_daemon(cluster: Cluster, image: str, tmp_path
         (word / "go").touch()
         jobs = daemon.wait_final([running, later], 90)
         assert {j["state"] for j in jobs.values()} == {"done"}, jobs
-        assert daemon.job(later)["reason"] == ""  # it started on the offers that came after, never requeued
+        assert daemon.job(later)["reason"] == ""
+        # It started on the offers that came after. Its task may have reached agent2 while agent2 was
+        # re-registering with the master (their pings stopped too): then the master says the task is
+        # unknown to the agent (TASK_LOST), it never ran, and the job is launched again (seen once).
         tasks = _framework_tasks(cluster, fid)
-        assert {t["state"] for t in tasks} == {"TASK_FINISHED"} and len(tasks) == 2
+        lost = [t for t in tasks if t["state"] == "TASK_LOST"]
+        assert [t["state"] for t in tasks if t not in lost] == ["TASK_FINISHED"] * 2
+        assert len(lost) <= 1 and all(t["name"] == f"cosched job {later}" for t in lost), tasks
         ran = containers_of(engine, fid, since)
         for job_id in (running, later):
             assert_ran_once(ran[job_id])

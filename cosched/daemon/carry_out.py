@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cosched.daemon.accounts import account_of
@@ -40,15 +42,58 @@ def carry_out(daemon: Daemon, ends: list[End], plan: Plan) -> None:
     launch_all(daemon, plan.launches)
 
 
-def launch_all(daemon: Daemon, launches: Sequence[tuple[Job, list[int], float, int | None]]) -> None:
-    """Start the containers side by side, then mark those that started running, in one transaction.
+@dataclass
+class Parked:
+    """A launch a pass stopped waiting for: it finishes in the background (`collect_launched`)."""
 
-    A launch the engine refused (bad command, image gone) ends its job at the
-    next pass; the others are recorded even when the engine was lost meanwhile.
+    future: Future[Any]
+    job: Job
+    quota: float
+    """The quota it was launched with (the core may have changed the job's since)."""
+    quota_seq: int | None
+
+
+def launch_all(daemon: Daemon, launches: Sequence[tuple[Job, list[int], float, int | None]]) -> None:
+    """Start the launches side by side and record those that finish within `intervals.launch_wait`.
+
+    Why not wait for all: a launch on Mesos waits for its agents' offers (half a second, or up to
+    `launch_timeout` when an agent has no room), and a pass waiting for it collects no ends and
+    starts nothing else. The others finish in the background on their own pool and are recorded
+    by a later pass (`collect_launched`); their jobs stay `launching` meanwhile.
     """
-    outcomes = daemon.engine.each(_start, [(daemon, job, cpus, quota) for job, cpus, quota, _ in launches])
+    futures = daemon.launcher.submit(_start, [(daemon, job, cpus, quota) for job, cpus, quota, _ in launches])
+    parked = [Parked(f, job, quota, seq) for f, (job, _, quota, seq) in zip(futures, launches, strict=True)]
+    wait(futures, timeout=daemon.config.intervals.launch_wait)
+    _record(daemon, parked)
+
+
+def collect_launched(daemon: Daemon) -> None:
+    """Record the launches that finished since a pass stopped waiting for them."""
+    with daemon.lock:
+        parked = list(daemon.launching.values())
+    if parked:
+        _record(daemon, parked)
+
+
+def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
+    """Mark the finished launches' jobs running, in one transaction, and keep the others parked.
+
+    A launch the engine refused (bad command, image gone) ends its job at the next pass; the
+    others are recorded even when the engine was lost meanwhile. A job cancelled while its launch
+    was under way is killed as soon as it runs (the core's kill found no container then), and one
+    whose quota the core changed meanwhile gets it now.
+    """
+    done = [p for p in parked if p.future.done()]
+    with daemon.lock:
+        for p in parked:
+            if p.future.done():
+                daemon.launching.pop(p.job.id, None)
+            else:
+                daemon.launching[p.job.id] = p
+    outcomes = [p.future.result() for p in done]
     started = []
-    for (job, _, _, quota_seq), outcome in zip(launches, outcomes, strict=True):
+    for p, outcome in zip(done, outcomes, strict=True):
+        job = p.job
         if isinstance(outcome, EngineUnavailable):
             continue
         if isinstance(outcome, RunLost):
@@ -62,18 +107,27 @@ def launch_all(daemon: Daemon, launches: Sequence[tuple[Job, list[int], float, i
         container, at = outcome
         if at > 0:  # the walltime and the runtime count from the container's start, not the decision's
             job.start = at
-        started.append((job, container, quota_seq))
+        started.append((p, container))
     with daemon.lock:
-        for job, container, _ in started:
-            daemon.containers[job.id] = container
+        for p, container in started:
+            daemon.containers[p.job.id] = container
     if started:
         with daemon.store.transaction() as db:
-            for job, container, _ in started:
-                daemon.store.update_job(db, job.id, state="running", container=container, start=job.start)
-                db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (job.id,))
-            daemon.store.quotas_applied(db, [(seq, job.start) for job, _, seq in started if seq is not None])
+            for p, container in started:
+                daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
+                db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (p.job.id,))
+            applied = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
+            daemon.store.quotas_applied(db, applied)
         daemon.metrics.launched.inc(len(started))
-    raise_failures(outcomes, tolerated=(Exception,))
+    kills = [(container,) for p, container in started if p.job.id in daemon.kill_reason]
+    changed = [
+        (p.job.id, p.job.quota, None)
+        for p, _ in started
+        if p.job.id not in daemon.kill_reason and abs(p.job.quota - p.quota) > 1e-9
+    ]
+    killed = daemon.engine.each(daemon.backend.kill, kills)
+    apply_quotas(daemon, changed)
+    raise_failures(outcomes + killed, tolerated=(Exception,))
 
 
 def _start(daemon: Daemon, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:

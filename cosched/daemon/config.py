@@ -67,6 +67,7 @@ default. Example (every key, with its default)::
     sample = 2.0                  # CPU%, Mem% and progress of running jobs
     review = 5.0                  # walltime limits, quota verification
     reconcile = 30.0              # the store against what Docker reports
+    launch_wait = 2.0             # a pass waits this long for its launches; the rest are recorded by a later pass
 
     [policies]
     queue = "fcfs"                # or a learned one with its model: "dbf:lublin-1-m32-split-bsld"
@@ -183,6 +184,7 @@ class IntervalSection:
     sample: float = 2.0
     review: float = 5.0
     reconcile: float = 30.0
+    launch_wait: float = 2.0
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ did succeed before `raise_failures` raises what failed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from cosched.daemon.docker_backend import EngineUnavailable
@@ -30,6 +30,11 @@ class EngineCalls:
             return [_outcome(call, args) for args in arguments]
         futures = [self._pool.submit(_outcome, call, args) for args in arguments]
         return [future.result() for future in futures]
+
+    def submit(self, call: Callable[..., Any], arguments: Sequence[tuple[Any, ...]]) -> list[Future[Any]]:
+        """Every call started on the pool; each future's result is the call's result or exception.
+        For calls the caller may stop waiting for (a launch waiting for Mesos offers)."""
+        return [self._pool.submit(_outcome, call, args) for args in arguments]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -47,6 +47,7 @@ def reconcile_launching(daemon: Daemon) -> None:
         if (
             job is None
             or job.id in daemon.containers
+            or job.id in daemon.launching
             or job.id in daemon.failed_launches
             or job.id in daemon.lost_launches
         ):

@@ -52,6 +52,7 @@ def _pass(daemon: Daemon) -> bool:
     started = time.perf_counter()
     now = daemon.clock()
     try:
+        carry_out.collect_launched(daemon)
         changes = daemon.backend.nodes_changed()
         ended = ends.collect(daemon, now)
     except EngineUnavailable as exc:

@@ -36,11 +36,12 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import wait
 from typing import Any
 
 from cosched.core.events import Event
 from cosched.core.scheduler import Scheduler
-from cosched.daemon import drain, engine_faults, monitoring, scheduling, submissions
+from cosched.daemon import carry_out, drain, engine_faults, monitoring, scheduling, submissions
 from cosched.daemon.backend import Backend
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap
@@ -88,6 +89,10 @@ class Daemon:
         self.lock = threading.RLock()
         self.pass_lock = threading.Lock()
         self.engine = EngineCalls(config.docker.engine_calls)
+        self.launcher = EngineCalls(config.docker.engine_calls)
+        """Launches have a pool of their own: one waiting for Mesos offers must not hold up kills and quotas."""
+        self.launching: dict[int, carry_out.Parked] = {}
+        """Launches a pass stopped waiting for, by job id (`carry_out.launch_all`)."""
         self.inbox: deque[Event] = deque()
         self.specs: dict[int, dict[str, Any]] = {}
         self.containers: dict[int, str] = {}
@@ -237,6 +242,8 @@ class Daemon:
         self.asax = self._policy()
         self.core = self._new_core()
         self.cpu_map = CpuMap(self.config.cpus(), self.config.cluster.nodes)
+        wait([parked.future for parked in self.launching.values()])  # what they started, recovery adopts
+        self.launching.clear()
         held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
         for held in (*held_maps, self.lost_launches):
             held.clear()
@@ -298,7 +305,9 @@ class Daemon:
         return {"engine_up": self.engine_up, "instance": self.instance, "state": self.state_problem or "ok"}
 
     def close(self) -> None:
-        """Wait for engine calls under way, then close the state file."""
+        """Wait for engine calls under way, then close the state file (a launch finished now is not
+        recorded: the next start adopts its container, as after a kill mid-launch)."""
         self.engine.close()
+        self.launcher.close()
         self.backend.close()
         self.store.close()
