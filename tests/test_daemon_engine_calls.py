@@ -209,6 +209,7 @@ def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_
         daemon.schedule()
         assert time.perf_counter() - started < 3.0
         assert daemon.store.job(stuck)["state"] == "launching" and stuck in daemon.launching
+        assert daemon.metrics.registry.get_sample_value("cosched_launches_waiting") == 1
         [other] = _submit(daemon, 1)
         daemon.schedule()
         assert daemon.store.job(other)["state"] == "running"
@@ -226,6 +227,7 @@ def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_
         assert engine.killed == [f"c{stuck}"]
         daemon.schedule()  # its container is gone: the end
         assert daemon.store.job(stuck)["state"] == "cancelled" and not daemon.launching
+        assert daemon.metrics.registry.get_sample_value("cosched_launches_waiting") == 0
         assert engine.launched == [stuck, other]
     finally:
         engine.release.set()

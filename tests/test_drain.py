@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,8 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
         time.sleep(3)  # passes run every 0.2 s: the free core of node 1 is never given to the waiting job
         assert daemon.job(waiting)["state"] == "pending"
         assert "drained (memory test)" in cosched(daemon, "nodes")
+        metrics = urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10).read().decode()
+        assert "cosched_nodes_drained 1.0" in metrics
 
         daemon.signal(signal.SIGKILL)
         daemon.start()

@@ -31,6 +31,8 @@ class NodeStatus:
     """The agent's hostname ('' on one host)."""
     id: str
     up: bool
+    attributes: tuple[tuple[str, str], ...] = ()
+    """The agent's attributes (rack, switch, ...), as its last offer told them."""
 
 
 class Backend(Protocol):

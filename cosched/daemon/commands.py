@@ -383,6 +383,7 @@ def _nodes(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    attributes = any(r.get("attributes") for r in rows)  # the agents' rack, switch, ...
     table = [
         {
             "NODE": f"node{r['node']}",
@@ -390,6 +391,11 @@ def _nodes(args: argparse.Namespace) -> int:
                 {
                     "HOSTNAME": r["hostname"] or "-",
                     "AGENT": r["agent"] or "-",
+                    **(
+                        {"ATTRIBUTES": " ".join(f"{k}={v}" for k, v in r["attributes"].items()) or "-"}
+                        if attributes
+                        else {}
+                    ),
                 }
                 if r.get("hostname") is not None  # a Mesos agent's node ('' while no agent took it)
                 else {"CPUS": _ranges(r["cpus"])}

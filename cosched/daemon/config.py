@@ -53,6 +53,7 @@ default. Example (every key, with its default)::
     name = "cosched"              # the framework's name
     user = "root"                 # Unix user the agents run the executor as
     role = ""                     # subscribe in this role ("" = "*"): what agents reserve for it is offered too
+    order_by = []                 # agent attributes that number the nodes at the first start, e.g. ["pod", "switch"]
     executor_command = "python3 -m cosched.mesos.executor"   # how agents start the cosched executor
     launch_timeout = 30.0         # seconds a launch (and the pass) waits for its agents' offers, then for its tasks
     hold_timeout = 10.0           # seconds an offer a waiting launch cannot use yet is held, then declined
@@ -168,6 +169,7 @@ class MesosSection:
     name: str = "cosched"
     user: str = "root"
     role: str = ""
+    order_by: tuple[str, ...] = ()
     executor_command: str = "python3 -m cosched.mesos.executor"
     launch_timeout: float = 30.0
     hold_timeout: float = 10.0

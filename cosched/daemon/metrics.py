@@ -28,6 +28,12 @@ class DaemonMetrics:
         self.cores_used = Gauge("cosched_cores_used", "CPUs running jobs used at the last sample", registry=r)
         self.cores_lent = Gauge("cosched_cores_lent", "CPU quota lent by hosts to co-scheduled guests", registry=r)
         self.engine_up = Gauge("cosched_engine_up", "1 while the Docker engine answers", registry=r)
+        self.nodes_drained = Gauge("cosched_nodes_drained", "Nodes an operator took out of service", registry=r)
+        self.launches_waiting = Gauge(
+            "cosched_launches_waiting",
+            "Launches a pass stopped waiting for (a Mesos launch waiting for offers)",
+            registry=r,
+        )
         self.submitted = Counter("cosched_jobs_submitted", "Jobs queued (each released workflow stage too)", registry=r)
         self.launched = Counter("cosched_jobs_launched", "Containers started", registry=r)
         self.decisions = Counter(
@@ -79,6 +85,8 @@ class DaemonMetrics:
         self.cores_total.set(daemon.cluster.cores)
         self.cores_allocated.set(sum(job.cores for job in running if job.host < 0))
         self.cores_lent.set(sum(job.quota for job in running if job.host >= 0))
+        self.nodes_drained.set(len(daemon.drained))
+        self.launches_waiting.set(len(daemon.launching))
         live = {job.id for job in running}
         self.cpu_used = {job_id: used for job_id, used in self.cpu_used.items() if job_id in live}
         self.cores_used.set(sum(self.cpu_used.values()))

@@ -191,6 +191,7 @@ class Daemon:
             name=m.name,
             user=m.user,
             role=m.role,
+            order_by=m.order_by,
             executor_command=m.executor_command,
             launch_timeout=m.launch_timeout,
             hold_timeout=m.hold_timeout,

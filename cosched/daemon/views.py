@@ -205,6 +205,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                 "memory_mib": daemon.cluster.memory_per_node,
                 "hostname": agents[node].name if agents else None,
                 "agent": agents[node].id if agents else None,
+                "attributes": dict(agents[node].attributes) if agents else None,
                 "up": agents[node].up if agents else True,
                 "others": held_by_others.get(node, "") if agents else None,
                 "drain": drain.row(daemon, node, busy=bool(here)),

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 import time
 import uuid
@@ -96,6 +97,9 @@ class MesosSettings:
     principal: str = ""
     """With `secret`: the principal the framework authenticates as (a master with framework authentication)."""
     secret: str = field(default="", repr=False)
+    order_by: tuple[str, ...] = ()
+    """Agent attributes the nodes are numbered by at the first start (then hostname): with a
+    fat-tree, the agents of one switch are consecutive nodes, as the core's topology counts them."""
     role: str = ""
     """The role the framework subscribes in ('' or '*': the default role): it is then offered what is
     reserved for that role too, and its tasks name the reservations they use (`carve`)."""
@@ -189,6 +193,8 @@ class MesosBackend(EventHandler):
         )
         self.hostnames: dict[str, str] = {}
         """Agent id -> hostname, of the agents that offered."""
+        self.attributes: dict[str, tuple[tuple[str, str], ...]] = {}
+        """Agent id -> its attributes, as its last offer told them."""
         self.node_hosts: list[str] = []
         """Hostnames by node: the first `nodes` agents that offered, in hostname order, at the first
         start; the saved ones at every later start."""
@@ -277,17 +283,20 @@ class MesosBackend(EventHandler):
 
     def _map_nodes(self, timeout: float) -> None:
         """Under the lock, at the first start: the nodes are the first `nodes` agents that offer, in
-        hostname order (saved, so that a later start knows them without waiting for all). Nodes no
-        agent offered for in `timeout` s are down, each taken by the next new agent that offers."""
+        the order of their `order_by` attributes, then hostname (saved, so that a later start knows
+        them without waiting for all). Nodes no agent offered for in `timeout` s are down, each taken
+        by the next new agent that offers."""
         deadline = time.monotonic() + timeout
         while len(self.hostnames) < self.nodes and (left := deadline - time.monotonic()) > 0:
             self.cond.wait(left)
         if not self.hostnames:
             raise EngineUnavailable(f"Mesos offered no agent in {timeout:.0f} s; the cluster has {self.nodes}")
-        present = sorted(self.hostnames, key=lambda a: (self.hostnames[a], a))[: self.nodes]
+        present = sorted(self.hostnames, key=self._place)[: self.nodes]
         missing = self.nodes - len(present)
         self.agents = present + [""] * missing
         self.node_hosts = [self.hostnames[a] for a in present] + [""] * missing
+        if self.settings.order_by:
+            log.info("nodes by %s: %s", ", ".join(self.settings.order_by), self._runs_of(present))
         for node in range(len(present), self.nodes):
             log.warning(
                 "Mesos offered %d agent(s) in %.0f s; the cluster has %d: node %d is down until a new agent offers",
@@ -298,6 +307,25 @@ class MesosBackend(EventHandler):
             )
             self.down.add(node)
             self.changes.append((node, False))
+
+    def _place(self, agent: str) -> tuple[Any, ...]:
+        """An agent's place in the node order: its `order_by` attributes (numbers in them compared as
+        numbers, so s9 comes before s10; an agent without one first), then its hostname."""
+        attributes = dict(self.attributes.get(agent, ()))
+        keys = tuple(_natural(attributes.get(name, "")) for name in self.settings.order_by)
+        return (*keys, _natural(self.hostnames[agent]), agent)
+
+    def _runs_of(self, agents: list[str]) -> str:
+        """Consecutive nodes of the same `order_by` attributes, for the log: 'nodes 0-3 rack=r1, ...'."""
+        runs: list[tuple[int, int, str]] = []
+        for node, agent in enumerate(agents):
+            attributes = dict(self.attributes.get(agent, ()))
+            label = " ".join(f"{name}={attributes.get(name, '?')}" for name in self.settings.order_by)
+            if runs and runs[-1][2] == label:
+                runs[-1] = (runs[-1][0], node, label)
+            else:
+                runs.append((node, node, label))
+        return "; ".join(f"node{'s' if a != b else ''} {a}{f'-{b}' if a != b else ''} {label}" for a, b, label in runs)
 
     def _wait_known_agents(self, grace: float) -> None:
         """Under the lock, at a later start: wait `grace` s at most for the saved agents to offer; a node
@@ -382,6 +410,7 @@ class MesosBackend(EventHandler):
                         self.beyond.add(offer.agent_id)
                     continue
                 self.hostnames[offer.agent_id] = offer.hostname
+                self.attributes[offer.agent_id] = offer.attributes
                 self.beyond.discard(offer.agent_id)
                 if node is not None and self.agents[node] != offer.agent_id:
                     if self.agents[node]:
@@ -756,7 +785,8 @@ class MesosBackend(EventHandler):
     def node_status(self) -> list[NodeStatus]:
         with self.cond:
             return [
-                NodeStatus(host, self.agents[node], node not in self.down) for node, host in enumerate(self.node_hosts)
+                NodeStatus(host, self.agents[node], node not in self.down, self.attributes.get(self.agents[node], ()))
+                for node, host in enumerate(self.node_hosts)
             ]
 
     def waiting(self) -> dict[int, str]:
@@ -1102,3 +1132,9 @@ class MesosBackend(EventHandler):
             run = self.runs.get(handle)
             usage = None if run is None else run.usage(quota)
         return None if usage is None else Sample(*usage)
+
+
+def _natural(text: str) -> tuple[str | int, ...]:
+    """`text` as a sort key in which runs of digits compare as numbers ('s9' < 's10')."""
+    parts = re.split(r"(\d+)", text)
+    return tuple(int(part) if index % 2 else part for index, part in enumerate(parts))

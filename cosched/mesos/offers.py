@@ -21,6 +21,8 @@ class Offer:
     """When the offer arrived (the caller's clock, seconds): the hold timeout counts from here."""
     pieces: tuple[dict[str, Any], ...] = ()
     """Its scalar cpus and mem Resources as offered: unreserved, or reserved for our role."""
+    attributes: tuple[tuple[str, str], ...] = ()
+    """The agent's text and scalar attributes (`--attributes="rack:r1;switch:s3"`), as text."""
 
 
 def parse_offer(offer: dict[str, Any], received_at: float) -> Offer:
@@ -39,6 +41,13 @@ def parse_offer(offer: dict[str, Any], received_at: float) -> Offer:
             **totals,
             received_at=received_at,
             pieces=tuple(pieces),
+            attributes=tuple(_attribute(a) for a in offer.get("attributes", []) if a.get("type") in ("TEXT", "SCALAR")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise MesosError(f"malformed offer {str(offer)[:120]}: {type(exc).__name__}: {exc}") from None
+
+
+def _attribute(attribute: dict[str, Any]) -> tuple[str, str]:
+    if attribute["type"] == "TEXT":
+        return str(attribute["name"]), str(attribute["text"]["value"])
+    return str(attribute["name"]), f"{float(attribute['scalar']['value']):g}"
