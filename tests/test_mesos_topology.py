@@ -110,7 +110,8 @@ def start_agent(cluster: Cluster, index: int, hostname: str, attributes: str) ->
 def test_a_daemon_numbers_real_agents_by_their_switch_and_shows_it(cluster: Cluster, tmp_path: Path) -> None:
     """Four agents whose hostnames run across two switches (s10: agent1, agent3; s9: agent2, agent4):
     with a fat-tree of 2 nodes per switch and `order_by = ["switch"]`, nodes 0-1 are switch s9's and
-    2-3 switch s10's, and `cosched nodes` shows each agent's attributes."""
+    2-3 switch s10's, and `cosched nodes` shows each agent's attributes. An agent is drained by its
+    hostname."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(MESOS_HOME / "lib"))
     cluster.env.update(env)
     for index, (hostname, switch) in enumerate(
@@ -143,5 +144,14 @@ def test_a_daemon_numbers_real_agents_by_their_switch_and_shows_it(cluster: Clus
         ).stdout
         assert "switch=s9 pod=p0" in shown, shown  # as the agent lists them
         assert "nodes by pod, switch: nodes 0-1 pod=p0 switch=s9; nodes 2-3 pod=p0 switch=s10" in daemon.log.read_text()
+        drained = subprocess.run(  # an operator names the machine, not the node number
+            [sys.executable, "-m", "cosched.cli", "drain", "agent4", "--reason", "PSU", "--url", daemon.client.url],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert drained == "node1: drained (PSU)\n"
+        drains = [row["drain"] for row in daemon.client.call("GET", "/v1/nodes")]
+        assert [drain is not None for drain in drains] == [False, True, False, False]
     finally:
         daemon.stop()
