@@ -226,10 +226,14 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
         shown = cosched(daemon, "nodes")
         assert "draining (memory test)" in shown, shown
         waiting = daemon.submit(image=image, command=["true"], cores=1, walltime=60)
+        wide = daemon.submit(image=image, command=["true"], cores=2, span=True, walltime=60)
         assert daemon.wait_final([short], 30)[short]["state"] == "done"
         time.sleep(3)  # passes run every 0.2 s: the free core of node 1 is never given to the waiting job
         assert daemon.job(waiting)["state"] == "pending"
         assert "drained (memory test)" in cosched(daemon, "nodes")
+        reasons = {row["id"]: row["reason"] for row in daemon.client.call("GET", "/v1/queue")}
+        assert reasons[wide] == "ReqNodeNotAvail: node1 drained"  # two cores: more than node 0 alone
+        assert not reasons[waiting].startswith("ReqNodeNotAvail")
         metrics = urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10).read().decode()
         assert "cosched_nodes_drained 1.0" in metrics
 
@@ -241,6 +245,7 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
 
         assert cosched(daemon, "resume", "1").startswith("node1: resumed (drained since ")
         assert daemon.wait_final([waiting], 30)[waiting]["state"] == "done"
+        daemon.client.call("DELETE", f"/v1/jobs/{wide}")
         assert node_of(daemon, waiting) == 1
         assert "drain" not in cosched(daemon, "nodes")
         daemon.client.call("DELETE", f"/v1/jobs/{busy}")

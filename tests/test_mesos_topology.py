@@ -76,9 +76,18 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A master alone; the test starts its agents."""
     started = start_cluster(tmp_path / "mesos", agents=0)
     try:
+        wait_until(lambda: _answers(started), 30, "the master to answer")  # the script waits for agents only
         yield started
     finally:
         stop_cluster(started)
+
+
+def _answers(cluster: Cluster) -> bool:
+    try:
+        cluster.state()
+    except OSError:
+        return False
+    return True
 
 
 def start_agent(cluster: Cluster, index: int, hostname: str, attributes: str) -> None:

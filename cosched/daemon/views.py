@@ -43,10 +43,10 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
     waiting = daemon.backend.waiting()
     rows = []
+    out_of_service = _out_of_service(daemon)
     for position, job in enumerate(order):
-        rows.append(
-            _row(daemon, job, "pending", "Resources" if position == 0 else "Priority", reservations.get(job.id))
-        )
+        reason = _not_available(daemon, job, out_of_service) or ("Resources" if position == 0 else "Priority")
+        rows.append(_row(daemon, job, "pending", reason, reservations.get(job.id)))
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
     in_queue = {job.id for job in queued}
     held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
@@ -99,6 +99,24 @@ def _row(daemon: Daemon, job: Any, state: str, reason: str, start: float | None)
         "begin": job.begin if math.isfinite(job.begin) else None,
         "latest_start": job.latest_start if math.isfinite(job.latest_start) else None,
     }
+
+
+def _out_of_service(daemon: Daemon) -> dict[int, str]:
+    """Nodes no job can start on now, and why: drained by an operator, or down (a Mesos agent gone)."""
+    return {**{node: "down" for node in daemon.down}, **{node: "drained" for node in daemon.drained}}
+
+
+def _not_available(daemon: Daemon, job: Any, out: dict[int, str]) -> str:
+    """Slurm's ReqNodeNotAvail for a job the nodes in service cannot hold, whatever ends (it waits
+    for a node to come back), naming those nodes; '' for any other."""
+    if not out:
+        return ""
+    cluster = daemon.cluster
+    in_service = cluster.nodes - len(out)
+    if (job.cores <= in_service * cluster.cores_per_node) if job.span else (in_service > 0):
+        return ""
+    nodes = ", ".join(f"node{node} {why}" for node, why in sorted(out.items()))
+    return f"ReqNodeNotAvail: {nodes}"
 
 
 def begins_at(stamp: float) -> str:
