@@ -83,13 +83,12 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
     was under way is killed as soon as it runs (the core's kill found no container then), and one
     whose quota the core changed meanwhile gets it now.
     """
-    done = [p for p in parked if p.future.done()]
+    done = [p for p in parked if p.future.done()]  # once: one finishing now is recorded at the next pass
     with daemon.lock:
         for p in parked:
-            if p.future.done():
-                daemon.launching.pop(p.job.id, None)
-            else:
-                daemon.launching[p.job.id] = p
+            daemon.launching[p.job.id] = p
+        for p in done:
+            del daemon.launching[p.job.id]
     outcomes = [p.future.result() for p in done]
     started = []
     for p, outcome in zip(done, outcomes, strict=True):
