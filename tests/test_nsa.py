@@ -101,6 +101,7 @@ def test_the_shipped_models_numpy_forward_pass_is_torchs() -> None:
     np.testing.assert_allclose(logits, check["logits"], rtol=1e-4, atol=1e-4)
     assert np.array_equal(logits, np.stack([network.logits(o) for o in check["obs"]]))  # same bits alone
     assert path.with_suffix(".json").is_file()
+    assert path.stat().st_size < 500_000  # the CNN-3's dense layer: larger than the MLPs' 200 KB bound
     torch = require_module("torch")
     # The same weights in torch's own layers: the NumPy convolutions and flattening are torch's.
     from gymnasium import spaces
