@@ -248,21 +248,8 @@ class Replay:
         )
 
 
-def replay(
-    jobs: Sequence[Job],
-    cluster: Cluster,
-    policies: PolicySet | None = None,
-    *,
-    validate: bool = False,
-    progress: Callable[[int], None] | None = None,
-    rates: RateModel | None = None,
-    react: Reactor | None = None,
-    sample_every: float = 30.0,
-    core: Scheduler | None = None,
-    account: bool = False,
-    keep_slots: bool = True,
-) -> ReplayResult:
-    """Run `jobs` (fresh, unstarted) through the core on `cluster`.
+def replay(jobs: Sequence[Job], cluster: Cluster, policies: PolicySet | None = None, **options: Any) -> ReplayResult:
+    """Run `jobs` (fresh, unstarted) through the core on `cluster`; `options` as `Replay`'s.
 
     `progress`, if given, is called with the number of newly submitted jobs
     every few thousand submissions. With `validate`, every step goes through
@@ -276,19 +263,7 @@ def replay(
     Policies never see a job's true runtime: a job enters the core without it, as a live
     job does, and gets it back when it ends (`SimulatedBackend.admit`).
     """
-    return Replay(
-        jobs,
-        cluster,
-        policies,
-        validate=validate,
-        progress=progress,
-        rates=rates,
-        react=react,
-        sample_every=sample_every,
-        core=core,
-        account=account,
-        keep_slots=keep_slots,
-    ).run()
+    return Replay(jobs, cluster, policies, **options).run()
 
 
 def _finished(submitted: list[Job], rejected: list[Job]) -> list[Job]:
