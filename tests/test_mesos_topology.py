@@ -19,6 +19,8 @@ import pytest
 from daemon_support import DaemonProcess
 from mesos_support import EXECUTOR, MESOS_HOME, Cluster, free_port_run, start_cluster, stop_cluster, wait_until
 
+from cosched.daemon.config import from_dict, validate
+from cosched.errors import ConfigError
 from cosched.mesos.backend import MesosBackend, MesosSettings
 from cosched.mesos.offers import parse_offer
 
@@ -66,6 +68,13 @@ def test_the_first_start_numbers_nodes_by_the_attributes_then_hostname(caplog: p
     with plain.cond:
         plain._map_nodes(timeout=0.0)
     assert plain.node_hosts == ["h1", "h9", "h10"]  # no order_by: hostnames, numbers as numbers
+
+
+@pytest.mark.parametrize("bad", ["", "rack switch", "rack:r1"])
+def test_an_attribute_name_an_agent_cannot_have_is_a_one_line_config_error(bad: str) -> None:
+    raw = {"backend": {"kind": "mesos"}, "mesos": {"masters": "127.0.0.1:5050", "order_by": ["pod", bad]}}
+    with pytest.raises(ConfigError, match=r"^config key mesos\.order_by: .* is not an agent attribute's name$"):
+        validate(from_dict(raw))
 
 
 # -- on a real master --------------------------------------------------------------------------------------

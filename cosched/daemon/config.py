@@ -349,6 +349,9 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
+    for name in config.mesos.order_by:
+        if not name or not name.isprintable() or any(c.isspace() or c in ":;" for c in name):
+            raise ConfigError(f"config key mesos.order_by: {name!r} is not an agent attribute's name")
     if config.mesos.role and (problem := role_problem(config.mesos.role)):
         raise ConfigError(f"config key mesos.role: {config.mesos.role!r} is not a Mesos role: {problem}")
     if bool(config.mesos.principal) != bool(config.mesos.secret_file):
