@@ -245,3 +245,23 @@ def _task_resources(cluster: Cluster, fid: str, job_id: int) -> list[dict[str, A
     tasks = answer.get("tasks", []) + answer.get("completed_tasks", [])
     [mine] = [t for t in tasks if t["framework_id"]["value"] == fid and t["name"] == f"cosched job {job_id}"]
     return list(mine["resources"])
+
+
+def test_a_daemon_restarted_in_a_role_stays_the_same_framework(cluster: Cluster, tmp_path: Path) -> None:
+    """An operator sets `role` on a daemon that ran without one: the restarted daemon subscribes as
+    the same framework (its tasks stay its own), now in the role, and its jobs run on the reservation."""
+    image = busybox_image(require_engine())
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-role-change")
+    try:
+        fid = framework_id_of(daemon)
+        assert (cluster.framework(fid) or {}).get("role") == "*"
+        daemon.stop()
+        named = 'name = "cosched-role-change"'
+        daemon.config.write_text(daemon.config.read_text().replace(named, f'{named}\nrole = "{ROLE}"'))
+        daemon.start(timeout=60)
+        assert framework_id_of(daemon) == fid and (cluster.framework(fid) or {})["roles"] == [ROLE]
+        job = daemon.submit(image=image, command=["sleep", "1"], cores=1, memory_mib=700, walltime=60)
+        assert daemon.wait_final([job], 60)[job]["state"] == "done", daemon.job(job)["reason"]
+        assert totals(_task_resources(cluster, fid, job), "mem", reserved_only=True) == 500.0
+    finally:
+        finish(cluster, daemon)
