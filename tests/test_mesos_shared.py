@@ -214,6 +214,7 @@ class _Core:
     def __init__(self, cluster: Cluster) -> None:
         self.pool = ResourcePool(cluster)
         self.jobs: dict[int, Any] = {}
+        self.guests: dict[int, list[Any]] = {}
         self.withheld: dict[int, int] = {}
 
     def withhold(self, units: dict[int, int]) -> None:
@@ -309,6 +310,35 @@ def test_a_drained_node_is_held_back_whole_by_the_same_rule_and_given_back_at_re
     assert daemon.step() == [] and daemon.core.withheld == {}
     daemon.drained = {}
     assert daemon.step() == [Offer(((1, 3),), (1000,))] and daemon.free(1) == (3, 1000)
+
+
+def _running(job_id: int, slots: tuple[tuple[int, int], ...], end: float, host: int = -1) -> Any:
+    return type(
+        "RunningJob", (), {"id": job_id, "state": JobState.RUNNING, "slots": slots, "host": host, "expected_end": end}
+    )()
+
+
+def test_what_others_took_from_running_jobs_is_no_promise_until_their_ends_pay_it() -> None:
+    """Node 1 is full (job 1: 2 cores until 100, job 2: 2 cores until 200, with a guest on 1 of them
+    that outlives it, until 300) when others take 3 of its cores: nothing is free to rescind, so all
+    3 are owed. The ends foreseen in order pay them: job 1's 2 cores, then job 2's end, which gives
+    back 1 (its guest keeps the other). The core hears that jobs 1 and 2 give back nothing; the
+    guest's core is still a promise. Once others give 1 core back, only 2 are owed: job 1's."""
+    daemon = _Daemon(cores=4)
+    daemon.core.pool.remove(((1, 4),), (0,))
+    first, second = _running(1, ((1, 2),), 100.0), _running(2, ((1, 2),), 200.0)
+    guest = _running(3, ((1, 1),), 300.0, host=2)
+    daemon.core.jobs.update({1: first, 2: second, 3: guest})
+    daemon.core.guests[2] = [guest]
+    daemon.backend.held = {1: (3, 0)}
+    assert daemon.step() == []
+    assert daemon.core.withheld == {1: 2, 2: 1}
+    daemon.backend.held = {1: (2, 0)}
+    daemon.step()
+    assert daemon.core.withheld == {1: 2}
+    daemon.backend.held = {1: (4, 0)}  # all of it: the guest's core too
+    daemon.step()
+    assert daemon.core.withheld == {1: 2, 2: 2, 3: 1}
 
 
 def test_a_node_gone_forgets_what_it_held_back_and_comes_back_whole_then_held_back_anew() -> None:

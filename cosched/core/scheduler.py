@@ -398,9 +398,9 @@ class Scheduler:
 
     def withhold(self, units: Mapping[int, int]) -> None:
         """Say which running jobs' ends will give back less than they hold, in units by job id (those
-        on a node being drained: the backend's `Offer` at their end leaves it out). Reservations
-        then never count on those units. Replaces what was said before; the backend says it again
-        whenever it changes."""
+        on a node being drained, or that another framework took meanwhile: the backend's `Offer`
+        at their end leaves them out). Reservations then never count on those units. Replaces what
+        was said before; the backend says it again whenever it changes."""
         if units != self._withheld:
             self._withheld.clear()
             self._withheld.update(units)

@@ -22,7 +22,7 @@ from weakref import WeakKeyDictionary
 from cosched.core.events import Event, Offer, Rescind
 from cosched.core.pool import slot_memory
 from cosched.daemon import drain
-from cosched.model import JobState
+from cosched.model import Allocation, Job, JobState
 
 if TYPE_CHECKING:
     from cosched.core.scheduler import Scheduler
@@ -82,7 +82,10 @@ def events(daemon: Daemon, changes: list[tuple[int, bool]]) -> list[Event]:
             if cores > 0 or memory > 0:
                 events.append(Offer(((node, max(cores, 0)),), (max(memory, 0),)))
     events += _shared(daemon, events)
-    daemon.core.withhold(drain.withheld(daemon))
+    withheld = drain.withheld(daemon)
+    for job_id, units in _owed(daemon).items():
+        withheld[job_id] = withheld.get(job_id, 0) + units
+    daemon.core.withhold(withheld)
     return events
 
 
@@ -139,6 +142,53 @@ def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
         if not (entry.want_cores or entry.want_mem or entry.have_cores or entry.have_mem or any(entry.others)):
             del ledger[node]
     return events
+
+
+def _owed(daemon: Daemon) -> dict[int, int]:
+    """Running job -> the cores of its that its end will not give back because other frameworks
+    took them while the core counted them (owed: `live_part` cuts them from the node's next ends),
+    so that reservations do not count on them. The next ends are foreseen in expected-end order:
+    a host's end gives back its cores less those of guests that outlive it, such a guest's end
+    its own; a host's withheld cores count its guests' (`cosched.core.frees.releases`)."""
+    if daemon.cluster.allocation is not Allocation.CORE:
+        return {}
+    owed = {
+        node: entry.want_cores - entry.have_cores
+        for node, entry in _ledger(daemon).items()
+        if entry.want_cores > entry.have_cores and node not in daemon.down and node not in daemon.drained
+    }
+    if not owed:
+        return {}
+    jobs = daemon.core.jobs
+    withheld: dict[int, int] = {}
+    for node, left in owed.items():
+        frees: list[tuple[float, int, int, Job]] = []  # (when, cores, tie-break, job)
+        for job in jobs.values():
+            cores = dict(job.slots).get(node, 0) if job.state is JobState.RUNNING else 0
+            if not cores:
+                continue
+            host = jobs.get(job.host) if job.host >= 0 else None
+            if host is None and job.host >= 0:
+                continue
+            if host is not None:  # a guest gives back its own cores only if it outlives its host
+                if job.expected_end > host.expected_end:
+                    frees.append((job.expected_end, cores, job.id, job))
+                continue
+            kept = sum(
+                dict(guest.slots).get(node, 0)
+                for guest in daemon.core.guests.get(job.id, ())
+                if guest.expected_end > job.expected_end
+            )
+            frees.append((job.expected_end, cores - kept, job.id, job))
+        for _, cores, _, job in sorted(frees, key=lambda free: (free[0], free[2])):
+            if left <= 0:
+                break
+            cut = min(cores, left)
+            left -= cut
+            withheld[job.id] = withheld.get(job.id, 0) + cut
+            if job.host >= 0:
+                withheld[job.host] = withheld.get(job.host, 0) + cut
+    return withheld
 
 
 def _size_adopted(daemon: Daemon) -> None:
