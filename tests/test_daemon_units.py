@@ -597,6 +597,8 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
         specs={},
         backend=SimpleNamespace(waiting=lambda: for_offers),
         store=SimpleNamespace(owners=lambda: {3: "alice"}),
+        down=set(),
+        drained={},
     )
     rows = views.queue(daemon)  # type: ignore[arg-type]
     pending = [(r["id"], r["reason"], r["start"]) for r in rows if r["state"] == "pending"]

@@ -28,6 +28,7 @@ def add_commands(commands: Any, parser_class: type) -> None:
         parser.add_argument("--url", help="daemon API (default: $COSCHED_URL or http://127.0.0.1:6817)")
         parser.add_argument("--token", help="API token (default: $COSCHED_TOKEN)")
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
+        parser.add_argument("--ca-file", help="CA certificates of an https daemon (default: $COSCHED_CA_FILE)")
 
     dp = commands.add_parser("daemon", help="run the co-scheduling daemon on the local Docker engine")
     dp.add_argument("--config", type=Path, help="TOML settings (default: the embedded defaults)")
@@ -131,10 +132,12 @@ def add_explain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="daemon API (without --log)")
     parser.add_argument("--token")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ca-file", help="CA certificates of an https daemon (default: $COSCHED_CA_FILE)")
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.url, args.token) if args.json else _ForPeople(args.url, args.token)
+    kind = Client if args.json else _ForPeople
+    return kind(args.url, args.token, ca_file=args.ca_file)
 
 
 class _ForPeople(Client):

@@ -23,6 +23,8 @@ default. Example (every key, with its default)::
     max_jobs_per_user = 0         # the same for each user of a token (0 = no limit; Slurm's MaxSubmitJobsPerUser)
     header_timeout = 10.0         # seconds to send a request's headers, else the connection is closed (408)
     body_timeout = 30.0           # seconds to send a request's body, else 408
+    tls_cert = ""                 # with tls_key: serve HTTPS (PEM certificate chain); clients give --ca-file
+    tls_key = ""                  # its private key (PEM, readable by the daemon's owner alone)
 
     [cluster]
     nodes = 1                     # virtual nodes, each a disjoint cpuset of this host
@@ -132,6 +134,8 @@ class ApiSection:
     max_jobs_per_user: int = 0
     header_timeout: float = 10.0
     body_timeout: float = 30.0
+    tls_cert: str = ""
+    tls_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -317,6 +321,8 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     for key in ("header_timeout", "body_timeout"):
         if not 0 < getattr(api, key) <= 3600:
             raise ConfigError(f"config key api.{key}: must be in (0, 3600] seconds, got {getattr(api, key)}")
+    if bool(api.tls_cert) != bool(api.tls_key):
+        raise ConfigError("config keys api.tls_cert and api.tls_key: give both (HTTPS) or neither")
     if not _is_loopback(api.host) and not (api.token or api.key_file):
         raise ConfigError(
             f"config key api.token: required (or api.key_file) when api.host ({api.host}) is not a loopback address"

@@ -69,15 +69,21 @@ def load_key(path: Path) -> bytes:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"config key api.key_file: {path} is not a regular file")
-        if info.st_mode & 0o077:
-            raise ConfigError(
-                f"config key api.key_file: {path} is readable or writable by others "
-                f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
-            )
+        refuse_shared(info, path, "api.key_file")
         key = file.read(4096)
     if len(key) < KEY_BYTES:
         raise ConfigError(f"config key api.key_file: {path} holds {len(key)} bytes, at least {KEY_BYTES} are needed")
     return key
+
+
+def refuse_shared(info: os.stat_result, path: Path, key: str) -> None:
+    """A secret file (a signing key, a TLS private key) anyone but its owner may read or write is
+    refused: whoever reads it can pass for the daemon or mint any user."""
+    if info.st_mode & 0o077:
+        raise ConfigError(
+            f"config key {key}: {path} is readable or writable by others "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}); chmod 600 it"
+        )
 
 
 def create_key(path: Path) -> bool:

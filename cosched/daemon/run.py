@@ -21,6 +21,7 @@ from datetime import datetime
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from cosched.daemon import tls
 from cosched.daemon.api import create_app
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.http_protocol import guarded_protocol
@@ -73,6 +74,7 @@ def serve(config: DaemonConfig) -> None:
     # A fatal signal (SIGBUS when SQLite's shared-memory file is truncated under it) then
     # prints where every thread was instead of ending the daemon without a word.
     faulthandler.enable()
+    https = tls.check(config.api)  # before anything: a bad key file stops it with nothing bound
     sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
     try:
         daemon = Daemon(config)
@@ -84,10 +86,11 @@ def serve(config: DaemonConfig) -> None:
     scheduler = periodic(daemon)
     scheduler.start()
     log.info(
-        "cosched daemon %s: %d node(s) x %d cores, API on http://%s:%d, state in %s",
+        "cosched daemon %s: %d node(s) x %d cores, API on %s://%s:%d, state in %s",
         daemon.instance,
         daemon.cluster.nodes,
         daemon.cluster.cores_per_node,
+        "https" if https else "http",
         config.api.host,
         config.api.port,
         config.state_dir,
@@ -99,6 +102,8 @@ def serve(config: DaemonConfig) -> None:
             log_level="warning",
             access_log=False,
             lifespan="off",
+            ssl_certfile=config.api.tls_cert or None,
+            ssl_keyfile=config.api.tls_key or None,
         )
     )
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown, then raises the signal again with

@@ -1,0 +1,112 @@
+"""HTTPS for the API (`api.tls_cert`, `api.tls_key`): the daemon serves it, the CLI checks the
+certificate against `--ca-file`, and bad files stop the daemon with one line before it binds.
+
+The certificates are made here (a CA and a certificate for 127.0.0.1 it signed), with
+`cryptography`, a test dependency.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import require_module
+from daemon_support import DaemonProcess, require_engine
+
+from cosched.daemon.client import ApiError, Client
+from cosched.daemon.config import ApiSection, from_dict, validate
+from cosched.daemon.tls import check
+from cosched.errors import ConfigError
+
+
+def make_pki(root: Path) -> tuple[Path, Path, Path]:
+    """A CA (ca.pem) and a key and certificate for 127.0.0.1 it signed (key.pem, cert.pem)."""
+    require_module("cryptography")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def certificate(
+        subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer: ec.EllipticCurvePrivateKey, ca: bool
+    ) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            )
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cosched test CA")])
+    ca_cert = certificate("cosched test CA", ca_key, ca_name, ca_key, ca=True)
+    cert = certificate("127.0.0.1", key, ca_name, ca_key, ca=False)
+    paths = root / "ca.pem", root / "cert.pem", root / "key.pem"
+    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    paths[2].chmod(0o600)
+    return paths
+
+
+def test_bad_tls_files_are_one_line_errors(tmp_path: Path) -> None:
+    ca, cert, key = make_pki(tmp_path)
+    with pytest.raises(ConfigError, match=r"^config keys api\.tls_cert and api\.tls_key: give both"):
+        validate(from_dict({"api": {"tls_cert": str(cert)}}))
+    assert check(ApiSection(tls_cert=str(cert), tls_key=str(key))) is True
+    assert check(ApiSection()) is False
+    with pytest.raises(ConfigError, match=r"^config key api\.tls_cert: .*absent\.pem is not a file$"):
+        check(ApiSection(tls_cert=str(tmp_path / "absent.pem"), tls_key=str(key)))
+    with pytest.raises(ConfigError, match=r"^config key api\.tls_key: cannot read .*: No such file"):
+        check(ApiSection(tls_cert=str(cert), tls_key=str(tmp_path / "absent.pem")))
+    not_a_key = tmp_path / "not-a-key.pem"
+    not_a_key.write_bytes(ca.read_bytes())
+    not_a_key.chmod(0o600)
+    with pytest.raises(ConfigError, match=r"^config keys api\.tls_cert and api\.tls_key: cannot serve with"):
+        check(ApiSection(tls_cert=str(cert), tls_key=str(not_a_key)))
+    key.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"^config key api\.tls_key: .* readable or writable by others .*chmod 600"):
+        check(ApiSection(tls_cert=str(cert), tls_key=str(key)))
+
+
+def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Path) -> None:
+    """With a certificate its CA signed, `cosched queue --ca-file` reaches the daemon over HTTPS. The
+    same without the CA (the system's trust) is refused as an unverified certificate, and plain HTTP
+    to the HTTPS port gets no answer: a token never travels in the clear."""
+    engine = require_engine()
+    ca, cert, key = make_pki(tmp_path)
+    daemon = DaemonProcess(tmp_path, api=f'tls_cert = "{cert}"\ntls_key = "{key}"')
+    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
+    daemon.start()
+    try:
+        assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
+        shown = subprocess.run(
+            [sys.executable, "-m", "cosched.cli", "queue", "--url", daemon.client.url, "--ca-file", str(ca)],
+            capture_output=True,
+            text=True,
+        )
+        assert shown.returncode == 0 and shown.stdout.strip() == "no jobs", shown.stderr
+        with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED"):
+            Client(daemon.client.url, "", timeout=10).call("GET", "/v1/health")
+        with pytest.raises(ApiError, match="cannot reach the cosched daemon"):
+            Client(daemon.client.url.replace("https:", "http:"), "", timeout=10).call("GET", "/v1/health")
+        assert "API on https://127.0.0.1:" in daemon.log.read_text()
+    finally:
+        daemon.cleanup(engine)
