@@ -6,7 +6,9 @@ every wait is bounded.
 
 from __future__ import annotations
 
+import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ from typing import Any
 import pytest
 from mesos_support import Cluster, Recorder, command_task, start_cluster, stop_cluster, wait_until
 
-from cosched.mesos import NotSubscribed, SchedulerClient, calls
+from cosched.mesos import NotSubscribed, SchedulerClient, SchedulerConfig, calls
+from cosched.mesos.masters import DiscoveryFailed, parse_zookeeper, zookeeper_masters
 
 
 @pytest.fixture(scope="session")
@@ -219,3 +222,39 @@ def test_a_restarted_master_gets_the_framework_back_with_its_task(zk_cluster: Cl
         assert [a["state"] for a in answers] == ["TASK_RUNNING"] * len(answers)
     finally:
         finish(client)
+
+
+def test_a_group_behind_a_digest_acl_is_read_with_its_credentials_only(zk_cluster: Cluster) -> None:
+    """A site whose ZooKeeper guards the masters' group with a digest ACL: a copy of the cluster's
+    group under such an ACL is read with `zk://user:password@.../path`, refused without credentials or
+    with a wrong password (one line, no password in it), and a client subscribes through it."""
+    from kazoo.client import KazooClient
+    from kazoo.security import make_digest_acl
+
+    hosts = zk_cluster.zookeeper.removeprefix("zk://").split("/")[0]
+    secured = f"/secured-{uuid.uuid4().hex[:8]}"
+    admin = KazooClient(hosts=hosts, auth_data=[("digest", "cosched:s3cret-pw")])
+    admin.start(timeout=10)
+    try:
+        [leader] = sorted(n for n in admin.get_children("/mesos") if n.startswith("json.info_"))[:1]
+        admin.create(secured, acl=[make_digest_acl("cosched", "s3cret-pw", all=True)])
+        admin.create(f"{secured}/{leader}", admin.get(f"/mesos/{leader}")[0])
+    finally:
+        admin.stop()
+        admin.close()
+    group = parse_zookeeper(f"zk://cosched:s3cret-pw@{hosts}{secured}")
+    assert group is not None and "s3cret" not in f"{group} {group!r}"
+    assert [str(m) for m in zookeeper_masters(group, timeout=10)] == [f"http://{zk_cluster.master}"]
+    for given, words in (("", "refuses no credentials"), ("cosched:wrong@", "refuses the credentials given")):
+        wrong = parse_zookeeper(f"zk://{given}{hosts}{secured}")
+        assert wrong is not None
+        with pytest.raises(DiscoveryFailed, match=f"ZooKeeper zk://{re.escape(hosts + secured)}: its ACL {words}"):
+            zookeeper_masters(wrong, timeout=10)
+    recorder = Recorder()
+    client = SchedulerClient(
+        SchedulerConfig(masters=f"zk://cosched:s3cret-pw@{hosts}{secured}", name="zk-acl", user="root"), recorder
+    ).start()
+    try:
+        assert client.wait_subscribed(30), client.failure
+    finally:
+        client.teardown()

@@ -172,13 +172,20 @@ def test_a_zookeeper_group_parses_and_its_master_entries_are_read() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    "bad", ["zk://z1:2181", "zk://z1:2181/", "zk://u:p@z1:2181/mesos", "zk://z1/mesos", "zk://z1:2181,/mesos"]
-)
+@pytest.mark.parametrize("bad", ["zk://z1:2181", "zk://z1:2181/", "zk://z1/mesos", "zk://z1:2181,/mesos"])
 def test_bad_zookeeper_groups_are_one_line_config_errors(bad: str) -> None:
     with pytest.raises(ConfigError) as error:
         parse_zookeeper(bad)
     assert "\n" not in str(error.value) and bad in str(error.value)
+
+
+@pytest.mark.parametrize("bad", ["zk://pw-only@z1:2181/mesos", "zk://u:pw@z1/mesos", "zk://:pw@z1:2181/mesos"])
+def test_a_bad_group_with_credentials_never_prints_the_password(bad: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_zookeeper(bad)
+    assert "pw" not in str(error.value) and "***@" in str(error.value)
+    group = parse_zookeeper("zk://u:p@w:d@z1:2181/mesos")  # a password may hold ':' and '@'
+    assert group is not None and (group.hosts, group.credentials) == ("z1:2181", "u:p@w:d")
 
 
 def test_an_unreachable_zookeeper_is_a_retryable_discovery_failure() -> None:

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from cosched.errors import ConfigError
@@ -36,10 +36,13 @@ class Master:
 
 @dataclass(frozen=True)
 class ZooKeeperGroup:
-    """`zk://hosts/path`: the ZooKeeper servers and the znode the masters contend under."""
+    """`zk://[user:password@]hosts/path`: the ZooKeeper servers, the znode the masters contend
+    under, and the digest credentials its ACL asks for (as Mesos's own `--zk` takes them). The
+    credentials are never printed: `str` and `repr` leave them out."""
 
     hosts: str
     path: str
+    credentials: str = field(default="", repr=False)
 
     def __str__(self) -> str:
         return f"zk://{self.hosts}{self.path}"
@@ -59,27 +62,33 @@ def parse_zookeeper(text: str) -> ZooKeeperGroup | None:
     if not text.startswith("zk://"):
         return None
     hosts, slash, path = text.removeprefix("zk://").partition("/")
-    if "@" in hosts:
-        raise ConfigError(f"mesos master {text!r}: ZooKeeper credentials (user:password@) are not supported")
+    credentials, at, hosts = hosts.rpartition("@")
+    shown = f"zk://{'***@' if at else ''}{hosts}{slash}{path}"  # an error never prints the password
+    if at and not re.fullmatch(r"[^:@/]+:.+", credentials):
+        raise ConfigError(f"mesos master {shown!r}: ZooKeeper credentials are user:password@ (a digest ACL's)")
     servers = hosts.split(",")
     if not slash or not path.strip("/") or not all(re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", h) for h in servers):
-        raise ConfigError(f"mesos master {text!r}: expected zk://host:port[,host:port...]/path")
-    return ZooKeeperGroup(hosts, "/" + path.strip("/"))
+        raise ConfigError(f"mesos master {shown!r}: expected zk://[user:password@]host:port[,host:port...]/path")
+    return ZooKeeperGroup(hosts, "/" + path.strip("/"), credentials)
 
 
 def zookeeper_masters(group: ZooKeeperGroup, timeout: float) -> list[Master]:
     """The masters contending in `group` now, the leader first. Raises DiscoveryFailed."""
     from kazoo.client import KazooClient  # only a zk:// framework needs it
-    from kazoo.exceptions import KazooException
+    from kazoo.exceptions import KazooException, NoAuthError
     from kazoo.handlers.threading import KazooTimeoutError
 
-    client = KazooClient(hosts=group.hosts, timeout=timeout, read_only=True)
+    auth = [("digest", group.credentials)] if group.credentials else None
+    client = KazooClient(hosts=group.hosts, timeout=timeout, read_only=True, auth_data=auth)
     client.logger.setLevel(logging.ERROR)  # each retry says why in one line of our own
     try:
         client.start(timeout=timeout)
         names = client.get_children(group.path)
         entries = sorted((int(m[1]), name) for name in names if (m := MASTER_ENTRY.match(name)))
         masters = [_master_info(client.get(f"{group.path}/{name}")[0], group) for _, name in entries]
+    except NoAuthError:
+        given = "the credentials given" if group.credentials else "no credentials (zk://user:password@...)"
+        raise DiscoveryFailed(f"ZooKeeper {group}: its ACL refuses {given}") from None
     except (KazooException, KazooTimeoutError, OSError) as exc:
         raise DiscoveryFailed(f"ZooKeeper {group}: {type(exc).__name__} {exc}".rstrip()) from None
     finally:
