@@ -136,6 +136,17 @@ class DaemonProcess:
             for container in client.containers.list(all=True, filters={"label": f"cosched.instance={self.instance()}"}):
                 container.remove(force=True)
 
+    def cli(self, *args: str) -> str:
+        """What `cosched ARGS --url` (this daemon's) prints; it must succeed."""
+        done = subprocess.run(
+            [sys.executable, "-m", "cosched.cli", *args, "--url", self.client.url],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
     def submit(self, **spec: Any) -> int:
         return int(self.client.call("POST", "/v1/jobs", spec)["id"])
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import math
 import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -190,17 +188,6 @@ def image() -> str:
     return busybox_image(require_engine())
 
 
-def cosched(daemon: DaemonProcess, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "cosched.cli", *args, "--url", daemon.client.url],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def node_of(daemon: DaemonProcess, job_id: int) -> int:
     with daemon.db() as db:
         slots = db.execute("SELECT slots FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
@@ -222,15 +209,15 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
         short = daemon.submit(image=image, command=["sleep", "3"], cores=1, walltime=60)
         daemon.wait_running(short)
         assert (node_of(daemon, busy), node_of(daemon, short)) == (0, 1)
-        assert cosched(daemon, "drain", "node1", "--reason", "memory test") == "node1: drained (memory test)\n"
-        shown = cosched(daemon, "nodes")
+        assert daemon.cli("drain", "node1", "--reason", "memory test") == "node1: drained (memory test)\n"
+        shown = daemon.cli("nodes")
         assert "draining (memory test)" in shown, shown
         waiting = daemon.submit(image=image, command=["true"], cores=1, walltime=60)
         wide = daemon.submit(image=image, command=["true"], cores=2, span=True, walltime=60)
         assert daemon.wait_final([short], 30)[short]["state"] == "done"
         time.sleep(3)  # passes run every 0.2 s: the free core of node 1 is never given to the waiting job
         assert daemon.job(waiting)["state"] == "pending"
-        assert "drained (memory test)" in cosched(daemon, "nodes")
+        assert "drained (memory test)" in daemon.cli("nodes")
         reasons = {row["id"]: row["reason"] for row in daemon.client.call("GET", "/v1/queue")}
         assert reasons[wide] == "ReqNodeNotAvail: node1 drained"  # two cores: more than node 0 alone
         assert not reasons[waiting].startswith("ReqNodeNotAvail")
@@ -241,13 +228,13 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
         daemon.start()
         time.sleep(3)
         assert daemon.job(waiting)["state"] == "pending" and daemon.job(busy)["state"] == "running"
-        assert "drained (memory test)" in cosched(daemon, "nodes")
+        assert "drained (memory test)" in daemon.cli("nodes")
 
-        assert cosched(daemon, "resume", "1").startswith("node1: resumed (drained since ")
+        assert daemon.cli("resume", "1").startswith("node1: resumed (drained since ")
         assert daemon.wait_final([waiting], 30)[waiting]["state"] == "done"
         daemon.client.call("DELETE", f"/v1/jobs/{wide}")
         assert node_of(daemon, waiting) == 1
-        assert "drain" not in cosched(daemon, "nodes")
+        assert "drain" not in daemon.cli("nodes")
         daemon.client.call("DELETE", f"/v1/jobs/{busy}")
         daemon.wait_final([busy], 30)
     finally:

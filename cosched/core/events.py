@@ -48,6 +48,21 @@ class JobCancelled:
 
 
 @dataclass(slots=True)
+class JobHeld:
+    """The user holds a pending job (Slurm's `scontrol hold`): it stays pending, out of every
+    policy's sight, until released; a job that already runs is not touched."""
+
+    job_id: int
+
+
+@dataclass(slots=True)
+class JobReleased:
+    """A held job may start again: it is queued (or waits for its begin, if that is still to come)."""
+
+    job_id: int
+
+
+@dataclass(slots=True)
 class Offer:
     """Resources a backend offers the framework, Mesos-style.
 
@@ -141,7 +156,18 @@ class Reject:
     reason: str
 
 
-Event = JobSubmitted | JobEnded | JobCancelled | Offer | Rescind | UsageReported | JobAdopted | JobRequeued
+Event = (
+    JobSubmitted
+    | JobEnded
+    | JobCancelled
+    | JobHeld
+    | JobReleased
+    | Offer
+    | Rescind
+    | UsageReported
+    | JobAdopted
+    | JobRequeued
+)
 Action = Launch | Colocate | SetQuota | Kill | Reject
 
 

@@ -27,6 +27,8 @@ from cosched.core.events import (
     JobAdopted,
     JobCancelled,
     JobEnded,
+    JobHeld,
+    JobReleased,
     JobRequeued,
     JobSubmitted,
     Kill,
@@ -113,12 +115,16 @@ class Scheduler:
         """Pending and running jobs by id."""
         self._killing: set[int] = set()
         """Running jobs the core asked the backend to kill."""
+        self._held_begins: dict[int, float] = {}
+        """Jobs the user holds (`JobHeld`), with the begin each had before."""
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
         self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,
             JobEnded: self._on_ended,
             JobCancelled: self._on_cancelled,
+            JobHeld: self._on_held,
+            JobReleased: self._on_released,
             Offer: self._on_offer,
             Rescind: self._on_rescind,
             UsageReported: self._on_usage,
@@ -283,9 +289,40 @@ class Scheduler:
             return
         self._leave_pending(job, JobState.CANCELLED, now)
 
+    def is_held(self, job_id: int) -> bool:
+        """Whether the user holds this job (`JobHeld`)."""
+        return job_id in self._held_begins
+
+    def _on_held(self, event: JobHeld, now: float, actions: list[Action]) -> None:
+        """A pending job leaves the queue (or, held until its begin, stays held past it) until
+        released: its begin becomes +inf, the one it had is kept for the release."""
+        job = self.jobs.get(event.job_id)
+        if job is None or job.state is not JobState.PENDING or job.id in self._held_begins:
+            return  # ended, running, or held already: holding is idempotent
+        self._held_begins[job.id] = job.begin
+        if not self.windows.drop(job):
+            self._unqueue(job)
+            self.backfill.forget(job)
+        job.begin = math.inf
+        self.windows.hold(job)
+        self._view.epoch += 1
+
+    def _on_released(self, event: JobReleased, now: float, actions: list[Action]) -> None:
+        job = self.jobs.get(event.job_id)
+        if job is None or event.job_id not in self._held_begins:
+            return  # not held by the user: releasing is idempotent
+        job.begin = self._held_begins.pop(job.id)
+        self.windows.drop(job)
+        if job.begin > now:
+            self.windows.hold(job)
+        else:
+            self._enqueue(job, now)
+        self._view.epoch += 1
+
     def _leave_pending(self, job: Job, state: JobState, now: float) -> None:
         """A pending job (queued, or held until its begin) is over before it started."""
         del self.jobs[job.id]
+        self._held_begins.pop(job.id, None)
         if not self.windows.drop(job):
             self._unqueue(job)
         self._view.epoch += 1

@@ -60,8 +60,9 @@ class StartWindows:
         """The held jobs whose begin has come, in begin order; they are no longer held."""
         heap, held, out = self._held, self.held, []
         while heap and heap[0][0] <= now:
-            job = heapq.heappop(heap)[2]
-            if held.pop(job.id, None) is job:
+            begin, _, job = heapq.heappop(heap)
+            if held.get(job.id) is job and begin == job.begin:  # else stale: held again since, with another begin
+                del held[job.id]
                 out.append(job)
         return out
 
@@ -78,7 +79,7 @@ class StartWindows:
     def next_time(self, now: float) -> float:
         """The next begin or latest start after `now` that still matters (inf: none)."""
         held, deadlines = self._held, self.deadlines
-        while held and self.held.get(held[0][2].id) is not held[0][2]:
+        while held and (self.held.get(held[0][2].id) is not held[0][2] or held[0][0] != held[0][2].begin):
             heapq.heappop(held)
         while deadlines and deadlines[0][2].state is not JobState.PENDING:
             heapq.heappop(deadlines)

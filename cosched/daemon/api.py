@@ -26,7 +26,7 @@ from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
-from cosched.daemon.submissions import Forbidden, Full, Rejected
+from cosched.daemon.submissions import Forbidden, Full, NotPending, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
@@ -44,6 +44,8 @@ class WorkflowSubmitted(BaseModel):
 
 
 class Cancelled(BaseModel):
+    """The answer to a cancel, hold or release: the state the job was in."""
+
     id: int
     state: str
 
@@ -106,6 +108,10 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def no_node(request: Request, exc: drain.NoSuchNode) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=404)
 
+    @app.exception_handler(NotPending)
+    async def not_pending(request: Request, exc: NotPending) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=409)
+
     @app.exception_handler(drain.NotDrained)
     async def not_drained(request: Request, exc: drain.NotDrained) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=409)
@@ -151,6 +157,20 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
     def cancel(job_id: Id, request: Request) -> Cancelled:
         state = daemon.cancel(job_id, caller(request))
+        if not state:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        return Cancelled(id=job_id, state=state)
+
+    @app.post("/v1/jobs/{job_id}/hold", response_model=Cancelled)
+    def hold(job_id: Id, request: Request) -> Cancelled:
+        return _held(job_id, request, True)
+
+    @app.post("/v1/jobs/{job_id}/release", response_model=Cancelled)
+    def release(job_id: Id, request: Request) -> Cancelled:
+        return _held(job_id, request, False)
+
+    def _held(job_id: int, request: Request, held: bool) -> Cancelled:
+        state = daemon.hold(job_id, caller(request), held)
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)

@@ -1,4 +1,5 @@
-"""The operator's commands, shaped like Slurm's: submit, queue, status, cancel, explain, nodes, drain, resume.
+"""The operator's commands, shaped like Slurm's: submit, queue, status, cancel, hold, release, explain, nodes,
+drain, resume.
 
 Each is a thin call to the daemon's API; `--json` prints the API's answer as is.
 """
@@ -15,7 +16,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from cosched.daemon.client import Client
+from cosched.daemon.client import ApiError, Client
 from cosched.errors import ConfigError
 from cosched.policies.asax import loss_outcome
 from cosched.reporting.report import format_table
@@ -87,6 +88,12 @@ def add_commands(commands: Any, parser_class: type) -> None:
     cp.add_argument("--workflow", type=int, metavar="ID", help="every pending and running stage of a workflow")
     common(cp)
     cp.set_defaults(handler=_cancel)
+
+    for verb, words in (("hold", "keep pending jobs from starting"), ("release", "let held jobs start again")):
+        hp = commands.add_parser(verb, help=f"{words} (as scontrol {verb}; your own jobs, or any as an operator)")
+        hp.add_argument("ids", type=int, nargs="+")
+        common(hp)
+        hp.set_defaults(handler=_hold, held=verb == "hold")
 
     tp = commands.add_parser(
         "token",
@@ -351,6 +358,20 @@ def _cancel(args: argparse.Namespace) -> int:
             print(f"job {job_id}: was {answer['state']}, cancel requested")
         if answer["state"] in FINAL_STATES:
             status = 1
+    return status
+
+
+def _hold(args: argparse.Namespace) -> int:
+    """Like scontrol hold/release: each job's answer, and exit 1 if any was refused."""
+    client, status = _client(args), 0
+    for job_id in args.ids:
+        try:
+            answer = client.call("POST", f"/v1/jobs/{job_id}/{'hold' if args.held else 'release'}")
+        except ApiError as exc:
+            print(f"cosched: error: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        print(json.dumps(answer) if args.json else f"job {job_id}: {'held' if args.held else 'released'}")
     return status
 
 

@@ -62,6 +62,10 @@ def cancel_asked(job_id: int, state: str, caller: str) -> None:
     log.info(_line(job_id, "cancel_asked", state=state, by=caller or None))
 
 
+def hold_asked(job_id: int, held: bool, caller: str) -> None:
+    log.info(_line(job_id, "held" if held else "released", by=caller or None))
+
+
 def ended(job: Job, exit_code: int | None, reason: str) -> None:
     state = job.state.value if job.state is not JobState.RUNNING else "failed"
     log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))

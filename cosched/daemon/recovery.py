@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from cosched.core.events import Event, JobAdopted, JobCancelled, Offer
+from cosched.core.events import Event, JobAdopted, JobCancelled, JobHeld, Offer
 from cosched.core.pool import slot_memory
 from cosched.daemon import carry_out, submissions, workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
@@ -104,6 +104,8 @@ def recover(daemon: Daemon) -> None:
         submissions.queue(daemon, record["id"], record["spec"], record["submit"], record["workflow"])
         if record["cancel"]:
             daemon.inbox.append(JobCancelled(record["id"]))
+        elif record["held"]:
+            daemon.inbox.append(JobHeld(record["id"]))
     for job in jobs.values():
         if (store.job(job.id) or {}).get("cancel"):
             daemon.kill_reason[job.id] = "cancelled by user"

@@ -265,6 +265,10 @@ class Daemon:
         """See `submissions.cancel`."""
         return submissions.cancel(self, job_id, caller)
 
+    def hold(self, job_id: int, caller: Caller, held: bool) -> str:
+        """See `submissions.hold`."""
+        return submissions.hold(self, job_id, caller, held)
+
     def schedule(self) -> None:
         """See `scheduling.schedule`."""
         scheduling.schedule(self)

@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     launches INTEGER NOT NULL DEFAULT 0,
     workflow INTEGER REFERENCES workflows(id),
     stage TEXT,
-    user TEXT NOT NULL DEFAULT ''
+    user TEXT NOT NULL DEFAULT '',
+    held INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
@@ -79,7 +80,11 @@ CREATE INDEX IF NOT EXISTS decisions_guest ON decisions(guest);
 CREATE INDEX IF NOT EXISTS decisions_host ON decisions(host);
 """
 
-ADDED_COLUMNS = {("jobs", "user"): "TEXT NOT NULL DEFAULT ''", ("workflows", "user"): "TEXT NOT NULL DEFAULT ''"}
+ADDED_COLUMNS = {
+    ("jobs", "user"): "TEXT NOT NULL DEFAULT ''",
+    ("workflows", "user"): "TEXT NOT NULL DEFAULT ''",
+    ("jobs", "held"): "INTEGER NOT NULL DEFAULT 0",
+}
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
 LIVE = ("pending", "launching", "running")

@@ -1,4 +1,4 @@
-"""What comes in through the API: jobs and workflows checked, stored, then queued; cancels.
+"""What comes in through the API: jobs and workflows checked, stored, then queued; cancels, holds.
 
 Why its own module: accepting is a promise. A submission is checked against what
 this cluster can ever run (`Rejected` names the field), stored before the call
@@ -13,7 +13,7 @@ import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from cosched.core.events import JobCancelled, JobSubmitted
+from cosched.core.events import JobCancelled, JobHeld, JobReleased, JobSubmitted
 from cosched.daemon import journal, start_window, state_faults, workflow_stages
 from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
@@ -164,6 +164,33 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
         daemon.kill_reason.setdefault(job_id, "cancelled by user")
         daemon.inbox.append(JobCancelled(job_id))
         journal.cancel_asked(job_id, str(record["state"]), caller.user)
+    return str(record["state"])
+
+
+class NotPending(CoschedError):
+    """Hold or release of a job that is not pending (running, ended) or not held."""
+
+
+def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
+    """Hold (`held`) or release a pending job, as `scontrol hold/release`; its state ('' if there is
+    no such job). Its owner or an operator only. The hold is in the state file: a restarted daemon
+    keeps the job held."""
+    record = daemon.store.job(job_id)
+    if record is None:
+        return ""
+    verb = "hold" if held else "release"
+    if not (caller.operator or record["user"] == caller.user):
+        owner = record["user"] or "no user (submitted without a user token)"
+        raise Forbidden(f"job {job_id}: belongs to {owner}; {caller.user} may {verb} only their own jobs")
+    if record["state"] != "pending" or record["cancel"]:
+        raise NotPending(f"job {job_id} is {record['state']}: only a pending job can be held or released")
+    if not held and not record["held"]:
+        raise NotPending(f"job {job_id} is not held")
+    if bool(record["held"]) != held:
+        with daemon.store.transaction() as db:
+            daemon.store.update_job(db, job_id, held=int(held))
+        daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
+        journal.hold_asked(job_id, held, caller.user)
     return str(record["state"])
 
 

@@ -50,7 +50,10 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
     in_queue = {job.id for job in queued}
     held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
-    rows += [_row(daemon, job, "pending", begins_at(job.begin), None) for job in sorted(held, key=lambda j: j.begin)]
+    rows += [
+        _row(daemon, job, "pending", "JobHeldUser" if core.is_held(job.id) else begins_at(job.begin), None)
+        for job in sorted(held, key=lambda j: j.begin)
+    ]
     owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
         if job.id in waiting:  # the core started it; its machines have not given what it needs yet
@@ -160,7 +163,9 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "begin": spec.get("begin"),
         "latest_start": spec.get("latest_start"),
     }
-    if record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
+    if record["state"] == "pending" and record["held"]:
+        status["reason"] = "JobHeldUser"
+    elif record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
         status["reason"] = begins_at(spec["begin"])
     job = daemon.core.jobs.get(job_id)
     if job is not None and job.usage is not None:
