@@ -154,6 +154,9 @@ class Executor:
             return 0 if self.done else code
         finally:
             self.stopping.set()
+            # An end being collected (its task already `ended`, its container not yet removed) is
+            # finished first: `_kill_all` passes ended tasks over, and nothing would remove it after.
+            watcher.join(timeout=30)
             self._kill_all("executor exiting")
             self._launcher.shutdown(wait=True)
 
