@@ -43,8 +43,8 @@ def releases(
     `running` is sorted by expected end and holds hosts, not guests; `guests` maps a
     host's id to its guests. A guest expected to outlive its host keeps its units
     past the host's end and gives them back at its own. `withheld` maps a job (host or
-    guest) to the units of it that its end will not give back: those on a drained node,
-    which a reservation must not count on. A guest's withheld units are part of its
+    guest) to the units of it that its end will not give back (on a drained node, or taken by
+    another framework meanwhile), which a reservation must not count on. A guest's withheld units are part of its
     host's, so they are not kept twice when it outlives the host.
     """
     if not guests:

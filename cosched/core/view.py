@@ -51,7 +51,7 @@ class SchedulerView:
         self._jobs = jobs
         self._pool = pool
         self.withheld = withheld
-        """Running jobs' units their ends will not give back (on drained nodes), by job id."""
+        """Running jobs' units their ends will not give back, by job id (`Scheduler.withhold`)."""
         self.epoch = 0
         """Bumped whenever anything but a job appended at the queue's tail changed
         (resources, running jobs, queue order), so a policy may reuse work done

@@ -139,7 +139,7 @@ def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
             events.append(Rescind(((node, take_cores),), (take_mem,)))
             entry.have_cores += take_cores
             entry.have_mem += take_mem
-        if not (entry.want_cores or entry.want_mem or entry.have_cores or entry.have_mem or any(entry.others)):
+        if not (entry.want_cores or entry.want_mem or entry.have_cores or entry.have_mem):  # `others` is in want
             del ledger[node]
     return events
 
@@ -162,25 +162,23 @@ def _owed(daemon: Daemon) -> dict[int, int]:
     jobs = daemon.core.jobs
     withheld: dict[int, int] = {}
     for node, left in owed.items():
-        frees: list[tuple[float, int, int, Job]] = []  # (when, cores, tie-break, job)
+        frees: list[tuple[float, int, int, Job]] = []  # (when, job id, cores it gives back, job)
         for job in jobs.values():
             cores = dict(job.slots).get(node, 0) if job.state is JobState.RUNNING else 0
             if not cores:
                 continue
-            host = jobs.get(job.host) if job.host >= 0 else None
-            if host is None and job.host >= 0:
-                continue
-            if host is not None:  # a guest gives back its own cores only if it outlives its host
-                if job.expected_end > host.expected_end:
-                    frees.append((job.expected_end, cores, job.id, job))
+            if job.host >= 0:  # a guest gives back its own cores only if it outlives its host
+                host = jobs.get(job.host)
+                if host is not None and job.expected_end > host.expected_end:
+                    frees.append((job.expected_end, job.id, cores, job))
                 continue
             kept = sum(
                 dict(guest.slots).get(node, 0)
                 for guest in daemon.core.guests.get(job.id, ())
                 if guest.expected_end > job.expected_end
             )
-            frees.append((job.expected_end, cores - kept, job.id, job))
-        for _, cores, _, job in sorted(frees, key=lambda free: (free[0], free[2])):
+            frees.append((job.expected_end, job.id, cores - kept, job))
+        for _, _, cores, job in sorted(frees, key=lambda free: free[:2]):
             if left <= 0:
                 break
             cut = min(cores, left)

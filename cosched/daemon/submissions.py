@@ -155,9 +155,7 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    if not (caller.operator or record["user"] == caller.user):
-        owner = record["user"] or "no user (submitted without a user token)"
-        raise Forbidden(f"job {job_id}: belongs to {owner}; {caller.user} may cancel only their own jobs")
+    _check_owner(record, caller, "cancel")
     if record["state"] in ("pending", "launching", "running"):
         with daemon.store.transaction() as db:
             daemon.store.update_job(db, job_id, cancel=1)
@@ -178,10 +176,7 @@ def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    verb = "hold" if held else "release"
-    if not (caller.operator or record["user"] == caller.user):
-        owner = record["user"] or "no user (submitted without a user token)"
-        raise Forbidden(f"job {job_id}: belongs to {owner}; {caller.user} may {verb} only their own jobs")
+    _check_owner(record, caller, "hold" if held else "release")
     if record["state"] != "pending" or record["cancel"]:
         raise NotPending(f"job {job_id} is {record['state']}: only a pending job can be held or released")
     if not held and not record["held"]:
@@ -192,6 +187,14 @@ def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
         daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
         journal.hold_asked(job_id, held, caller.user)
     return str(record["state"])
+
+
+def _check_owner(record: dict[str, Any], caller: Caller, verb: str) -> None:
+    """Forbidden unless `caller` owns the job or is an operator, as Slurm allows: a user's token
+    must not act on another user's jobs."""
+    if not (caller.operator or record["user"] == caller.user):
+        owner = record["user"] or "no user (submitted without a user token)"
+        raise Forbidden(f"job {record['id']}: belongs to {owner}; {caller.user} may {verb} only their own jobs")
 
 
 def _window(begin: float | str | None, latest: float | str | None, now: float) -> tuple[float | None, float | None]:

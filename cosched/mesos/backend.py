@@ -608,13 +608,8 @@ class MesosBackend(EventHandler):
         try:
             infos = carve(offers, infos)
         except MesosError as exc:
-            reason = str(exc)
-
-            def give_back() -> None:
-                fail(reason)
-                self._decline(list(accept.offer_ids), self.book.expired_refuse_seconds)
-
-            return give_back
+            fail(str(exc))  # the lock is ours already (reentrant)
+            return partial(self._decline, list(accept.offer_ids), self.book.expired_refuse_seconds)
 
         def call() -> None:
             try:
