@@ -306,6 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     deferrable.add_argument("--seed", type=_non_negative, default=1)
     deferrable.set_defaults(handler=_experiment_deferrable)
 
+    fair = which.add_parser(
+        "fairshare", help="fair-share on a trace: waits over jobs, over users, of the heaviest users and the rest"
+    )
+    fair.add_argument(
+        "workload", nargs="?", default="../shared/traces/SDSC-SP2-1998-4.2-cln.swf.gz", help="SWF file with user ids"
+    )
+    fair.add_argument("--policies", type=_name_list, help="queue:backfill pairs, comma-separated")
+    fair.set_defaults(handler=_experiment_fairshare)
+
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
     xp.add_argument("job", type=_non_negative, help="job id")
     xp.add_argument("--log", type=Path, help="decisions.jsonl of `cosched experiment asax --out` (else: the daemon)")
@@ -532,6 +541,13 @@ def _experiment_deferrable(args: argparse.Namespace) -> int:
     return 0
 
 
+def _experiment_fairshare(args: argparse.Namespace) -> int:
+    from cosched.experiments.fairshare import DEFAULT_POLICIES, run, table
+
+    print(table(*run(args.workload, args.policies or DEFAULT_POLICIES)))
+    return 0
+
+
 def _experiment_asax_long(args: argparse.Namespace) -> int:
     from cosched.experiments import asax_long_report as report
     from cosched.experiments.asax_long import run_long
@@ -726,7 +742,8 @@ def _table(results: Sequence[StudyResult], samples: int, windows: bool = False) 
     for r in results:
         agg = r.aggregate()
         row: dict[str, object] = {"policies": r.label}
-        for column in SUMMARY_COLUMNS:
+        several_users = agg["users"]["mean"] > 1  # a trace's user ids: each user's mean wait counts once
+        for column in SUMMARY_COLUMNS + (("user_mean_wait",) if several_users else ()):
             if column == "jobs":
                 row[column] = r.jobs
             elif samples > 1:

@@ -19,8 +19,8 @@ from cosched.model import Cluster, Job
 from cosched.policies.osdec_learned import LearnedOSDEC
 from cosched.policies.registry import create
 from cosched.replay.deferrable import Windows
-from cosched.replay.osdec import DEFAULT_POLICIES, run, split_pair
-from cosched.replay.study import cluster_for, load_workload
+from cosched.replay.osdec import DEFAULT_POLICIES, run
+from cosched.replay.study import cluster_for, load_workload, split_pair
 
 TRACE = "lublin:1200:64:0.9"
 

@@ -150,6 +150,7 @@ class Scheduler:
         self._forget = _overridden(backfill.forget, BackfillPolicy.forget)
         self._backfill_ended = _overridden(backfill.ended, BackfillPolicy.ended)
         self._observe = None if cosched is None else _overridden(cosched.observe, CoschedulePolicy.observe)
+        self._ran = _overridden(queue_policy.ran, QueuePolicy.ran)
 
     # -- the contract -------------------------------------------------------
     def step(self, now: float, events: list[Event]) -> Decision:
@@ -266,6 +267,8 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
+        if self._ran is not None:
+            self._ran(job, job.start, job.end)
         if self._backfill_ended is not None:
             self._backfill_ended(job, job.host >= 0 or job.id in self.guests)
         self._leave_running(job, now, actions)
@@ -374,6 +377,8 @@ class Scheduler:
         # Its slots are not given back (its machine may be gone): a plan kept between passes is
         # rebuilt from what is free, as after a shared end.
         self.backfill.ended(job, True)
+        if self._ran is not None:  # the lost run used its cores all the same
+            self._ran(job, job.start, now)
         self._leave_running(job, now, actions)
         if self.cosched is not None:
             self.cosched.requeued(job, now)

@@ -69,6 +69,11 @@ class SchedulerView:
         return releases(self.running, self.guests, self._jobs, self.now, self.withheld)
 
     @property
+    def jobs(self) -> Mapping[int, Job]:
+        """Every pending (queued or held) and running job by id, guests included."""
+        return self._jobs
+
+    @property
     def capacity_units(self) -> int:
         return self.cluster.capacity_units
 

@@ -192,6 +192,14 @@ def create_app(daemon: Daemon) -> FastAPI:
     def nodes() -> list[dict[str, Any]]:
         return views.nodes(daemon)
 
+    @app.get("/v1/shares")
+    def shares() -> list[dict[str, Any]]:
+        rows = views.shares(daemon)
+        if rows is None:
+            queue = daemon.config.policies.queue
+            raise HTTPException(409, f"queue policy {queue!r} counts no usage (shares need policies.queue = fairshare)")
+        return rows
+
     @app.post("/v1/nodes/{node}/drain", response_model=Drained)
     def drain_node(node: Node, asked: DrainAsked, request: Request) -> Drained:
         entry = drain.drain(daemon, node, asked.reason, caller(request))

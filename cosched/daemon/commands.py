@@ -118,6 +118,13 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(np_)
     np_.set_defaults(handler=_nodes)
 
+    shp = commands.add_parser(
+        "shares",
+        help="each user's decayed usage and fair-share factor, as Slurm's sshare (queue policy fairshare)",
+    )
+    common(shp)
+    shp.set_defaults(handler=_shares)
+
     drp = commands.add_parser(
         "drain",
         help="take nodes out of service: no job starts there, running ones finish (operators only)",
@@ -429,6 +436,26 @@ def _nodes(args: argparse.Namespace) -> int:
             "LENT": r["lent"],
             "USED": r["used"],
             "JOBS": " ".join(f"{j['id']}({j['quota']:g})" for j in r["jobs"]) or "-",
+        }
+        for r in rows
+    ]
+    print(format_table(table))
+    return 0
+
+
+def _shares(args: argparse.Namespace) -> int:
+    rows = _client(args).call("GET", "/v1/shares")
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [
+        {
+            "USER": r["user"] or "(no user)",
+            "USAGE_CORE_H": f"{r['usage'] / 3600:.2f}",
+            "EFFECTV_USAGE": f"{r['effective_usage']:.4f}",
+            "FAIRSHARE": f"{r['fairshare']:.4f}",
+            "PENDING": r["pending"],
+            "RUNNING": r["running"],
         }
         for r in rows
     ]

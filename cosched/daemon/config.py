@@ -73,7 +73,7 @@ default. Example (every key, with its default)::
     launch_wait = 2.0             # a pass waits this long for its launches; the rest are recorded by a later pass
 
     [policies]
-    queue = "fcfs"                # or a learned one with its model: "dbf:lublin-1-m32-split-bsld"
+    queue = "fcfs"                # "fairshare" (age and what users ran), or learned: "dbf:lublin-1-m32-split-bsld"
     backfill = "easy"             # or "rlbf:hpc2n", "rlbf:/etc/cosched/model.npz"
     estimate = "requested"
     placement = "first-fit"

@@ -24,6 +24,7 @@ from cosched.core.pool import slot_memory
 from cosched.daemon import carry_out, submissions, workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
 from cosched.errors import ConfigError
+from cosched.model import Job
 from cosched.policies.asax import LendingDecision
 
 if TYPE_CHECKING:
@@ -73,7 +74,9 @@ def recover(daemon: Daemon) -> None:
 
     jobs = {}
     for record, container in adopted:
-        job = submissions.job_from(daemon, record["id"], record["spec"], record["submit"], record["workflow"])
+        job = submissions.job_from(
+            daemon, record["id"], record["spec"], record["submit"], record["user"], record["workflow"]
+        )
         job.start = record["start"]
         job.slots = tuple((int(n), int(c)) for n, c in record["slots"])
         job.host = record["host"]
@@ -101,7 +104,7 @@ def recover(daemon: Daemon) -> None:
     events: list[Event] = [_free_offer(daemon, jobs)]
     events += [JobAdopted(job) for job in sorted(jobs.values(), key=lambda j: (j.host >= 0, j.id))]
     for record in queued:
-        submissions.queue(daemon, record["id"], record["spec"], record["submit"], record["workflow"])
+        submissions.queue(daemon, record["id"], record["spec"], record["submit"], record["user"], record["workflow"])
         if record["cancel"]:
             daemon.inbox.append(JobCancelled(record["id"]))
         elif record["held"]:
@@ -111,6 +114,7 @@ def recover(daemon: Daemon) -> None:
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, set(jobs))
+    _restore_usage(daemon, now)
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
@@ -158,11 +162,23 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
     daemon.saved_decisions = daemon.asax.decided
 
 
+def _restore_usage(daemon: Daemon, now: float) -> None:
+    """A queue policy that counts what users ran (fair-share) is told again of the runs it still
+    weighs, from the ended jobs of the state file: its counts are never saved, only derived."""
+    policy = daemon.core.queue_policy
+    if policy.history <= 0:
+        return
+    for user, cores, start, end in daemon.store.runs_since(now - policy.history):
+        job = Job(id=-1, submit=start, cores=cores, walltime=end - start, user=submissions.user_number(daemon, user))
+        policy.ran(job, start, end)
+
+
 def _resume_workflows(daemon: Daemon, now: float) -> None:
     """Stages that became ready just before a crash (their predecessor's end was recorded)."""
     store = daemon.store
     for workflow_id in store.workflow_ids("running"):
         with store.transaction() as db:
             released = workflow_stages.release(store, db, workflow_id, now)
+        user = (store.workflow(workflow_id) or {}).get("user", "")
         for job_id, document in released:
-            submissions.queue(daemon, job_id, document, now, workflow_id)
+            submissions.queue(daemon, job_id, document, now, user, workflow_id)

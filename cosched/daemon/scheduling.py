@@ -89,8 +89,9 @@ def _pass(daemon: Daemon) -> bool:
     with daemon.lock:
         for job_id, document in planned.submitted:
             record = daemon.store.job(job_id)
-            submissions.queue(daemon, job_id, document, now, record["workflow"] if record else None)
-            journal.accepted(job_id, document, record["workflow"] if record else None)
+            user, workflow = (record["user"], record["workflow"]) if record else ("", None)
+            submissions.queue(daemon, job_id, document, now, user, workflow)
+            journal.accepted(job_id, document, workflow)
         daemon.metrics.submitted.inc(len(planned.submitted))
         daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
         if daemon.asax is not None:  # saved and counted: memory holds only recent decisions

@@ -95,6 +95,8 @@ class Daemon:
         """Launches a pass stopped waiting for, by job id (`carry_out.launch_all`)."""
         self.inbox: deque[Event] = deque()
         self.specs: dict[int, dict[str, Any]] = {}
+        self.user_numbers: dict[str, int] = {}
+        """User names as the core's user ids (`submissions.user_number`)."""
         self.containers: dict[int, str] = {}
         self.cpus_of: dict[int, list[int]] = {}
         self.reservations: Mapping[int, float] = {}
@@ -160,9 +162,16 @@ class Daemon:
 
     def _new_core(self) -> Scheduler:
         p = self.config.policies
+        queue = create("queue", p.queue)
+        kept = self.config.daemon.keep_ended_days * 86400
+        if 0 < kept < queue.history:  # its counts are rebuilt from ended jobs at a restart
+            raise ConfigError(
+                f"config key daemon.keep_ended_days: {kept / 86400:g} days forgets runs queue policy {p.queue!r} "
+                f"still counts ({queue.history / 86400:g} days); keep ended jobs that long, or 0 (never purge)"
+            )
         return Scheduler(
             self.cluster,
-            create("queue", p.queue),
+            queue,
             create("backfill", p.backfill),
             create("estimate", p.estimate),
             create("placement", p.placement),

@@ -310,6 +310,16 @@ class Store:
         rows = self._conn().execute(f"SELECT id, user FROM jobs WHERE user != '' AND {_IS_LIVE}", LIVE)
         return {job_id: user for job_id, user in rows}
 
+    def runs_since(self, since: float) -> list[tuple[str, int, float, float]]:
+        """(user, cores, start, end) of every ended job that ran and ended at `since` or later."""
+        final = ", ".join(f"'{state}'" for state in FINAL)
+        rows = self._conn().execute(
+            f"SELECT user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
+            f' WHERE state IN ({final}) AND start IS NOT NULL AND "end" >= ?',
+            (since,),
+        )
+        return [(user, int(cores), float(start), float(end)) for user, cores, start, end in rows]
+
     def purge_ended(self, before: float, batch: int = 5000) -> int:
         """Delete the jobs that ended before `before` (epoch s), with their quota log; how many.
 

@@ -118,7 +118,7 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     with daemon.store.transaction() as db:
         check_room(daemon, db, user, 1)
         job_id = daemon.store.add_job(db, document, now, user=user)
-    queue(daemon, job_id, document, now)
+    queue(daemon, job_id, document, now, user)
     journal.accepted(job_id, document, user=user)
     daemon.metrics.submitted.inc()
     return job_id
@@ -140,7 +140,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
         released = workflow_stages.release(daemon.store, db, workflow_id, now)
     for job_id, document in released:
-        queue(daemon, job_id, document, now, workflow_id)
+        queue(daemon, job_id, document, now, user, workflow_id)
         journal.accepted(job_id, document, workflow_id, user=user)
     daemon.metrics.submitted.inc(len(released))
     return workflow_id, [job_id for job_id, _ in released]
@@ -206,13 +206,25 @@ def _window(begin: float | str | None, latest: float | str | None, now: float) -
     return window
 
 
-def queue(daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, workflow: int | None = None) -> None:
+def queue(
+    daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, user: str, workflow: int | None = None
+) -> None:
     """Hand an accepted job (stored already) to the next pass."""
     daemon.specs[job_id] = document
-    daemon.inbox.append(JobSubmitted(job_from(daemon, job_id, document, submit, workflow)))
+    daemon.inbox.append(JobSubmitted(job_from(daemon, job_id, document, submit, user, workflow)))
 
 
-def job_from(daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, workflow: int | None = None) -> Job:
+def user_number(daemon: Daemon, user: str) -> int:
+    """The core's number for a user name (-1: no user). Jobs carry user ids as SWF's do, so a
+    policy that counts per user (fair-share) reads live jobs as it reads a trace's."""
+    if not user:
+        return -1
+    return daemon.user_numbers.setdefault(user, len(daemon.user_numbers))
+
+
+def job_from(
+    daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, user: str, workflow: int | None = None
+) -> Job:
     cores = int(spec["cores"])
     memory = spec.get("memory_mib") or cores * daemon.config.cluster.default_memory_per_core
     begin, latest_start = start_window.stored(spec)
@@ -222,6 +234,7 @@ def job_from(daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, w
         cores=cores,
         walltime=float(spec["walltime"]),
         memory=math.ceil(memory / cores),
+        user=user_number(daemon, user),
         workflow=None if workflow is None else str(workflow),
         stage=spec.get("app_class") or "unknown",
         tasks=int(spec.get("tasks") or 1),

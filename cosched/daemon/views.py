@@ -6,6 +6,7 @@ tables; the wording follows Slurm's (`squeue --start` reasons, `scontrol show`).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from cosched.core.view import SchedulerView
 from cosched.daemon import drain, workflow_stages
 from cosched.daemon import nodes as machines
 from cosched.model import Job, JobState
+from cosched.policies.fairshare import FairShare, fairshare_factors
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,12 +34,15 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     queued, jobs = _snapshot(daemon)
     core = daemon.core
     running = [job for job in jobs if job.state is JobState.RUNNING]
-    policy = core.queue_policy
+    # A copy: a policy may refresh what it caches when asked for an order (fair-share's factors),
+    # and when it does is the pass's to decide, not a query's.
+    policy = copy.copy(core.queue_policy)
     order: Sequence[Job]
     if policy.one_by_one:  # it picks one job at each start of a pass (DBF): no order beyond arrival to show
         order = queued
     else:  # a view of our own over the copies: the core's view belongs to the pass
-        order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool))
+        known = {job.id: job for job in jobs}
+        order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool, jobs=known))
     # A job the machines still up can never hold (a Mesos agent gone) has no start to promise: inf.
     reservations = {job_id: at for job_id, at in daemon.reservations.items() if math.isfinite(at)}
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
@@ -249,3 +254,34 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
 def explain(daemon: Daemon, job_id: int) -> list[dict[str, Any]]:
     """Every lending decision in which the job was the guest or the lender."""
     return daemon.store.decisions(job_id)
+
+
+def shares(daemon: Daemon) -> list[dict[str, Any]] | None:
+    """Each user's decayed usage and fair-share factor now, as Slurm's `sshare` shows them,
+    most used first; None when the queue policy counts no usage."""
+    policy = daemon.core.queue_policy
+    if not isinstance(policy, FairShare):
+        return None
+    queued, jobs = _snapshot(daemon)
+    running = [job for job in jobs if job.state is JobState.RUNNING]
+    view = SchedulerView(
+        daemon.clock(), daemon.cluster, queued, running, daemon.core.pool, jobs={j.id: j for j in jobs}
+    )
+    used = policy.used(view)
+    factors = fairshare_factors(used)
+    total = sum(used.values())
+    names = {number: name for name, number in list(daemon.user_numbers.items())}
+    rows = []
+    for user, usage in sorted(used.items(), key=lambda item: (-item[1], item[0])):
+        mine = [job for job in jobs if job.user == user]
+        rows.append(
+            {
+                "user": names.get(user, ""),
+                "usage": usage,
+                "effective_usage": usage / total if total > 0 else 0.0,
+                "fairshare": factors[user],
+                "pending": sum(job.state is JobState.PENDING for job in mine),
+                "running": sum(job.state is JobState.RUNNING for job in mine),
+            }
+        )
+    return rows

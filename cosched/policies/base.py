@@ -35,9 +35,18 @@ class QueuePolicy(ABC):
     job `order` returns if it fits, then asks again with the view as it now is; an empty
     order, or a first job that does not fit, ends the serving for this pass (DBF's forward)."""
 
+    history: float = 0.0
+    """Seconds of past runs `ran` should be told of when a daemon restarts (0: none)."""
+
     @abstractmethod
     def score(self, job: Job, now: float) -> float:
         """Priority of `job` at `now`; the lowest score is the head."""
+
+    def ran(self, job: Job, start: float, end: float) -> None:  # noqa: B027 - optional hook, most policies keep no history
+        """A run of `job` (its cores, from `start` to `end`) is over: it ended, or was requeued.
+
+        Why a hook: a priority that depends on what a user already used (fair-share) must
+        count every run, and only the core sees every end in both worlds."""
 
     def order(self, queue: Sequence[Job], view: SchedulerView) -> Sequence[Job]:
         """The queue in service order. `queue` is in arrival order, or already

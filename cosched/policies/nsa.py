@@ -22,7 +22,8 @@ from cosched.errors import ConfigError
 from cosched.learn.models import load_model
 from cosched.learn.network import PolicyNetwork
 from cosched.learn.nsa import action_mask, observation
-from cosched.policies.topology import Annealing, parse_options
+from cosched.policies.options import parse_options
+from cosched.policies.topology import Annealing
 
 DEFAULT_MODEL = "paper"
 

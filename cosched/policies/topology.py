@@ -35,6 +35,7 @@ from cosched.core.topology import FatTree, contiguous, run_costs
 from cosched.errors import ConfigError
 from cosched.model import Job
 from cosched.policies.base import PlacementPolicy
+from cosched.policies.options import parse_options
 
 
 def free_sequence(pool: ResourcePool) -> list[int]:
@@ -100,26 +101,6 @@ class Contiguous(PlacementPolicy):
 
     def place(self, job: Job, pool: ResourcePool) -> Slots | None:
         return place_contiguous(job, pool)
-
-
-def parse_options(argument: str | None, allowed: dict[str, type], first: str) -> dict[str, object]:
-    """`VALUE` (for the option named `first`) or `key=value,key=value`, checked against
-    `allowed`: so `sa:1000` and `sa:iterations=1000,period=30` both read."""
-    if not argument:
-        return {}
-    options: dict[str, object] = {}
-    for part in argument.split(","):
-        key, eq, value = part.partition("=")
-        if not eq:
-            key, value = first, part
-        key = key.strip()
-        if key not in allowed:
-            raise ConfigError(f"unknown option {key!r} in {argument!r}; known: {', '.join(allowed)}")
-        try:
-            options[key] = allowed[key](value.strip())
-        except ValueError:
-            raise ConfigError(f"option {key}={value!r} is not a {allowed[key].__name__}") from None
-    return options
 
 
 class Annealing(PlacementPolicy):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from cosched.replay.deferrable import W1, DeferrableSummary, Windows, measure
 from cosched.replay.driver import PolicySet, replay
-from cosched.replay.study import cluster_for, load_workload
+from cosched.replay.study import cluster_for, load_workload, split_pair
 from cosched.reporting.report import format_table
 
 DEFAULT_POLICIES = (
@@ -26,16 +26,6 @@ DEFAULT_POLICIES = (
     "osdec:easy",
 )
 """The heuristics, and the learned policy with its shipped model (`cosched.policies.osdec_learned`)."""
-
-
-def split_pair(pair: str) -> tuple[str, str]:
-    """`queue:backfill` (backfill `easy` when left out); a queue with an argument is written in
-    brackets, `[osdec:/srv/m.npz]:easy`, as in `cosched replay --compare`."""
-    if pair.startswith("["):
-        queue, _, rest = pair[1:].partition("]")
-        return queue, rest.removeprefix(":") or "easy"
-    queue, _, backfill = pair.partition(":")
-    return queue, backfill or "easy"
 
 
 def run(

@@ -82,6 +82,16 @@ def parse_policy_sets(text: str) -> list[PolicySet]:
     return sets
 
 
+def split_pair(pair: str) -> tuple[str, str]:
+    """`queue:backfill` (backfill `easy` when left out); a queue with an argument is written in
+    brackets, `[osdec:/srv/m.npz]:easy`, as in `cosched replay --compare`."""
+    if pair.startswith("["):
+        queue, _, rest = pair[1:].partition("]")
+        return queue, rest.removeprefix(":") or "easy"
+    queue, _, backfill = pair.partition(":")
+    return queue, backfill or "easy"
+
+
 def cut(
     trace: Trace,
     *,

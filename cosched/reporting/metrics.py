@@ -64,6 +64,7 @@ class JobMetrics:
     response: np.ndarray
     slowdown: np.ndarray
     bsld: np.ndarray
+    user: np.ndarray
     bsld_threshold: float = DEFAULT_BSLD_THRESHOLD
 
     def __len__(self) -> int:
@@ -124,7 +125,8 @@ def job_metrics(jobs: Sequence[Job], *, bsld_threshold: float = DEFAULT_BSLD_THR
         slowdown[zero_run] = np.where(response[zero_run] == 0, 1.0, np.inf)
     bsld = np.maximum(1.0, response / np.maximum(run, bsld_threshold))
 
-    cols = (ids, submit, start, end, cores, run, walltime, wait, response, slowdown, bsld)
+    user = _column(jobs, "user", np.int64, n)
+    cols = (ids, submit, start, end, cores, run, walltime, wait, response, slowdown, bsld, user)
     for c in cols:
         c.flags.writeable = False
     return JobMetrics(*cols, bsld_threshold=float(bsld_threshold))
@@ -204,6 +206,8 @@ class Summary:
     makespan: float
     mean_queue_length: float
     max_queue_length: int
+    users: int
+    user_mean_wait: float
 
     def as_dict(self) -> dict[str, float | int]:
         """Field name to plain Python number, in declaration order."""
@@ -240,6 +244,7 @@ def summarize(
     else:
         utilization = mean_queue = 0.0
     _, queue = _queue_step(m)
+    users, user_mean_wait = per_user_mean_wait(m)
     return Summary(
         jobs=len(m),
         capacity_cores=int(capacity_cores),
@@ -260,7 +265,21 @@ def summarize(
         makespan=makespan,
         mean_queue_length=mean_queue,
         max_queue_length=int(queue.max()),
+        users=users,
+        user_mean_wait=user_mean_wait,
     )
+
+
+def per_user_mean_wait(m: JobMetrics) -> tuple[int, float]:
+    """How many users the jobs have, and the mean over users of each user's mean wait.
+
+    Why beside the mean over jobs: on a shared machine one user who submits thousands of
+    jobs sets the job mean; a policy that makes every other user wait (or one that serves
+    them first, as fair-share does) shows here. Jobs with no user (-1) count as one user.
+    """
+    users, index = np.unique(m.user, return_inverse=True)
+    waits = np.bincount(index, weights=m.wait) / np.bincount(index)
+    return len(users), float(waits.mean())
 
 
 class TimeSeries(NamedTuple):
