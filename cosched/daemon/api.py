@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Path, Request, Response
+from fastapi import FastAPI, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -30,6 +30,8 @@ from cosched.daemon.submissions import Forbidden, Full, NotPending, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
+HISTORY_LIMIT = 100_000
+"""Ended jobs one history answer lists at most: tens of MB of JSON, built in memory."""
 # A node number (checked against the cluster by `drain`).
 Node = Annotated[int, Path(ge=-(1 << 31), le=(1 << 31) - 1)]
 
@@ -191,6 +193,19 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.get("/v1/nodes")
     def nodes() -> list[dict[str, Any]]:
         return views.nodes(daemon)
+
+    @app.get("/v1/history")
+    def history(
+        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        until: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        user: str | None = None,
+        state: Annotated[str | None, Query(pattern="^(done|failed|cancelled)$")] = None,
+        limit: Annotated[int, Query(ge=1, le=HISTORY_LIMIT)] = 1000,
+    ) -> list[dict[str, Any]]:
+        """Jobs that ended in [since, until) (epoch seconds; default: the last day), as sacct."""
+        now = daemon.clock()
+        end = now if until is None else until
+        return views.history(daemon, end - 86400 if since is None else since, end, user, state, limit)
 
     @app.get("/v1/shares")
     def shares() -> list[dict[str, Any]]:

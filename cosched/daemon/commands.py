@@ -13,6 +13,7 @@ import sys
 import time
 import tomllib
 import unicodedata
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,19 @@ def add_commands(commands: Any, parser_class: type) -> None:
     qp.add_argument("--user", "-u", help="only this user's jobs (as squeue -u)")
     common(qp)
     qp.set_defaults(handler=_queue)
+
+    hp = commands.add_parser(
+        "history",
+        help="jobs that ended: waits, elapsed, core-hours, exit codes (as sacct); --totals per user (as sreport)",
+    )
+    hp.add_argument("--user", "-u", help="only this user's jobs")
+    hp.add_argument("--since", type=_duration, default=86400.0, help="ended at most this long ago: 3600, 12h, 7d (1d)")
+    hp.add_argument("--until", type=_duration, help="and at least this long ago (default: now)")
+    hp.add_argument("--state", choices=FINAL_STATES, help="only jobs that ended so")
+    hp.add_argument("--limit", type=int, default=1000, help="at most this many jobs, oldest end first (1000)")
+    hp.add_argument("--totals", action="store_true", help="per user: jobs by how they ended, core-hours, mean wait")
+    common(hp)
+    hp.set_defaults(handler=_history)
 
     st = commands.add_parser("status", help="one job (or --workflow one workflow) in full")
     st.add_argument("id", type=int)
@@ -312,6 +326,73 @@ def _queue(args: argparse.Namespace) -> int:
     ]
     print(format_table(table) if table else "no jobs")
     return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    now = time.time()
+    query = {"since": now - args.since, "until": now - (args.until or 0.0), "limit": args.limit}
+    query |= {key: getattr(args, key) for key in ("user", "state") if getattr(args, key) is not None}
+    rows = _client(args).call("GET", "/v1/history?" + urllib.parse.urlencode(query))
+    if args.totals:
+        rows = _totals(rows)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if args.totals:
+        table = [
+            {
+                "USER": r["user"] or "(no user)",
+                "JOBS": r["jobs"],
+                "DONE": r["done"],
+                "FAILED": r["failed"],
+                "CANCELLED": r["cancelled"],
+                "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
+                "MEAN_WAIT": _hms(r["mean_wait"]),
+            }
+            for r in rows
+        ]
+    else:
+        table = [
+            {
+                "JOBID": r["id"],
+                "USER": r["user"] or "-",
+                "STATE": r["state"].upper(),
+                "CORES": r["cores"],
+                "START": _when(r["start"]),
+                "END": _when(r["end"]),
+                "WAIT": _hms(r["wait"]),
+                "ELAPSED": _hms(r["elapsed"]),
+                "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
+                "EXIT": "" if r["exit_code"] is None else r["exit_code"],
+                "REASON": r["reason"] or "",
+            }
+            for r in rows
+        ]
+    print(format_table(table) if table else "no jobs ended then")
+    return 0
+
+
+def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per user, most core-hours first: jobs, how many ended each way, core-seconds, mean wait."""
+    users: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        blank = {"user": row["user"], "jobs": 0, **dict.fromkeys(FINAL_STATES, 0), "core_seconds": 0.0, "waited": 0.0}
+        total = users.setdefault(row["user"], blank)
+        total["jobs"] += 1
+        total[row["state"]] += 1
+        total["core_seconds"] += row["core_seconds"]
+        total["waited"] += row["wait"]
+    for total in users.values():
+        total["mean_wait"] = total.pop("waited") / total["jobs"]
+    return sorted(users.values(), key=lambda t: (-t["core_seconds"], t["user"]))
+
+
+def _hms(seconds: float) -> str:
+    """Slurm's [D-]HH:MM:SS."""
+    whole = max(round(seconds), 0)
+    days, rest = divmod(whole, 86400)
+    text = time.strftime("%H:%M:%S", time.gmtime(rest))
+    return f"{days}-{text}" if days else text
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -157,6 +157,7 @@ class Store:
                     if "duplicate column" not in str(exc):
                         raise
         conn.execute("CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user, state)")  # a user's live jobs, counted
+        conn.execute('CREATE INDEX IF NOT EXISTS jobs_end ON jobs("end")')  # the history, by when jobs ended
 
     def _refuse_a_lost_file(self) -> None:
         """A missing state file beside its own WAL or a rescued copy was lost, not never made.
@@ -309,6 +310,20 @@ class Store:
         """The user of every live job that has one (the queue's USER column)."""
         rows = self._conn().execute(f"SELECT id, user FROM jobs WHERE user != '' AND {_IS_LIVE}", LIVE)
         return {job_id: user for job_id, user in rows}
+
+    def ended(
+        self, since: float, until: float, user: str | None = None, state: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """Jobs that ended in [since, until), oldest end first, at most `limit` (of `user`, in `state`)."""
+        sql = 'SELECT * FROM jobs WHERE "end" >= ? AND "end" < ? AND state IN ({})'
+        states = (state,) if state else FINAL
+        sql = sql.format(", ".join("?" * len(states)))
+        args: list[Any] = [since, until, *states]
+        if user is not None:
+            sql += " AND user = ?"
+            args.append(user)
+        rows = self._conn().execute(sql + ' ORDER BY "end", id LIMIT ?', (*args, limit))
+        return [_job_row(row) for row in rows]
 
     def runs_since(self, since: float) -> list[tuple[str, int, float, float]]:
         """(user, cores, start, end) of every ended job that ran and ended at `since` or later."""

@@ -285,3 +285,35 @@ def shares(daemon: Daemon) -> list[dict[str, Any]] | None:
             }
         )
     return rows
+
+
+def history(
+    daemon: Daemon, since: float, until: float, user: str | None, state: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Ended jobs, as Slurm's `sacct` lists them: when each waited and ran, its cores and
+    core-seconds (cores x elapsed, Slurm's CPUTime: what it held, whether it used it or lent
+    it), how it ended. A job cancelled before it started has no start and 0 core-seconds."""
+    rows = []
+    for record in daemon.store.ended(since, until, user, state, limit):
+        spec, start, end = record["spec"], record["start"], record["end"]
+        elapsed = end - start if start is not None else 0.0
+        rows.append(
+            {
+                "id": record["id"],
+                "user": record["user"],
+                "state": record["state"],
+                "workflow": record["workflow"],
+                "stage": record["stage"],
+                "app_class": spec.get("app_class"),
+                "cores": spec["cores"],
+                "submit": record["submit"],
+                "start": start,
+                "end": end,
+                "wait": (start if start is not None else end) - record["submit"],
+                "elapsed": elapsed,
+                "core_seconds": spec["cores"] * elapsed,
+                "exit_code": record["exit_code"],
+                "reason": record["reason"],
+            }
+        )
+    return rows

@@ -1,0 +1,117 @@
+"""The history of ended jobs (`cosched history`, GET /v1/history), as Slurm's sacct and sreport:
+the API over a state file written here, and the CLI against a daemon on the real engine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_support import DaemonProcess, require_engine
+from fastapi.testclient import TestClient
+
+from cosched.daemon.api import create_app
+from cosched.daemon.commands import _hms, _totals
+from cosched.daemon.config import from_dict, validate
+from cosched.daemon.service import Daemon
+from workloads.images import busybox_image
+
+NOW = 1_800_000_000.0
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """A daemon (never started) whose state file holds six ended jobs and a running one."""
+    daemon = Daemon(validate(from_dict({"daemon": {"state_dir": str(tmp_path / "state")}})))
+    daemon.clock = lambda: NOW  # type: ignore[method-assign]
+    store = daemon.store
+    spec = {"image": "x", "command": ["true"], "walltime": 600}
+    ended = [  # user, cores, submit, start, end, state, exit code
+        ("alice", 2, NOW - 5000, NOW - 4000, NOW - 1000, "done", 0),
+        ("alice", 1, NOW - 3000, NOW - 2000, NOW - 1900, "failed", 3),
+        ("bob", 4, NOW - 2500, NOW - 2400, NOW - 400, "done", 0),
+        ("bob", 1, NOW - 800, None, NOW - 300, "cancelled", None),  # cancelled while pending
+        ("carol", 1, NOW - 3 * 86400, NOW - 3 * 86400, NOW - 2 * 86400, "done", 0),  # before the last day
+        ("alice", 2, NOW - 200, NOW - 150, NOW - 100, "done", 0),
+    ]
+    with store.transaction() as db:
+        for user, cores, submit, start, end, state, code in ended:
+            job_id = store.add_job(db, {**spec, "cores": cores}, submit, user=user)
+            store.update_job(db, job_id, state=state, start=start, end=end, exit_code=code)
+        running = store.add_job(db, {**spec, "cores": 1}, NOW - 50, user="carol")
+        store.update_job(db, running, state="running", start=NOW - 40)
+    yield daemon
+    daemon.store.close()
+
+
+def _get(client: TestClient, query: str = "") -> list[dict]:  # type: ignore[type-arg]
+    answer = client.get("/v1/history" + query)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json())
+
+
+def test_the_last_day_oldest_end_first_with_core_seconds_and_waits(daemon: Daemon) -> None:
+    with TestClient(create_app(daemon)) as client:
+        rows = _get(client)
+        assert [r["id"] for r in rows] == [2, 1, 3, 4, 6]  # carol's is older than a day; job 7 runs
+        first, cancelled = rows[0], rows[3]
+        assert (first["state"], first["exit_code"], first["elapsed"], first["core_seconds"]) == ("failed", 3, 100, 100)
+        assert first["wait"] == 1000
+        assert rows[1]["core_seconds"] == 2 * 3000
+        # Never started: no run, no core-seconds; it waited from submission to its cancel.
+        assert (cancelled["start"], cancelled["elapsed"], cancelled["core_seconds"]) == (None, 0, 0)
+        assert cancelled["wait"] == 500
+        assert [r["id"] for r in _get(client, "?user=alice")] == [2, 1, 6]
+        assert [r["id"] for r in _get(client, "?state=done&limit=2")] == [1, 3]
+        assert [r["id"] for r in _get(client, f"?since={NOW - 4 * 86400}&until={NOW - 1500}")] == [5, 2]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("?state=running", "state"), ("?limit=0", "limit"), ("?limit=100001", "limit"), ("?since=nan", "since")],
+)
+def test_bad_queries_are_one_line_refusals(daemon: Daemon, query: str, field: str) -> None:
+    with TestClient(create_app(daemon)) as client:
+        answer = client.get("/v1/history" + query)
+        assert answer.status_code == 422
+        assert answer.json()["fields"][0] == f"query.{field}" and "\n" not in answer.json()["error"]
+
+
+def test_totals_per_user_most_core_hours_first() -> None:
+    rows = [
+        {"user": "a", "state": "done", "core_seconds": 100.0, "wait": 10.0},
+        {"user": "b", "state": "failed", "core_seconds": 500.0, "wait": 0.0},
+        {"user": "a", "state": "cancelled", "core_seconds": 0.0, "wait": 30.0},
+    ]
+    assert _totals(rows) == [
+        {"user": "b", "jobs": 1, "done": 0, "failed": 1, "cancelled": 0, "core_seconds": 500.0, "mean_wait": 0.0},
+        {"user": "a", "jobs": 2, "done": 1, "failed": 0, "cancelled": 1, "core_seconds": 100.0, "mean_wait": 20.0},
+    ]
+    assert (_hms(59.6), _hms(3 * 3600 + 61), _hms(2 * 86400 + 5)) == ("00:01:00", "03:01:01", "2-00:00:05")
+
+
+def test_the_cli_lists_what_ran_on_the_real_engine(tmp_path: Path) -> None:
+    """Two jobs end on the real engine, one with exit code 3: `cosched history` lists both with
+    their exit codes, `--state failed` the one, `--totals` one row of 2 jobs."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = DaemonProcess(tmp_path, cores=1)
+    daemon.start()
+    try:
+        ok = daemon.submit(image=image, command=["sleep", "1"], cores=1, walltime=60)
+        bad = daemon.submit(image=image, command=["sh", "-c", "exit 3"], cores=1, walltime=60)
+        daemon.wait_final([ok, bad], 60)
+        lines = daemon.cli("history").splitlines()
+        assert lines[0].split()[:4] == ["JOBID", "USER", "STATE", "CORES"]
+        by_id = {line.split()[0]: line.split() for line in lines[2:]}
+        assert by_id[str(ok)][2] == "DONE" and by_id[str(bad)][2] == "FAILED"
+        assert "3" in by_id[str(bad)][9:]  # EXIT, then the reason
+        failed = json.loads(daemon.cli("history", "--state", "failed", "--json"))
+        assert [row["id"] for row in failed] == [bad] and failed[0]["exit_code"] == 3
+        assert failed[0]["elapsed"] < 10 and failed[0]["core_seconds"] == pytest.approx(failed[0]["elapsed"])
+        [total] = json.loads(daemon.cli("history", "--totals", "--json"))
+        assert (total["jobs"], total["done"], total["failed"]) == (2, 1, 1)
+        assert daemon.cli("history", "--until", "1h").strip() == "no jobs ended then"
+    finally:
+        daemon.cleanup(engine)
