@@ -91,6 +91,11 @@ def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
     assert lines["usage"] == "CPU 87% of its quota, memory 4% of its limit, tasks 3/8"
     assert "{" not in out and "0.8712" not in out  # no Python dict, no raw floats
     assert lines["end"] == "N/A"
+    # Once it ended: the CPU its cgroup counted beside the core-seconds it held (seff's two numbers).
+    ended = {**status, "state": "done", "runtime": 100.0, "cpu_seconds": 50.0, "usage": None, "end": 102.0}
+    rc, out, _ = run(monkeypatch, capsys, Answers({("GET", "/v1/jobs/7"): ended}), "status", "7")
+    lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines()}
+    assert lines["cpu used"] == "50.0 s of 200.0 core-seconds held"
 
 
 def test_submit_help_states_the_defaults(capsys) -> None:

@@ -176,7 +176,7 @@ def test_on_a_real_trace_users_wait_less_on_average() -> None:
 
 
 def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
-    """One core. Alice runs 4 s; the daemon is SIGKILLed and started again. Carol then runs 2 s
+    """One core. Alice runs 6 s; the daemon is SIGKILLed and started again. Carol then runs 4 s
     while Alice and then Bob queue a job each. When Carol's ends, Bob's starts first: Alice's
     run before the restart still counts (rebuilt from the state file). A daemon that had
     forgotten it starts Alice's, queued first (checked, with the rebuild left out)."""
@@ -202,19 +202,24 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
 
     daemon.start()
     try:
-        first = submit("alice", 4)
+        first = submit("alice", 6)
         assert daemon.wait_final([first], 60)[first]["state"] == "done"
         daemon.signal(signal.SIGKILL)
         daemon.start()
-        blocker = submit("carol", 2)
+        blocker = submit("carol", 4)
         daemon.wait_running(blocker)
         alices = submit("alice", 1)
         time.sleep(0.3)
         bobs = submit("bob", 1)
+        # `cosched queue` meanwhile, as sprio: Bob's job first, with the higher priority.
+        queued = [line.split() for line in daemon.cli("queue", "--token", "operator-token").splitlines()]
+        assert queued[0][:5] == ["JOBID", "NAME", "USER", "STATE", "PRIORITY"]
+        pending = [(int(row[0]), int(row[3])) for row in queued[2:] if row[2] == "PENDING"]
+        assert [job for job, _ in pending] == [bobs, alices] and pending[0][1] > pending[1][1], queued
         ended = daemon.wait_final([blocker, alices, bobs], 60)
         assert {job["state"] for job in ended.values()} == {"done"}
         assert ended[bobs]["start"] < ended[alices]["start"], ended
-        # `cosched shares` (sshare): Alice used 5 s, Carol 2, Bob 1, the least factor the most used.
+        # `cosched shares` (sshare): Alice used 7 s, Carol 4, Bob 1, the least factor the most used.
         rows = daemon.client.call("GET", "/v1/shares")
         assert [r["user"] for r in rows] == ["alice", "carol", "bob"]
         assert rows[0]["fairshare"] < rows[1]["fairshare"] < rows[2]["fairshare"] < 1

@@ -39,6 +39,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         for user, cores, submit, start, end, state, code in ended:
             job_id = store.add_job(db, {**spec, "cores": cores}, submit, user=user)
             store.update_job(db, job_id, state=state, start=start, end=end, exit_code=code)
+        store.update_job(db, 1, cpu_seconds=1500.0)  # a quarter of its 2 cores for 3000 s
         running = store.add_job(db, {**spec, "cores": 1}, NOW - 50, user="carol")
         store.update_job(db, running, state="running", start=NOW - 40)
     yield daemon
@@ -59,6 +60,8 @@ def test_the_last_day_oldest_end_first_with_core_seconds_and_waits(daemon: Daemo
         assert (first["state"], first["exit_code"], first["elapsed"], first["core_seconds"]) == ("failed", 3, 100, 100)
         assert first["wait"] == 1000
         assert rows[1]["core_seconds"] == 2 * 3000
+        assert (rows[1]["cpu_seconds"], rows[1]["cpu_efficiency"]) == (1500.0, 0.25)
+        assert (first["cpu_seconds"], first["cpu_efficiency"]) == (None, None)  # never sampled
         # Never started: no run, no core-seconds; it waited from submission to its cancel.
         assert (cancelled["start"], cancelled["elapsed"], cancelled["core_seconds"]) == (None, 0, 0)
         assert cancelled["wait"] == 500
@@ -80,38 +83,50 @@ def test_bad_queries_are_one_line_refusals(daemon: Daemon, query: str, field: st
 
 def test_totals_per_user_most_core_hours_first() -> None:
     rows = [
-        {"user": "a", "state": "done", "core_seconds": 100.0, "wait": 10.0},
-        {"user": "b", "state": "failed", "core_seconds": 500.0, "wait": 0.0},
-        {"user": "a", "state": "cancelled", "core_seconds": 0.0, "wait": 30.0},
+        {"user": "a", "state": "done", "core_seconds": 100.0, "cpu_seconds": 40.0, "wait": 10.0},
+        {"user": "b", "state": "failed", "core_seconds": 500.0, "cpu_seconds": None, "wait": 0.0},
+        {"user": "a", "state": "cancelled", "core_seconds": 0.0, "cpu_seconds": None, "wait": 30.0},
     ]
+    ends = {"done": 0, "failed": 0, "cancelled": 0}
     assert _totals(rows) == [
-        {"user": "b", "jobs": 1, "done": 0, "failed": 1, "cancelled": 0, "core_seconds": 500.0, "mean_wait": 0.0},
-        {"user": "a", "jobs": 2, "done": 1, "failed": 0, "cancelled": 1, "core_seconds": 100.0, "mean_wait": 20.0},
+        {"user": "b", "jobs": 1, **ends, "failed": 1, "core_seconds": 500.0, "cpu_seconds": 0.0, "mean_wait": 0.0},
+        {"user": "a", "jobs": 2, **ends, "done": 1, "cancelled": 1, "core_seconds": 100.0, "cpu_seconds": 40.0}
+        | {"mean_wait": 20.0},
     ]
     assert (_hms(59.6), _hms(3 * 3600 + 61), _hms(2 * 86400 + 5)) == ("00:01:00", "03:01:01", "2-00:00:05")
 
 
 def test_the_cli_lists_what_ran_on_the_real_engine(tmp_path: Path) -> None:
-    """Two jobs end on the real engine, one with exit code 3: `cosched history` lists both with
-    their exit codes, `--state failed` the one, `--totals` one row of 2 jobs."""
+    """Jobs end on the real engine: one sleeps 3 s, one spins a core 3 s, one exits 3. `cosched
+    history` lists each with its exit code and the CPU it used, read from its cgroup: the
+    spinning job near its core-seconds, the sleeping one near none; `--state failed` the one
+    that failed; `--totals` one row of 3 jobs."""
     engine = require_engine()
     image = busybox_image(engine)
     daemon = DaemonProcess(tmp_path, cores=1)
     daemon.start()
     try:
-        ok = daemon.submit(image=image, command=["sleep", "1"], cores=1, walltime=60)
+        ok = daemon.submit(image=image, command=["sleep", "3"], cores=1, walltime=60)
+        spinning = "timeout 3 sh -c 'while :; do :; done'; exit 0"  # not as PID 1, which SIGTERM does not end
+        spin = daemon.submit(image=image, command=["sh", "-c", spinning], cores=1, walltime=60)
         bad = daemon.submit(image=image, command=["sh", "-c", "exit 3"], cores=1, walltime=60)
-        daemon.wait_final([ok, bad], 60)
+        daemon.wait_final([ok, spin, bad], 60)
         lines = daemon.cli("history").splitlines()
         assert lines[0].split()[:4] == ["JOBID", "USER", "STATE", "CORES"]
         by_id = {line.split()[0]: line.split() for line in lines[2:]}
         assert by_id[str(ok)][2] == "DONE" and by_id[str(bad)][2] == "FAILED"
         assert "3" in by_id[str(bad)][9:]  # EXIT, then the reason
-        failed = json.loads(daemon.cli("history", "--state", "failed", "--json"))
-        assert [row["id"] for row in failed] == [bad] and failed[0]["exit_code"] == 3
-        assert failed[0]["elapsed"] < 10 and failed[0]["core_seconds"] == pytest.approx(failed[0]["elapsed"])
+        [failed] = json.loads(daemon.cli("history", "--state", "failed", "--json"))
+        assert (failed["id"], failed["exit_code"]) == (bad, 3)
+        assert failed["elapsed"] < 10 and failed["core_seconds"] == pytest.approx(failed["elapsed"])
+        rows = {row["id"]: row for row in json.loads(daemon.cli("history", "--json"))}
+        # The last sample is up to 0.3 s before the end, and the core is shared with the machine's
+        # other work: 0.9 alone here, 0.5 while another test suite ran beside it.
+        assert rows[spin]["cpu_efficiency"] > 0.3, rows[spin]
+        assert rows[ok]["cpu_efficiency"] < 0.03, rows[ok]
         [total] = json.loads(daemon.cli("history", "--totals", "--json"))
-        assert (total["jobs"], total["done"], total["failed"]) == (2, 1, 1)
+        assert (total["jobs"], total["done"], total["failed"]) == (3, 2, 1)
+        assert total["cpu_seconds"] == pytest.approx(rows[spin]["cpu_seconds"] + rows[ok]["cpu_seconds"])
         assert daemon.cli("history", "--until", "1h").strip() == "no jobs ended then"
     finally:
         daemon.cleanup(engine)

@@ -95,6 +95,15 @@ def test_a_gang_with_a_failed_part_kills_the_rest_and_ends_as_that_part() -> Non
     run.tasks[0].apply(status("TASK_KILLED", exit_code=137), 0.0)
     assert run.state(lambda agent: False, 0.0, {}).state == "exited"
     assert run.exit()[0] == 3 and "[part 1] boom" in run.logs()
+    assert run.exit()[4] is None  # no executor sampled either part
+
+
+def test_the_cpu_a_gang_used_is_the_sum_of_what_its_executors_last_sampled() -> None:
+    run = gang(3)
+    run.tasks[0].apply(status("TASK_FINISHED", exit_code=0, cpu_seconds=12.5), 0.0)
+    run.tasks[1].apply(status("TASK_FINISHED", exit_code=0, cpu_seconds=7.5), 0.0)
+    run.tasks[2].apply(status("TASK_FINISHED", exit_code=0, cpu_seconds=None), 0.0)  # ended before a sample
+    assert run.exit() == (0, 0.0, 0.0, False, 20.0)
 
 
 def test_a_gang_with_a_lost_part_is_lost_after_its_sweep() -> None:

@@ -311,12 +311,14 @@ def _queue(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
+    ranked = any("priority" in r for r in rows)  # a fair-share queue: its priorities, as sprio's
     table = [
         {
             "JOBID": r["id"],
             "NAME": r["name"],
             "USER": r.get("user") or "-",
             "STATE": r["state"].upper(),
+            **({"PRIORITY": r.get("priority", "")} if ranked else {}),
             "CORES": r["cores"],
             "QUOTA": "" if r["quota"] is None else f"{r['quota']:g}",
             "START_TIME": _when(r["start"]),
@@ -347,6 +349,7 @@ def _history(args: argparse.Namespace) -> int:
                 "FAILED": r["failed"],
                 "CANCELLED": r["cancelled"],
                 "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
+                "CPU_H": f"{r['cpu_seconds'] / 3600:.2f}",
                 "MEAN_WAIT": _hms(r["mean_wait"]),
             }
             for r in rows
@@ -363,6 +366,7 @@ def _history(args: argparse.Namespace) -> int:
                 "WAIT": _hms(r["wait"]),
                 "ELAPSED": _hms(r["elapsed"]),
                 "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
+                "CPU_EFF": "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.0%}",
                 "EXIT": "" if r["exit_code"] is None else r["exit_code"],
                 "REASON": r["reason"] or "",
             }
@@ -373,14 +377,17 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per user, most core-hours first: jobs, how many ended each way, core-seconds, mean wait."""
+    """Per user, most core-hours first: jobs, how many ended each way, core-seconds, CPU seconds
+    used (of the jobs sampled), mean wait."""
     users: dict[str, dict[str, Any]] = {}
     for row in rows:
-        blank = {"user": row["user"], "jobs": 0, **dict.fromkeys(FINAL_STATES, 0), "core_seconds": 0.0, "waited": 0.0}
+        blank = {"user": row["user"], "jobs": 0, **dict.fromkeys(FINAL_STATES, 0), "core_seconds": 0.0}
+        blank |= {"cpu_seconds": 0.0, "waited": 0.0}
         total = users.setdefault(row["user"], blank)
         total["jobs"] += 1
         total[row["state"]] += 1
         total["core_seconds"] += row["core_seconds"]
+        total["cpu_seconds"] += row["cpu_seconds"] or 0.0
         total["waited"] += row["wait"]
     for total in users.values():
         total["mean_wait"] = total.pop("waited") / total["jobs"]
@@ -483,6 +490,9 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
             lines.append((key, str(status[key])))
     if status.get("runtime") is not None:
         lines.append(("runtime", f"{status['runtime']:.1f} s"))
+        if status.get("cpu_seconds") is not None and status["runtime"] > 0:
+            held = status["cores"] * status["runtime"]
+            lines.append(("cpu used", f"{status['cpu_seconds']:.1f} s of {held:.1f} core-seconds held"))
     usage = status.get("usage")
     if usage:
         tasks = f", tasks {usage['tasks_done']}/{usage['tasks']}" if usage.get("tasks") else ""

@@ -104,6 +104,9 @@ class Exit:
     started: float
     finished: float
     oom: bool
+    cpu_seconds: float | None = None
+    """CPU seconds its processes used, by the last sample taken while it ran (None: never sampled).
+    Its cgroup is gone once it stopped, so up to one sampling interval of use is missing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +347,7 @@ class DockerBackend:
             started=_timestamp(state.get("StartedAt")),
             finished=_timestamp(state.get("FinishedAt")),
             oom=bool(state.get("OOMKilled")),
+            cpu_seconds=self._last_cpu.get(container_id, (0.0, None))[1],
         )
 
     def logs(self, container_id: str) -> str:

@@ -37,6 +37,8 @@ class End:
     container: str | None
     lost: bool = False
     """The run was lost, not ended by the job: the job goes back to the queue."""
+    cpu_seconds: float | None = None
+    """What its processes used (`Exit.cpu_seconds`), where the machine measured it."""
 
     @property
     def requeued(self) -> bool:
@@ -80,7 +82,7 @@ def collect(daemon: Daemon, now: float) -> list[End]:
         else:
             reason = daemon.kill_reason.get(job.id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
         at = exit.finished if exit.finished > 0 else now
-        ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container))
+        ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container, cpu_seconds=exit.cpu_seconds))
     return ends
 
 

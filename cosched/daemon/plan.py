@@ -60,6 +60,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                 state=state,
                 end=end.at,
                 exit_code=end.exit_code,
+                cpu_seconds=end.cpu_seconds,
                 reason=end.reason,
                 log_tail=end.log_tail,
             )

@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     workflow INTEGER REFERENCES workflows(id),
     stage TEXT,
     user TEXT NOT NULL DEFAULT '',
-    held INTEGER NOT NULL DEFAULT 0
+    held INTEGER NOT NULL DEFAULT 0,
+    cpu_seconds REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
@@ -84,6 +85,7 @@ ADDED_COLUMNS = {
     ("jobs", "user"): "TEXT NOT NULL DEFAULT ''",
     ("workflows", "user"): "TEXT NOT NULL DEFAULT ''",
     ("jobs", "held"): "INTEGER NOT NULL DEFAULT 0",
+    ("jobs", "cpu_seconds"): "REAL",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 

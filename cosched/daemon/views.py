@@ -49,9 +49,12 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     waiting = daemon.backend.waiting()
     rows = []
     out_of_service = _out_of_service(daemon)
+    priority = policy.priority if isinstance(policy, FairShare) else None  # Slurm's sprio: why this order
     for position, job in enumerate(order):
         reason = _not_available(daemon, job, out_of_service) or ("Resources" if position == 0 else "Priority")
         rows.append(_row(daemon, job, "pending", reason, reservations.get(job.id)))
+        if priority is not None:
+            rows[-1]["priority"] = round(priority(job, now))
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
     in_queue = {job.id for job in queued}
     held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
@@ -156,6 +159,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "start": record["start"],
         "end": record["end"],
         "runtime": (record["end"] - record["start"]) if record["end"] and record["start"] else None,
+        "cpu_seconds": record["cpu_seconds"],
         "cpus": daemon.cpu_map.cpuset(record["cpus"]) if record["cpus"] is not None else None,
         "quota": record["quota"],
         "host": record["host"] if record["host"] >= 0 else None,
@@ -292,7 +296,10 @@ def history(
 ) -> list[dict[str, Any]]:
     """Ended jobs, as Slurm's `sacct` lists them: when each waited and ran, its cores and
     core-seconds (cores x elapsed, Slurm's CPUTime: what it held, whether it used it or lent
-    it), how it ended. A job cancelled before it started has no start and 0 core-seconds."""
+    it), the CPU seconds it used by its last sample and their share of those core-seconds (Slurm's
+    seff: what lending could have given away), how it ended. A job cancelled before it started
+    has no start and 0 core-seconds; one never sampled (shorter than a sampling interval) no CPU
+    seconds."""
     rows = []
     for record in daemon.store.ended(since, until, user, state, limit):
         spec, start, end = record["spec"], record["start"], record["end"]
@@ -312,6 +319,10 @@ def history(
                 "wait": (start if start is not None else end) - record["submit"],
                 "elapsed": elapsed,
                 "core_seconds": spec["cores"] * elapsed,
+                "cpu_seconds": record["cpu_seconds"],
+                "cpu_efficiency": record["cpu_seconds"] / (spec["cores"] * elapsed)
+                if record["cpu_seconds"] is not None and elapsed > 0
+                else None,
                 "exit_code": record["exit_code"],
                 "reason": record["reason"],
             }

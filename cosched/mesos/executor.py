@@ -451,7 +451,13 @@ class Executor:
             exit = self.backend.exit_of(task.container)
             logs = self.backend.logs(task.container)
             self.backend.remove(task.container)
-            data = {"exit_code": exit.code, "finished": exit.finished, "oom": exit.oom, "log_tail": logs}
+            data = {
+                "exit_code": exit.code,
+                "finished": exit.finished,
+                "oom": exit.oom,
+                "log_tail": logs,
+                "cpu_seconds": exit.cpu_seconds,
+            }
             if task.killing:
                 self.update(task_id, "TASK_KILLED", "killed by the framework", data)
             elif exit.code == 0:

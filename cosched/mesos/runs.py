@@ -179,8 +179,9 @@ class Run:
             return RunState("lost", "a part was never launched", [], [])
         return RunState("exited", "", [], [])
 
-    def exit(self) -> tuple[int, float, float, bool]:
-        """(code, started, finished, oom): the part that ended on its own (the others were killed for it)."""
+    def exit(self) -> tuple[int, float, float, bool, float | None]:
+        """(code, started, finished, oom, CPU seconds): the part that ended on its own (the others were
+        killed for it); CPU seconds of every part, as its executor last sampled it (None if none did)."""
         tasks = list(self.tasks.values())
         own = [t for t in tasks if not t.killed] or tasks
         failed = [t for t in own if t.state != "TASK_FINISHED"]
@@ -190,7 +191,9 @@ class Run:
             code = 0 if first.state == "TASK_FINISHED" else 137 if first.state == "TASK_KILLED" else -1
         started = min((float(t.data.get("started", 0.0)) for t in tasks), default=0.0)
         finished = max((float(t.data.get("finished") or 0.0) for t in tasks), default=0.0)
-        return int(code), started, finished, any(bool(t.data.get("oom")) for t in tasks)
+        sampled = [float(t.data["cpu_seconds"]) for t in tasks if t.data.get("cpu_seconds") is not None]
+        cpu_seconds = sum(sampled) if sampled else None
+        return int(code), started, finished, any(bool(t.data.get("oom")) for t in tasks), cpu_seconds
 
     def logs(self) -> str:
         parts = sorted(self.tasks.items())
