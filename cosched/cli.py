@@ -93,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="placement policy: first-fit, or on a fat-tree contiguous, sa[:OPTIONS], nsa[:OPTIONS]",
     )
     rp.add_argument(
+        "--max-cores-per-user",
+        type=_positive,
+        metavar="N",
+        help="no user's running jobs hold more than N cores at once (Slurm's MaxTRESPerUser=cpu=N)",
+    )
+    rp.add_argument(
         "--fat-tree",
         type=_positive,
         metavar="K",
@@ -651,6 +657,7 @@ def _replay(args: argparse.Namespace) -> int:
         sets = [PolicySet(args.queue or "fcfs", args.backfill or "easy", args.estimate or "requested")]
     for policy_set in sets:
         policy_set.placement = args.placement
+        policy_set.max_cores_per_user = args.max_cores_per_user or 0
         policy_set.check()  # an unknown name fails before any trace is read
     windows = None
     if args.deferrable is not None:

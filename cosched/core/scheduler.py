@@ -40,6 +40,7 @@ from cosched.core.events import (
     Slots,
     UsageReported,
 )
+from cosched.core.limits import CoreLimit
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
@@ -78,9 +79,12 @@ class Scheduler:
         sharing: int = 2,
         window: int = 32,
         keep_promises: bool = False,
+        max_cores_per_user: int = 0,
     ) -> None:
         if sharing < 1 or window < 1:
             raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
+        if max_cores_per_user < 0:
+            raise ConfigError(f"max_cores_per_user must be >= 0 (0: no cap), got {max_cores_per_user}")
         if queue_policy.one_by_one and backfill.serves_head:
             raise ConfigError(
                 f"queue policy {queue_policy.name!r} chooses every start itself; "
@@ -119,6 +123,8 @@ class Scheduler:
         """Jobs the user holds (`JobHeld`), with the begin each had before."""
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
+        self.limit = CoreLimit(max_cores_per_user) if max_cores_per_user else None
+        """The cap on each user's running cores (`cosched.core.limits`), if any."""
         self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,
             JobEnded: self._on_ended,
@@ -219,7 +225,24 @@ class Scheduler:
             view.queue = self._waiting.order(self.queue, now, self.backfill.reads_queue)
         else:
             view.queue = self.queue_policy.order(self.queue, view)
+        if self.limit is not None:
+            view.queue = self._within_limit(view, view.queue)
         return view
+
+    def _within_limit(self, view: SchedulerView, order: Sequence[Job]) -> Sequence[Job]:
+        """`order` less the jobs whose start would take their user past the cap: out of the
+        policies' sight, as held jobs are; a policy that kept a reservation for one forgets it."""
+        assert self.limit is not None
+        admitted = self.limit.admitted(order)
+        if len(admitted) == len(order):
+            return order
+        if self._forget is not None:
+            kept = {id(job) for job in admitted}
+            for job in order:
+                if id(job) not in kept:
+                    self._forget(job)
+        view.epoch += 1
+        return admitted
 
     # -- events -------------------------------------------------------------
     def _on_submitted(self, event: JobSubmitted, now: float, actions: list[Action]) -> None:
@@ -237,6 +260,10 @@ class Scheduler:
                 job.state = JobState.FAILED
                 actions.append(Reject(job, reason))
                 return
+        if self.limit is not None and job.cores > self.limit.max_cores:
+            job.state = JobState.FAILED
+            actions.append(Reject(job, self.limit.refusal(job)))
+            return
         job.estimate = self.estimator.estimate(job)
         job.state = JobState.PENDING
         self.jobs[job.id] = job
@@ -356,6 +383,8 @@ class Scheduler:
         job.expected_end = job.start + job.estimate
         job.state = JobState.RUNNING
         self.jobs[job.id] = job
+        if self.limit is not None:
+            self.limit.took(job)
         if job.host >= 0:
             if job.host not in self.jobs:
                 raise SchedulingError(f"guest {job.id} adopted before its host {job.host}")
@@ -402,6 +431,8 @@ class Scheduler:
     def _leave_running(self, job: Job, now: float, actions: list[Action]) -> None:
         """A run is over: a guest leaves its host's allocation, a host the running set, and a
         host's guests keep their slots as ordinary jobs."""
+        if self.limit is not None:
+            self.limit.gave_back(job)
         if job.host >= 0:
             self._guest_ended(job, actions)
         else:
@@ -468,6 +499,10 @@ class Scheduler:
             n = len(order)
             while head < n and not self.backfill.serves_head:
                 job = order[head]
+                if self.limit is not None and not self.limit.admits(job):  # its user's last start filled the cap
+                    order = view.queue = [*order[:head], *self._within_limit(view, order[head:])]
+                    n = len(order)
+                    continue
                 if job.need > pool.free_units:
                     break
                 slots = place(job, pool)
@@ -536,7 +571,10 @@ class Scheduler:
         """Launch each job a backfill plan returned that still fits; whether any started."""
         pool, place = self.pool, self._place
         started = False
+        limit = self.limit
         for job in jobs:
+            if limit is not None and not limit.admits(job):
+                continue
             slots = place(job, pool) if job.need <= pool.free_units else None
             if slots is not None:
                 self._launch(job, slots, now, actions)
@@ -575,6 +613,8 @@ class Scheduler:
         window = list(islice(pending, self.window))
         candidates = self.cosched.candidates
         for guest in window:
+            if self.limit is not None and not self.limit.admits(guest):
+                continue
             hosts = [
                 h
                 for h in candidates(guest, self.running)
@@ -612,6 +652,8 @@ class Scheduler:
         guest.start = now
         guest.expected_end = now + guest.estimate
         self.guests.setdefault(host.id, []).append(guest)
+        if self.limit is not None:
+            self.limit.took(guest)
         self._dequeue(guest)
         self._view.epoch += 1
         actions.append(SetQuota(host.id, host.quota))
@@ -658,6 +700,8 @@ class Scheduler:
         job.quota = float(job.cores)
         job.expected_end = now + job.estimate
         insort(self.running, job, key=_expected_end)
+        if self.limit is not None:
+            self.limit.took(job)
         launch = Launch(job, slots)
         actions.append(launch)
         if self._joint:

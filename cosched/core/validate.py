@@ -34,6 +34,9 @@ class ValidatingScheduler:
         """Running guests' hosts."""
         self.quota: dict[int, float] = {}
         self.cores: dict[int, int] = {}
+        self.user_of: dict[int, int] = {}
+        self.user_cores: dict[int, int] = {}
+        """Cores held by each user's running jobs (hosts and guests alike), against the core's cap."""
 
     def step(self, now: float, events: list[Event]) -> Decision:
         self.head_log.append((now, self._ordered_head(now, events)))
@@ -103,6 +106,7 @@ class ValidatingScheduler:
         self.launch_log.append((now, jid))
         self.quota[jid] = float(job.cores)
         self.cores[jid] = job.cores
+        self._user_took(job)
 
     def _colocate(self, now: float, action: Colocate) -> None:
         guest, host = action.guest, action.host_id
@@ -122,6 +126,17 @@ class ValidatingScheduler:
         self.quota[gid] = action.quota
         self.cores[gid] = guest.cores
         self.launch_log.append((now, gid))
+        self._user_took(guest)
+
+    def _user_took(self, job: Job) -> None:
+        """A start never takes its user past the core's `max_cores_per_user`."""
+        self.user_of[job.id] = job.user
+        held = self.user_cores[job.user] = self.user_cores.get(job.user, 0) + job.cores
+        limit = self.scheduler.limit
+        self._check(
+            limit is None or held <= limit.max_cores,
+            f"job {job.id} takes user {job.user} to {held} cores, past the cap of {limit and limit.max_cores}",
+        )
 
     def _check_quotas(self, decision: Decision) -> None:
         """CPU quotas on one allocation never add up to more than its cores."""
@@ -135,6 +150,8 @@ class ValidatingScheduler:
     def _release(self, jid: int) -> None:
         self._check(jid in self.started and jid not in self.ended, f"job {jid} ended but was not running")
         self.ended.add(jid)
+        user = self.user_of.pop(jid)
+        self.user_cores[user] -= self.cores[jid]
         slots = self.slots.pop(jid)
         self.quota.pop(jid, None)
         if jid in self.host_of:  # a guest inside a live host: the cores stay the host's

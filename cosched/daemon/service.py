@@ -179,6 +179,7 @@ class Daemon:
             sharing=p.sharing,
             window=p.window,
             keep_promises=p.keep_promises,
+            max_cores_per_user=p.max_cores_per_user,
         )
 
     def start(self) -> None:

@@ -45,6 +45,11 @@ def check_job(daemon: Daemon, spec: JobSpec) -> None:
     cores = daemon.cluster.cores
     if spec.cores > cores:
         raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
+    cap = daemon.config.policies.max_cores_per_user
+    if cap and spec.cores > cap:
+        raise Rejected(
+            "cores", f"{spec.cores} cores asked, a user may hold at most {cap} (policies.max_cores_per_user)"
+        )
     per_node = daemon.cluster.cores_per_node
     if spec.cores > per_node and not _spans(daemon, spec.model_dump()):
         where = "a Mesos agent" if daemon.config.backend.kind == "mesos" else "a node"

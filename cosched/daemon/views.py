@@ -50,8 +50,13 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     rows = []
     out_of_service = _out_of_service(daemon)
     priority = policy.priority if isinstance(policy, FairShare) else None  # Slurm's sprio: why this order
-    for position, job in enumerate(order):
-        reason = _not_available(daemon, job, out_of_service) or ("Resources" if position == 0 else "Priority")
+    limit, head = core.limit, True
+    for job in order:
+        reason = _not_available(daemon, job, out_of_service)
+        if not reason and limit is not None and not limit.admits(job):
+            reason = "QOSMaxCpuPerUserLimit"  # Slurm's words: its user's running jobs hold the cap
+        reason = reason or ("Resources" if head else "Priority")
+        head = head and reason == "QOSMaxCpuPerUserLimit"
         rows.append(_row(daemon, job, "pending", reason, reservations.get(job.id)))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))

@@ -42,6 +42,8 @@ class PolicySet:
     """Queued jobs offered for co-scheduling per pass."""
     keep_promises: bool = False
     """Co-scheduling keeps backfill promises (`Scheduler.keep_promises`)."""
+    max_cores_per_user: int = 0
+    """A cap on each user's running cores (`cosched.core.limits`; 0: none)."""
 
     @property
     def label(self) -> str:
@@ -83,6 +85,7 @@ class PolicySet:
             sharing=self.sharing,
             window=self.window,
             keep_promises=self.keep_promises,
+            max_cores_per_user=self.max_cores_per_user,
         )
 
 
