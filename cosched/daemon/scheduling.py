@@ -68,6 +68,9 @@ def _pass(daemon: Daemon) -> bool:
             if offer is not None and (offer := nodes.live_part(daemon, offer)) is not None:
                 events.append(offer)
         while daemon.inbox:
+            event = daemon.inbox[0]
+            if isinstance(event, JobSubmitted) and event.job.submit > now:
+                break  # accepted after this pass began: the next one takes it, and what came after it
             events.append(daemon.inbox.popleft())
         cancels = _cancel_targets(daemon, events)
         decision = daemon.core.step(now, events)
