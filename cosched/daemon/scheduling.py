@@ -68,10 +68,12 @@ def _pass(daemon: Daemon) -> bool:
             if offer is not None and (offer := nodes.live_part(daemon, offer)) is not None:
                 events.append(offer)
         while daemon.inbox:
-            event = daemon.inbox[0]
+            event = daemon.inbox.popleft()
             if isinstance(event, JobSubmitted) and event.job.submit > now:
-                break  # accepted after this pass began: the next one takes it, and what came after it
-            events.append(daemon.inbox.popleft())
+                # Accepted after this pass read its clock (while it collected ends): the pass is
+                # that late, so no job enters the core before its submission.
+                now = event.job.submit
+            events.append(event)
         cancels = _cancel_targets(daemon, events)
         decision = daemon.core.step(now, events)
         daemon.reservations = decision.reservations
