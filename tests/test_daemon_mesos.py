@@ -385,8 +385,9 @@ def test_asax_learns_on_mesos_from_lendings_that_hurt(cluster: Cluster, tmp_path
         spec = {"image": image, "cores": 1, "memory_mib": 64, "walltime": 60}
         alone = daemon.submit(**spec, command=phased, app_class="phased", tasks=4)
         assert daemon.wait_final([alone], 60)[alone]["state"] == "done"
-        # Its executor's last sample of the CPU it used reached the framework with its end.
-        assert (daemon.job(alone)["cpu_seconds"] or 0.0) > 0.5, daemon.job(alone)
+        # Its executor's last sample of the CPU it used (every 2 s) reached the framework with its end.
+        ended = daemon.job(alone)
+        assert 0 < (ended["cpu_seconds"] or 0.0) <= ended["runtime"], ended
         lenders = []
         for _ in range(3):
             pair = [daemon.submit(**spec, command=phased, app_class="phased", tasks=4) for _ in range(2)]
