@@ -81,17 +81,28 @@ def test_bad_queries_are_one_line_refusals(daemon: Daemon, query: str, field: st
         assert answer.json()["fields"][0] == f"query.{field}" and "\n" not in answer.json()["error"]
 
 
-def test_totals_per_user_most_core_hours_first() -> None:
+def test_totals_per_user_or_class_most_core_hours_first() -> None:
+    fields = ("user", "app_class", "state", "core_seconds", "cpu_seconds", "wait")
     rows = [
-        {"user": "a", "state": "done", "core_seconds": 100.0, "cpu_seconds": 40.0, "wait": 10.0},
-        {"user": "b", "state": "failed", "core_seconds": 500.0, "cpu_seconds": None, "wait": 0.0},
-        {"user": "a", "state": "cancelled", "core_seconds": 0.0, "cpu_seconds": None, "wait": 30.0},
+        dict(zip(fields, values, strict=True))
+        for values in [
+            ("a", "blast", "done", 100.0, 40.0, 10.0),
+            ("b", "blast", "failed", 500.0, None, 0.0),
+            ("a", "montage", "cancelled", 0.0, None, 30.0),
+        ]
     ]
     ends = {"done": 0, "failed": 0, "cancelled": 0}
+    # CPU efficiency over the jobs sampled only: b's unsampled 500 core-seconds do not dilute a's 40%.
     assert _totals(rows) == [
-        {"user": "b", "jobs": 1, **ends, "failed": 1, "core_seconds": 500.0, "cpu_seconds": 0.0, "mean_wait": 0.0},
+        {"user": "b", "jobs": 1, **ends, "failed": 1, "core_seconds": 500.0, "cpu_seconds": 0.0}
+        | {"cpu_efficiency": None, "mean_wait": 0.0},
         {"user": "a", "jobs": 2, **ends, "done": 1, "cancelled": 1, "core_seconds": 100.0, "cpu_seconds": 40.0}
-        | {"mean_wait": 20.0},
+        | {"cpu_efficiency": 0.4, "mean_wait": 20.0},
+    ]
+    by_class = _totals(rows, "app_class")
+    assert [(t["app_class"], t["jobs"], t["core_seconds"], t["cpu_efficiency"]) for t in by_class] == [
+        ("blast", 2, 600.0, 0.4),
+        ("montage", 1, 0.0, None),
     ]
     assert (_hms(59.6), _hms(3 * 3600 + 61), _hms(2 * 86400 + 5)) == ("00:01:00", "03:01:01", "2-00:00:05")
 
@@ -126,7 +137,7 @@ def test_the_cli_lists_what_ran_on_the_real_engine(tmp_path: Path) -> None:
         assert rows[ok]["cpu_efficiency"] < 0.03, rows[ok]
         [total] = json.loads(daemon.cli("history", "--totals", "--json"))
         assert (total["jobs"], total["done"], total["failed"]) == (3, 2, 1)
-        assert total["cpu_seconds"] == pytest.approx(rows[spin]["cpu_seconds"] + rows[ok]["cpu_seconds"])
+        assert total["cpu_seconds"] == pytest.approx(sum(row["cpu_seconds"] or 0.0 for row in rows.values()))
         assert daemon.cli("history", "--until", "1h").strip() == "no jobs ended then"
     finally:
         daemon.cleanup(engine)

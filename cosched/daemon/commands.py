@@ -94,6 +94,9 @@ def add_commands(commands: Any, parser_class: type) -> None:
     hp.add_argument("--state", choices=FINAL_STATES, help="only jobs that ended so")
     hp.add_argument("--limit", type=int, default=1000, help="at most this many jobs, oldest end first (1000)")
     hp.add_argument("--totals", action="store_true", help="per user: jobs by how they ended, core-hours, mean wait")
+    hp.add_argument(
+        "--by", choices=("user", "app_class"), default="user", help="with --totals: per user, or per application class"
+    )
     common(hp)
     hp.set_defaults(handler=_history)
 
@@ -386,20 +389,21 @@ def _history(args: argparse.Namespace) -> int:
     query |= {key: getattr(args, key) for key in ("user", "state") if getattr(args, key) is not None}
     rows = _client(args).call("GET", "/v1/history?" + urllib.parse.urlencode(query))
     if args.totals:
-        rows = _totals(rows)
+        rows = _totals(rows, args.by)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     if args.totals:
         table = [
             {
-                "USER": r["user"] or "(no user)",
+                args.by.upper(): r[args.by] or ("(no user)" if args.by == "user" else "-"),
                 "JOBS": r["jobs"],
                 "DONE": r["done"],
                 "FAILED": r["failed"],
                 "CANCELLED": r["cancelled"],
                 "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
                 "CPU_H": f"{r['cpu_seconds'] / 3600:.2f}",
+                "CPU_EFF": "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.0%}",
                 "MEAN_WAIT": _hms(r["mean_wait"]),
             }
             for r in rows
@@ -426,22 +430,27 @@ def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _totals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per user, most core-hours first: jobs, how many ended each way, core-seconds, CPU seconds
-    used (of the jobs sampled), mean wait."""
-    users: dict[str, dict[str, Any]] = {}
+def _totals(rows: list[dict[str, Any]], by: str = "user") -> list[dict[str, Any]]:
+    """Per user (or application class), most core-hours first: jobs, how many ended each way,
+    core-seconds, CPU seconds used and their share of the core-seconds of the jobs sampled (by
+    class, what lending could take: the classes that leave their cores idle), mean wait."""
+    groups: dict[str, dict[str, Any]] = {}
     for row in rows:
-        blank = {"user": row["user"], "jobs": 0, **dict.fromkeys(FINAL_STATES, 0), "core_seconds": 0.0}
-        blank |= {"cpu_seconds": 0.0, "waited": 0.0}
-        total = users.setdefault(row["user"], blank)
+        key = row[by] or ""
+        blank = {by: key, "jobs": 0, **dict.fromkeys(FINAL_STATES, 0), "core_seconds": 0.0, "cpu_seconds": 0.0}
+        total = groups.setdefault(key, blank | {"sampled": 0.0, "waited": 0.0})
         total["jobs"] += 1
         total[row["state"]] += 1
         total["core_seconds"] += row["core_seconds"]
-        total["cpu_seconds"] += row["cpu_seconds"] or 0.0
+        if row["cpu_seconds"] is not None:
+            total["cpu_seconds"] += row["cpu_seconds"]
+            total["sampled"] += row["core_seconds"]
         total["waited"] += row["wait"]
-    for total in users.values():
+    for total in groups.values():
+        sampled = total.pop("sampled")
+        total["cpu_efficiency"] = total["cpu_seconds"] / sampled if sampled > 0 else None
         total["mean_wait"] = total.pop("waited") / total["jobs"]
-    return sorted(users.values(), key=lambda t: (-t["core_seconds"], t["user"]))
+    return sorted(groups.values(), key=lambda t: (-t["core_seconds"], t[by]))
 
 
 def _hms(seconds: float) -> str:
