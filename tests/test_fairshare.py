@@ -212,9 +212,9 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         time.sleep(0.3)
         bobs = submit("bob", 1)
         # `cosched queue` meanwhile, as sprio: Bob's job first, with the higher priority.
-        queued = [line.split() for line in daemon.cli("queue", "--token", "operator-token").splitlines()]
-        assert queued[0][:5] == ["JOBID", "NAME", "USER", "STATE", "PRIORITY"]
-        pending = [(int(row[0]), int(row[3])) for row in queued[2:] if row[2] == "PENDING"]
+        header, _, *queued = [line.split() for line in daemon.cli("queue", "--token", "operator-token").splitlines()]
+        assert header[:5] == ["JOBID", "NAME", "USER", "STATE", "PRIORITY"]  # every job is named "job"
+        pending = [(int(row[0]), int(row[4])) for row in queued if row[3] == "PENDING"]
         assert [job for job, _ in pending] == [bobs, alices] and pending[0][1] > pending[1][1], queued
         ended = daemon.wait_final([blocker, alices, bobs], 60)
         assert {job["state"] for job in ended.values()} == {"done"}
