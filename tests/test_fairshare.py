@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,14 @@ def test_on_a_real_trace_users_wait_less_on_average() -> None:
     assert math.isclose(fair.utilization, fcfs.utilization, rel_tol=0.02)
 
 
+def metrics(daemon: DaemonProcess) -> dict[str, float]:
+    """The daemon's /metrics samples, by name with labels."""
+    request = urllib.request.Request(daemon.client.url + "/metrics", headers={"Authorization": "Bearer operator-token"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if not line.startswith("#")}
+
+
 def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
     """One core. Alice runs 6 s; the daemon is SIGKILLed and started again. Carol then runs 4 s
     while Alice and then Bob queue a job each. When Carol's ends, Bob's starts first: Alice's
@@ -216,6 +225,12 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         assert header[:5] == ["JOBID", "NAME", "USER", "STATE", "PRIORITY"]  # every job is named "job"
         pending = [(int(row[0]), int(row[4])) for row in queued if row[3] == "PENDING"]
         assert [job for job, _ in pending] == [bobs, alices] and pending[0][1] > pending[1][1], queued
+        # /metrics, per user: Carol's running core, and the factors the queue was last ordered by
+        # (Alice's the lowest; Bob's once a pass has ordered the queue with his job in it).
+        series = metrics(daemon)
+        assert series['cosched_user_cores{user="carol"}'] == 1.0, series
+        factors = {user: series.get(f'cosched_user_fairshare{{user="{user}"}}') for user in ("alice", "bob", "carol")}
+        assert factors["alice"] < factors["carol"] <= 1.0 and factors["bob"] in (None, 1.0), factors
         ended = daemon.wait_final([blocker, alices, bobs], 60)
         assert {job["state"] for job in ended.values()} == {"done"}
         assert ended[bobs]["start"] < ended[alices]["start"], ended
@@ -224,6 +239,7 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         assert [r["user"] for r in rows] == ["alice", "carol", "bob"]
         assert rows[0]["fairshare"] < rows[1]["fairshare"] < rows[2]["fairshare"] < 1
         assert sum(r["effective_usage"] for r in rows) == pytest.approx(1.0)
+        assert not any(name.startswith("cosched_user_cores") for name in metrics(daemon))  # nothing runs
         header = daemon.cli("shares", "--token", "operator-token").splitlines()[0].split()
         assert header[:4] == ["USER", "USAGE_CORE_H", "EFFECTV_USAGE", "FAIRSHARE"]
     finally:

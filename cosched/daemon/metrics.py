@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from cosched.policies.fairshare import FairShare
+
 if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
+    from cosched.model import Job
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -67,6 +70,10 @@ class DaemonMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
             registry=r,
         )
+        self.user_cores = Gauge("cosched_user_cores", "Cores held by each user's running jobs", ["user"], registry=r)
+        self.user_fairshare = Gauge(
+            "cosched_user_fairshare", "Each user's fair-share factor (queue policy fairshare)", ["user"], registry=r
+        )
         self.offers_held = Gauge("cosched_offers_held", "Mesos offers held for launches waiting", registry=r)
         self.offers_declined = Counter("cosched_offers_declined", "Mesos offers declined", registry=r)
         self.quota_mismatches = Counter(
@@ -75,6 +82,8 @@ class DaemonMetrics:
         self.engine_up.set(1)
         self.cpu_used: dict[int, float] = {}
         self._counted = 0
+        self._series: dict[int, set[str]] = {}
+        """The users each per-user gauge has a series of, by the gauge's id."""
 
     def observe_pass(self, daemon: Daemon, seconds: float) -> None:
         core = daemon.core
@@ -90,6 +99,7 @@ class DaemonMetrics:
         live = {job.id for job in running}
         self.cpu_used = {job_id: used for job_id, used in self.cpu_used.items() if job_id in live}
         self.cores_used.set(sum(self.cpu_used.values()))
+        self._per_user(daemon, running)
         asax = daemon.asax
         if asax is None:
             return
@@ -104,6 +114,29 @@ class DaemonMetrics:
         for app_class in asax.book.classes():
             for name, alpha in zip(names, asax.book.get(app_class).alpha, strict=True):
                 self.weights.labels(app_class, name).set(float(alpha))
+
+    def _per_user(self, daemon: Daemon, running: list[Job]) -> None:
+        """Each user's running cores and fair-share factor; a user with neither leaves the series."""
+        names = {number: name for name, number in list(daemon.user_numbers.items())}
+        held: dict[str, float] = {}
+        for job in running:
+            user = names.get(job.user, "")
+            held[user] = held.get(user, 0) + job.cores
+        self._set_series(self.user_cores, held)
+        policy = daemon.core.queue_policy
+        if isinstance(policy, FairShare):
+            self._set_series(self.user_fairshare, {names.get(n, ""): f for n, f in policy.factors.items()})
+
+    def _set_series(self, gauge: Gauge, values: dict[str, float]) -> None:
+        """One series per user, set; the series of users now gone removed (not all cleared first:
+        a scrape meanwhile would see none)."""
+        shown = self._series.setdefault(id(gauge), set())
+        for gone in shown - values.keys():
+            gauge.remove(gone)
+        for label, value in values.items():
+            gauge.labels(label).set(value)
+        shown.clear()
+        shown.update(values)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
