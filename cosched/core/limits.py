@@ -9,8 +9,6 @@ A co-scheduled guest counts its cores as any job does: it holds them, lent or no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from cosched.model import Job
 
 
@@ -24,11 +22,6 @@ class CoreLimit:
     def admits(self, job: Job) -> bool:
         """Whether `job` may start now without taking its user past the cap."""
         return self.held.get(job.user, 0) + job.cores <= self.max_cores
-
-    def admitted(self, jobs: Sequence[Job]) -> list[Job]:
-        """`jobs` (in their order) less those that may not start now."""
-        held, cap = self.held, self.max_cores
-        return [job for job in jobs if held.get(job.user, 0) + job.cores <= cap]
 
     def refusal(self, job: Job) -> str:
         """Why `job` can never start under the cap ('' if it can)."""

@@ -231,18 +231,10 @@ class Scheduler:
 
     def _within_limit(self, view: SchedulerView, order: Sequence[Job]) -> Sequence[Job]:
         """`order` less the jobs whose start would take their user past the cap: out of the
-        policies' sight, as held jobs are; a policy that kept a reservation for one forgets it."""
+        policies' sight for this pass, as held jobs are (`_leave_out`)."""
         assert self.limit is not None
-        admitted = self.limit.admitted(order)
-        if len(admitted) == len(order):
-            return order
-        if self._forget is not None:
-            kept = {id(job) for job in admitted}
-            for job in order:
-                if id(job) not in kept:
-                    self._forget(job)
-        view.epoch += 1
-        return admitted
+        admits = self.limit.admits
+        return self._leave_out(view, order, {job.id for job in order if not admits(job)})
 
     # -- events -------------------------------------------------------------
     def _on_submitted(self, event: JobSubmitted, now: float, actions: list[Action]) -> None:
@@ -260,9 +252,9 @@ class Scheduler:
                 job.state = JobState.FAILED
                 actions.append(Reject(job, reason))
                 return
-        if self.limit is not None and job.cores > self.limit.max_cores:
+        if self.limit is not None and (refusal := self.limit.refusal(job)):
             job.state = JobState.FAILED
-            actions.append(Reject(job, self.limit.refusal(job)))
+            actions.append(Reject(job, refusal))
             return
         job.estimate = self.estimator.estimate(job)
         job.state = JobState.PENDING
@@ -294,11 +286,9 @@ class Scheduler:
         if job is None or job.state is not JobState.RUNNING:
             raise SchedulingError(f"job {event.job_id} ended but was not running")
         job.end = now if event.at is None else event.at
-        if self._ran is not None:
-            self._ran(job, job.start, job.end)
         if self._backfill_ended is not None:
             self._backfill_ended(job, job.host >= 0 or job.id in self.guests)
-        self._leave_running(job, now, actions)
+        self._leave_running(job, job.end, now, actions)
         if self._killing and job.id in self._killing:
             self._killing.discard(job.id)
             job.state = JobState.CANCELLED
@@ -406,9 +396,7 @@ class Scheduler:
         # Its slots are not given back (its machine may be gone): a plan kept between passes is
         # rebuilt from what is free, as after a shared end.
         self.backfill.ended(job, True)
-        if self._ran is not None:  # the lost run used its cores all the same
-            self._ran(job, job.start, now)
-        self._leave_running(job, now, actions)
+        self._leave_running(job, now, now, actions)  # the lost run used its cores all the same
         if self.cosched is not None:
             self.cosched.requeued(job, now)
         job.state = JobState.PENDING
@@ -428,9 +416,12 @@ class Scheduler:
         self.windows.watch(job)  # it must still start by its latest start, or fail
         self._view.epoch += 1
 
-    def _leave_running(self, job: Job, now: float, actions: list[Action]) -> None:
-        """A run is over: a guest leaves its host's allocation, a host the running set, and a
-        host's guests keep their slots as ordinary jobs."""
+    def _leave_running(self, job: Job, end: float, now: float, actions: list[Action]) -> None:
+        """A run is over at `end`: the queue policy is told (fair-share counts it), its user's cores
+        come back under the cap, a guest leaves its host's allocation, a host the running set, and
+        a host's guests keep their slots as ordinary jobs."""
+        if self._ran is not None:
+            self._ran(job, job.start, end)
         if self.limit is not None:
             self.limit.gave_back(job)
         if job.host >= 0:
@@ -548,11 +539,16 @@ class Scheduler:
         that cannot fit by their latest start (`cosched.core.windows.doomed`). They stay queued
         (a job may still start in time if others end early) but hold no one back; a policy that
         kept a reservation for one forgets it. The view's queue becomes the result."""
-        out = set(late) | doomed(view, order)
+        return self._leave_out(view, order, set(late) | doomed(view, order))
+
+    def _leave_out(self, view: SchedulerView, order: Sequence[Job], out: set[int]) -> Sequence[Job]:
+        """`order` without the jobs in `out`, which stay queued but hold no one back this pass: a
+        policy that kept a reservation for one forgets it. The view's queue becomes the result."""
         if not out:
             return order
-        for job_id in out:
-            self.backfill.forget(self.jobs[job_id])
+        if self._forget is not None:
+            for job_id in out:
+                self._forget(self.jobs[job_id])
         kept = [job for job in order if job.id not in out]
         view.queue = kept
         view.epoch += 1

@@ -84,21 +84,21 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(qp)
     qp.set_defaults(handler=_queue)
 
-    hp = commands.add_parser(
+    hi = commands.add_parser(
         "history",
         help="jobs that ended: waits, elapsed, core-hours, exit codes (as sacct); --totals per user (as sreport)",
     )
-    hp.add_argument("--user", "-u", help="only this user's jobs")
-    hp.add_argument("--since", type=_duration, default=86400.0, help="ended at most this long ago: 3600, 12h, 7d (1d)")
-    hp.add_argument("--until", type=_duration, help="and at least this long ago (default: now)")
-    hp.add_argument("--state", choices=FINAL_STATES, help="only jobs that ended so")
-    hp.add_argument("--limit", type=int, default=1000, help="at most this many jobs, oldest end first (1000)")
-    hp.add_argument("--totals", action="store_true", help="per user: jobs by how they ended, core-hours, mean wait")
-    hp.add_argument(
+    hi.add_argument("--user", "-u", help="only this user's jobs")
+    hi.add_argument("--since", type=_duration, default=86400.0, help="ended at most this long ago: 3600, 12h, 7d (1d)")
+    hi.add_argument("--until", type=_duration, help="and at least this long ago (default: now)")
+    hi.add_argument("--state", choices=FINAL_STATES, help="only jobs that ended so")
+    hi.add_argument("--limit", type=int, default=1000, help="at most this many jobs, oldest end first (1000)")
+    hi.add_argument("--totals", action="store_true", help="per user: jobs by how they ended, core-hours, mean wait")
+    hi.add_argument(
         "--by", choices=("user", "app_class"), default="user", help="with --totals: per user, or per application class"
     )
-    common(hp)
-    hp.set_defaults(handler=_history)
+    common(hi)
+    hi.set_defaults(handler=_history)
 
     st = commands.add_parser("status", help="one job (or --workflow one workflow) in full")
     st.add_argument("id", type=int)
@@ -403,7 +403,7 @@ def _history(args: argparse.Namespace) -> int:
                 "CANCELLED": r["cancelled"],
                 "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
                 "CPU_H": f"{r['cpu_seconds'] / 3600:.2f}",
-                "CPU_EFF": "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.0%}",
+                "CPU_EFF": _share(r["cpu_efficiency"]),
                 "MEAN_WAIT": _hms(r["mean_wait"]),
             }
             for r in rows
@@ -420,7 +420,7 @@ def _history(args: argparse.Namespace) -> int:
                 "WAIT": _hms(r["wait"]),
                 "ELAPSED": _hms(r["elapsed"]),
                 "CORE_H": f"{r['core_seconds'] / 3600:.2f}",
-                "CPU_EFF": "-" if r["cpu_efficiency"] is None else f"{r['cpu_efficiency']:.0%}",
+                "CPU_EFF": _share(r["cpu_efficiency"]),
                 "EXIT": "" if r["exit_code"] is None else r["exit_code"],
                 "REASON": r["reason"] or "",
             }
@@ -451,6 +451,11 @@ def _totals(rows: list[dict[str, Any]], by: str = "user") -> list[dict[str, Any]
         total["cpu_efficiency"] = total["cpu_seconds"] / sampled if sampled > 0 else None
         total["mean_wait"] = total.pop("waited") / total["jobs"]
     return sorted(groups.values(), key=lambda t: (-t["core_seconds"], t[by]))
+
+
+def _share(fraction: float | None) -> str:
+    """A share as a percentage, '-' where none was measured."""
+    return "-" if fraction is None else f"{fraction:.0%}"
 
 
 def _hms(seconds: float) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from cosched.daemon import submissions
 from cosched.policies.fairshare import FairShare
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class DaemonMetrics:
 
     def _per_user(self, daemon: Daemon, running: list[Job]) -> None:
         """Each user's running cores and fair-share factor; a user with neither leaves the series."""
-        names = {number: name for name, number in list(daemon.user_numbers.items())}
+        names = submissions.user_names(daemon)
         held: dict[str, float] = {}
         for job in running:
             user = names.get(job.user, "")

@@ -93,6 +93,8 @@ LIVE = ("pending", "launching", "running")
 FINAL = ("done", "failed", "cancelled")
 _IS_LIVE = f"state IN ({', '.join('?' * len(LIVE))})"
 """A job row's condition of being live, with `LIVE` as its parameters."""
+_IS_FINAL = f"state IN ({', '.join('?' * len(FINAL))})"
+"""A job row's condition of having ended, with `FINAL` as its parameters."""
 
 
 _NEEDED = (
@@ -317,10 +319,8 @@ class Store:
         self, since: float, until: float, user: str | None = None, state: str | None = None, limit: int = 1000
     ) -> list[dict[str, Any]]:
         """Jobs that ended in [since, until), oldest end first, at most `limit` (of `user`, in `state`)."""
-        sql = 'SELECT * FROM jobs WHERE "end" >= ? AND "end" < ? AND state IN ({})'
-        states = (state,) if state else FINAL
-        sql = sql.format(", ".join("?" * len(states)))
-        args: list[Any] = [since, until, *states]
+        sql = 'SELECT * FROM jobs WHERE "end" >= ? AND "end" < ? AND ' + ("state = ?" if state else _IS_FINAL)
+        args: list[Any] = [since, until, *((state,) if state else FINAL)]
         if user is not None:
             sql += " AND user = ?"
             args.append(user)
@@ -329,11 +329,10 @@ class Store:
 
     def runs_since(self, since: float) -> list[tuple[str, int, float, float]]:
         """(user, cores, start, end) of every ended job that ran and ended at `since` or later."""
-        final = ", ".join(f"'{state}'" for state in FINAL)
         rows = self._conn().execute(
             f"SELECT user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
-            f' WHERE state IN ({final}) AND start IS NOT NULL AND "end" >= ?',
-            (since,),
+            f' WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" >= ?',
+            (*FINAL, since),
         )
         return [(user, int(cores), float(start), float(end)) for user, cores, start, end in rows]
 

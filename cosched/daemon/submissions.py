@@ -227,6 +227,11 @@ def user_number(daemon: Daemon, user: str) -> int:
     return daemon.user_numbers.setdefault(user, len(daemon.user_numbers))
 
 
+def user_names(daemon: Daemon) -> dict[int, str]:
+    """The core's user ids back to names ('' for none); read beside submissions that add some."""
+    return {number: name for name, number in list(daemon.user_numbers.items())}
+
+
 def job_from(
     daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, user: str, workflow: int | None = None
 ) -> Job:

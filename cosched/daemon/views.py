@@ -9,10 +9,11 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.view import SchedulerView
-from cosched.daemon import drain, workflow_stages
+from cosched.daemon import drain, submissions, workflow_stages
 from cosched.daemon import nodes as machines
 from cosched.model import Job, JobState
 from cosched.policies.fairshare import FairShare, fairshare_factors
@@ -37,12 +38,8 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     # A copy: a policy may refresh what it caches when asked for an order (fair-share's factors),
     # and when it does is the pass's to decide, not a query's.
     policy = copy.copy(core.queue_policy)
-    order: Sequence[Job]
-    if policy.one_by_one:  # it picks one job at each start of a pass (DBF): no order beyond arrival to show
-        order = queued
-    else:  # a view of our own over the copies: the core's view belongs to the pass
-        known = {job.id: job for job in jobs}
-        order = policy.order(queued, SchedulerView(now, daemon.cluster, queued, running, core.pool, jobs=known))
+    # A one-by-one policy (DBF) picks one job at each start of a pass: no order beyond arrival to show.
+    order: Sequence[Job] = queued if policy.one_by_one else policy.order(queued, _view_over(daemon, now, queued, jobs))
     # A job the machines still up can never hold (a Mesos agent gone) has no start to promise: inf.
     reservations = {job_id: at for job_id, at in daemon.reservations.items() if math.isfinite(at)}
     arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
@@ -84,6 +81,12 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     for row in rows:
         row["user"] = owners.get(row["id"], "")
     return rows
+
+
+def _view_over(daemon: Daemon, now: float, queued: list[Any], jobs: list[Any]) -> SchedulerView:
+    """A policies' view of our own over a snapshot: the core's view belongs to the pass."""
+    running = [job for job in jobs if job.state is JobState.RUNNING]
+    return SchedulerView(now, daemon.cluster, queued, running, daemon.core.pool, jobs={job.id: job for job in jobs})
 
 
 def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:
@@ -272,28 +275,22 @@ def shares(daemon: Daemon) -> list[dict[str, Any]] | None:
     if not isinstance(policy, FairShare):
         return None
     queued, jobs = _snapshot(daemon)
-    running = [job for job in jobs if job.state is JobState.RUNNING]
-    view = SchedulerView(
-        daemon.clock(), daemon.cluster, queued, running, daemon.core.pool, jobs={j.id: j for j in jobs}
-    )
-    used = policy.used(view)
+    used = policy.used(_view_over(daemon, daemon.clock(), queued, jobs))
     factors = fairshare_factors(used)
     total = sum(used.values())
-    names = {number: name for name, number in list(daemon.user_numbers.items())}
-    rows = []
-    for user, usage in sorted(used.items(), key=lambda item: (-item[1], item[0])):
-        mine = [job for job in jobs if job.user == user]
-        rows.append(
-            {
-                "user": names.get(user, ""),
-                "usage": usage,
-                "effective_usage": usage / total if total > 0 else 0.0,
-                "fairshare": factors[user],
-                "pending": sum(job.state is JobState.PENDING for job in mine),
-                "running": sum(job.state is JobState.RUNNING for job in mine),
-            }
-        )
-    return rows
+    names = submissions.user_names(daemon)
+    counts = Counter((job.user, job.state) for job in jobs)
+    return [
+        {
+            "user": names.get(user, ""),
+            "usage": usage,
+            "effective_usage": usage / total if total > 0 else 0.0,
+            "fairshare": factors[user],
+            "pending": counts[user, JobState.PENDING],
+            "running": counts[user, JobState.RUNNING],
+        }
+        for user, usage in sorted(used.items(), key=lambda item: (-item[1], item[0]))
+    ]
 
 
 def history(

@@ -82,13 +82,14 @@ def run(workload: str, policies: Sequence[str] = DEFAULT_POLICIES) -> tuple[int,
     (how many users count as heavy, what sets their jobs apart, [(pair, waits)])."""
     trace = load_workload(workload)
     cluster = cluster_for(trace)
-    heavy = heavy_users(trace.jobs())
+    jobs = trace.jobs()
+    heavy = heavy_users(jobs)
     out = []
     for pair in policies:
         queue, backfill = split_pair(pair)
         result = replay(trace.jobs(), cluster, PolicySet(queue=queue, backfill=backfill), validate=True)
         out.append((pair, measure(result.jobs, heavy)))
-    return len(heavy), describe(trace.jobs(), heavy), out
+    return len(heavy), describe(jobs, heavy), out
 
 
 def table(heavy: int, about: str, rows: Sequence[tuple[str, UserWaits]]) -> str:

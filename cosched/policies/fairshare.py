@@ -58,11 +58,11 @@ class DecayedUsage:
         self.ref: float | None = None
         self.scaled: dict[int, float] = defaultdict(float)
 
-    def _integral(self, cores: int, start: float, end: float) -> float:
-        """cores * integral of 2^((s - ref) / half_life) ds over [start, end]."""
-        assert self.ref is not None
+    def _integral(self, cores: int, start: float, end: float, ref: float) -> float:
+        """cores * integral of 2^((s - ref) / half_life) ds over [start, end]: a run's core-seconds
+        as worth at `ref`."""
         h = self.half_life
-        return cores * h / math.log(2) * (2.0 ** ((end - self.ref) / h) - 2.0 ** ((start - self.ref) / h))
+        return cores * h / math.log(2) * (2.0 ** ((end - ref) / h) - 2.0 ** ((start - ref) / h))
 
     def add(self, user: int, cores: int, start: float, end: float) -> None:
         """A run of `cores` from `start` to `end` (any order of runs: a restart replays old ones)."""
@@ -72,7 +72,7 @@ class DecayedUsage:
             self.ref = end
         elif (end - self.ref) / self.half_life > _REBASE:
             self._rebase(end)
-        self.scaled[user] += self._integral(cores, start, end)
+        self.scaled[user] += self._integral(cores, start, end, self.ref)
 
     def _rebase(self, ref: float) -> None:
         assert self.ref is not None
@@ -93,8 +93,7 @@ class DecayedUsage:
         """What a run still going since `start` used by `now`, decayed to `now`, in core-seconds."""
         if now <= start or cores <= 0:
             return 0.0
-        h = self.half_life
-        return cores * h / math.log(2) * (1.0 - 2.0 ** ((start - now) / h))
+        return self._integral(cores, start, now, now)
 
 
 def fairshare_factors(usage: dict[int, float]) -> dict[int, float]:
@@ -189,5 +188,4 @@ class FairShare(QueuePolicy):
     def order(self, queue: Sequence[Job], view: SchedulerView) -> Sequence[Job]:
         if view.now >= self._next_calc:
             self.recompute(view)
-        now, priority = view.now, self.priority
-        return sorted(queue, key=lambda job: -priority(job, now))
+        return super().order(queue, view)
