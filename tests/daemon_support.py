@@ -133,7 +133,8 @@ class DaemonProcess:
         """Stop the daemon and remove every container it made."""
         self.stop()
         if (self.state / "state.sqlite").exists():
-            for container in client.containers.list(all=True, filters={"label": f"cosched.instance={self.instance()}"}):
+            ours = {"label": f"cosched.instance={self.instance()}"}
+            for container in client.containers.list(all=True, filters=ours, ignore_removed=True):
                 container.remove(force=True)
 
     def cli(self, *args: str) -> str:

@@ -368,10 +368,14 @@ def finish(cluster: Cluster, daemon: Any) -> None:
         label = None  # it never subscribed
     if label is not None:
         engine = require_engine()
-        wait_until(
-            lambda: not engine.containers.list(all=True, filters=label), 30, "no container of the framework left"
-        )
+        wait_until(lambda: not containers_left(engine, label), 30, "no container of the framework left")
     wait_until(lambda: cluster.active_agents() == AGENTS, 60, "both agents registered")
+
+
+def containers_left(engine: Any, filters: dict[str, Any]) -> list[Any]:
+    """The containers (running or not) that match `filters`. Docker lists ids, then inspects each:
+    one an executor removes in between is not left, and must not fail the listing (seen in CI)."""
+    return list(engine.containers.list(all=True, filters=filters, ignore_removed=True))
 
 
 def framework_id_of(daemon: Any) -> str:

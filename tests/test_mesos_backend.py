@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from daemon_support import require_engine
-from mesos_support import Cluster, start_cluster, stop_cluster, wait_until
+from mesos_support import Cluster, containers_left, start_cluster, stop_cluster, wait_until
 
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.docker_backend import ContainerInfo
@@ -105,4 +105,4 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
             again.client.teardown()
         again.close()
     ours = {"label": f"cosched.instance={instance_of(fid)}"}
-    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container left")
+    wait_until(lambda: not containers_left(engine, ours), 30, "no container left")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from daemon_support import require_engine
-from mesos_support import Cluster, Recorder, start_cluster, stop_cluster, wait_until
+from mesos_support import Cluster, Recorder, containers_left, start_cluster, stop_cluster, wait_until
 
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.mesos import SchedulerClient, calls, jobs
@@ -124,7 +124,7 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         assert killed["source"] == "SOURCE_EXECUTOR"
         assert recorder.states("sleeper") == ["TASK_RUNNING", "TASK_KILLED"]
         sleeper_container = {"label": [f"cosched.instance={instance_of(fid)}", "cosched.job=1"]}
-        wait_until(lambda: not engine.containers.list(all=True, filters=sleeper_container), 10, "its container removed")
+        wait_until(lambda: not containers_left(engine, sleeper_container), 10, "its container removed")
         framework = wait_until(lambda: (f := cluster.framework(fid)) and not f["tasks"] and f, 10, "all acknowledged")
         assert sorted(t["state"] for t in framework["completed_tasks"]) == ["TASK_FAILED", "TASK_KILLED"]
     finally:
@@ -133,7 +133,7 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         client.stop()
     # TEARDOWN shuts the executor down: it exits, and none of its containers is left behind.
     ours = {"label": f"cosched.instance={instance_of(fid)}"}
-    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
+    wait_until(lambda: not containers_left(engine, ours), 30, "no container of the framework left")
 
 
 def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Cluster) -> None:
@@ -178,4 +178,4 @@ def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Clus
             client.teardown()
         client.stop()
     ours = {"label": f"cosched.instance={instance_of(fid)}"}
-    wait_until(lambda: not engine.containers.list(all=True, filters=ours), 30, "no container of the framework left")
+    wait_until(lambda: not containers_left(engine, ours), 30, "no container of the framework left")
