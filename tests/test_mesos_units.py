@@ -228,7 +228,8 @@ def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
 
 def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
     """The operator's [docker] job user and limits ride in the executor's environment, so a job on
-    an agent gets them, not the executor's defaults; the agent's engine address does not travel."""
+    an agent gets them, not the executor's defaults; the agent's engine address does not travel.
+    The daemon's sample interval travels too: the executor reports usage as often."""
     daemon = DockerSection(
         base_url="unix:///daemon-host.sock",
         data_roots=("/srv/data",),
@@ -239,10 +240,14 @@ def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
         cpu_period=50_000,
         log_tail=7,
     )
-    info = jobs.executor_info("t1", "F", "cosched-executor", daemon)
-    [variable] = info["command"]["environment"]["variables"]
-    assert variable["name"] == jobs.JOB_SETTINGS
-    got = jobs.read_job_settings(variable["value"], "unix:///agent.sock")
+    from cosched.mesos.executor import ExecutorSettings
+
+    info = jobs.executor_info("t1", "F", "cosched-executor", daemon, sample_interval=0.5)
+    variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
+    assert set(variables) == {jobs.JOB_SETTINGS, jobs.SAMPLE_INTERVAL}
+    agent = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:5051", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    assert ExecutorSettings.from_env({**agent, **variables}).sample_interval == 0.5
+    got = jobs.read_job_settings(variables[jobs.JOB_SETTINGS], "unix:///agent.sock")
     assert got == replace(daemon, base_url="unix:///agent.sock")
     assert jobs.read_job_settings("", "") == DockerSection()  # none given: the defaults
 

@@ -17,6 +17,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from cosched.daemon import dependencies
 from cosched.daemon.client import ApiError, Client
 from cosched.errors import ConfigError
 from cosched.policies.asax import loss_outcome
@@ -64,6 +65,13 @@ def add_commands(commands: Any, parser_class: type) -> None:
     sp.add_argument(
         "--latest-start",
         help="latest start, same forms: a job still pending then fails (a deferrable job's window end)",
+    )
+    sp.add_argument(
+        "--dependency",
+        type=dependencies.parse,
+        help="start only after other jobs ended so, as sbatch --dependency (all needed): afterok:12:13, "
+        "afternotok:12, afterany:12, a workflow as w7 (afterok:w7: every stage of it succeeded); "
+        "cancelled once one can never be met",
     )
     sp.add_argument(
         "--array",
@@ -264,6 +272,8 @@ def _submit(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError(f"{args.workflow}: cannot read: {exc.strerror or exc}") from None
         body = _workflow_body(document)
+        if args.dependency:
+            body["after"] = args.dependency
         answer = client.call("POST", "/v1/workflows", body)
         print(json.dumps(answer) if args.json else f"Submitted workflow {answer['id']} (first jobs {answer['jobs']})")
         return 0
@@ -293,6 +303,8 @@ def _submit(args: argparse.Namespace) -> int:
             body[key] = value
     if args.memory is not None:
         body["memory_mib"] = args.memory
+    if args.dependency:
+        body["after"] = args.dependency
     if args.array is not None:
         return _submit_array(client, body, args.array, args.json)
     answer = client.call("POST", "/v1/jobs", body)
@@ -488,6 +500,8 @@ def _status(args: argparse.Namespace) -> int:
     for key in ("submit", "begin", "latest_start", "start", "end"):
         if key in ("submit", "start", "end") or status.get(key) is not None:
             print(f"{key.partition('_')[0]:>10}: {_when(status.get(key))}")
+    if status.get("after"):
+        print(f"{'after':>10}: {dependencies.describe(status['after'])}")
     if status.get("log_tail"):
         print("  log tail:")
         for line in status["log_tail"].rstrip().splitlines():

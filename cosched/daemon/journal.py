@@ -80,12 +80,11 @@ def decided(
     actions: Iterable[Any],
     cpus_of: Mapping[int, Sequence[int]],
     kill_reason: Mapping[int, str],
-    cancelled: Iterable[Job] = (),
+    cancelled: Iterable[tuple[int, str]] = (),
 ) -> None:
-    """The pass's decisions, once they are in the state file."""
-    for job in cancelled:
-        if job.state is JobState.CANCELLED:
-            log.info(_line(job.id, "cancelled", reason="cancelled by user"))
+    """The pass's decisions, once they are in the state file; `cancelled`: pending jobs it cancelled, with why."""
+    for job_id, reason in cancelled:
+        log.info(_line(job_id, "cancelled", reason=reason))
     for action in actions:
         if isinstance(action, Launch):
             log.info(_line(action.job.id, "started", cpus=cpus_of.get(action.job.id), quota=action.job.quota))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Colocate, Kill, Launch, Reject, SetQuota
-from cosched.daemon import workflow_stages
+from cosched.daemon import dependencies, workflow_stages
 from cosched.daemon.cpus import share_of
 from cosched.model import Job, JobState
 
@@ -30,6 +30,8 @@ class Plan:
     quotas: list[tuple[int, float, int]] = field(default_factory=list)
     kills: list[int] = field(default_factory=list)
     submitted: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    settled: int = 0
+    """Jobs whose dependencies it settled: released or cancelled by the next pass."""
 
 
 def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], actions: list[Any]) -> Plan:
@@ -72,7 +74,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                     workflow_stages.fail(store, db, workflow_id, _stage_of(daemon, job.id))
         for job in cancels:
             if job.state is JobState.CANCELLED:
-                store.update_job(db, job.id, state="cancelled", end=now, reason="cancelled by user")
+                store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
                 daemon.specs.pop(job.id, None)
                 if job.workflow is not None:
                     workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id))
@@ -96,8 +98,14 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
             elif isinstance(action, Reject):  # refused, or its latest start passed: durable with the reason
                 store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
                 daemon.specs.pop(action.job.id, None)
+        plan.settled = dependencies.settle(daemon, db)  # after the ends it may wait for are written
         _save_learning(daemon, db, ends)
     return plan
+
+
+def cancel_reason(daemon: Daemon, job_id: int) -> str:
+    """Why a pending job was cancelled: its user asked, or a dependency can never be met."""
+    return daemon.kill_reason.get(job_id, "cancelled by user")
 
 
 def _mark_launching(daemon: Daemon, db: Any, job: Job, cpus: list[int], now: float) -> None:

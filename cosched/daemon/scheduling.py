@@ -17,32 +17,39 @@ from cosched.core.events import Event, JobCancelled, JobSubmitted
 from cosched.daemon import carry_out, ends, engine_faults, journal, nodes, plan, state_faults, submissions
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.store import DECISIONS_KEPT, StateError
-from cosched.model import Job
+from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
+
+PASSES_AT_ONCE = 4
+"""Passes one `schedule` runs while each leaves work for the next (stages released, dependencies
+settled), so a chain of them moves on at once rather than one interval a link."""
 
 
 def schedule(daemon: Daemon) -> None:
     """One pass: collect ends, step the core, write the plan, carry it out.
 
-    When stage ends released workflow stages, a second pass follows at once, so a
-    stage starts in the pass that saw its predecessor end rather than one interval later.
+    When stage ends released workflow stages, or ends settled jobs' dependencies, another
+    pass follows at once, so such a job starts (or is cancelled) in the pass that saw the
+    end it waited for rather than one interval later.
     """
     with daemon.pass_lock:
         with daemon.lock:
             if not state_faults.usable(daemon):
                 return
         try:
-            if _pass(daemon):
-                _pass(daemon)
+            for _ in range(PASSES_AT_ONCE):
+                if not _pass(daemon):
+                    break
         except StateError as exc:
             with daemon.lock:
                 state_faults.failed(daemon, exc)
 
 
 def _pass(daemon: Daemon) -> bool:
-    """The pass itself; True when it submitted workflow stages that the core has not seen.
+    """The pass itself; True when it left the next one work: workflow stages submitted that the
+    core has not seen, or dependencies settled (releases and cancels in the inbox).
 
     Runs under `pass_lock`; `lock` is taken only to step the core and write
     the plan, so the engine calls that carry the plan out hold no one up.
@@ -86,7 +93,10 @@ def _pass(daemon: Daemon) -> bool:
                 continue
             journal.ended(end.job, end.exit_code, end.reason)
             daemon.specs.pop(end.job.id, None)
-        journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, cancels)
+        dropped = [(job.id, plan.cancel_reason(daemon, job.id)) for job in cancels if job.state is JobState.CANCELLED]
+        journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
+        for job_id, _ in dropped:
+            daemon.kill_reason.pop(job_id, None)
     try:
         carry_out.carry_out(daemon, ended, planned)
     except EngineUnavailable as exc:
@@ -103,7 +113,7 @@ def _pass(daemon: Daemon) -> bool:
             daemon.asax.forget(DECISIONS_KEPT)
         queued = len(daemon.core.queue)
     daemon.backend.queued(queued)
-    return bool(planned.submitted)
+    return bool(planned.submitted or planned.settled)
 
 
 def _cancel_targets(daemon: Daemon, events: list[Event]) -> list[Job]:

@@ -95,6 +95,8 @@ class Daemon:
         """Launches a pass stopped waiting for, by job id (`carry_out.launch_all`)."""
         self.inbox: deque[Event] = deque()
         self.specs: dict[int, dict[str, Any]] = {}
+        self.waiting: dict[int, list[dict[str, Any]]] = {}
+        """Pending jobs held until their dependencies are met, with them (`cosched.daemon.dependencies`)."""
         self.user_numbers: dict[str, int] = {}
         """User names as the core's user ids (`submissions.user_number`)."""
         self.containers: dict[int, str] = {}
@@ -209,6 +211,7 @@ class Daemon:
             revive_interval=m.revive_interval,
             watchdog_heartbeats=m.watchdog_heartbeats,
             job_settings=config.docker,
+            sample_interval=config.intervals.sample,
             principal=m.principal,
             secret=read_secret(m.secret_file) if m.secret_file else "",
         )
@@ -256,7 +259,7 @@ class Daemon:
         wait([parked.future for parked in self.launching.values()])  # what they started, recovery adopts
         self.launching.clear()
         held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
-        for held in (*held_maps, self.lost_launches):
+        for held in (*held_maps, self.lost_launches, self.waiting):
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0

@@ -9,7 +9,7 @@ cores) are in `Daemon.check_*`, not here.
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -57,6 +57,25 @@ class Container(_Strict):
         return value
 
 
+class Dependency(_Strict):
+    """Start only once another job, or a whole workflow, has ended so (sbatch's --dependency):
+    `afterok` after it succeeded, `afternotok` after it failed or was cancelled, `afterany`
+    after either. A workflow has ended once no stage of it is queued or running."""
+
+    kind: Literal["afterok", "afternotok", "afterany"]
+    job: int | None = Field(None, gt=0)
+    workflow: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Dependency:
+        if (self.job is None) == (self.workflow is None):
+            raise ValueError("needs one of job and workflow, not both")
+        return self
+
+
+Dependencies = Annotated[list[Dependency], Field(default_factory=list, max_length=64)]
+
+
 class JobSpec(Container):
     """One rigid job: `cores` CPUs (its gang), `memory_mib` in all, killed at `walltime` seconds."""
 
@@ -78,6 +97,8 @@ class JobSpec(Container):
     acceptance; stored absolute. Held (pending, `begins at ...`) until then."""
     latest_start: float | str | None = None
     """Latest start, same forms: still pending then, the job fails with that reason."""
+    after: Dependencies
+    """Held (pending, `Dependency`) until every one is met; cancelled once one never can be."""
 
     _window = field_validator("begin", "latest_start", mode="before")(start_window.parse)
 
@@ -105,6 +126,8 @@ class WorkflowSpec(Container):
     begin: float | str | None = None
     """No stage starts before it (as a job's `begin`); stages released after it start at once.
     A workflow has no latest start: a stage expiring midway would strand the ones after it."""
+    after: Dependencies
+    """Every stage waits for them, as a job's `after`."""
 
     _window = field_validator("begin", mode="before")(start_window.parse)
 
@@ -153,5 +176,6 @@ class WorkflowSpec(Container):
                 env={**self.env, **stage.env},
                 data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
                 begin=self.begin,
+                after=[dependency.model_dump() for dependency in self.after],
             )
         )

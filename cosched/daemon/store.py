@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -310,6 +310,20 @@ class Store:
             return int(db.execute(sql, LIVE).fetchone()[0])
         return int(db.execute(sql + " AND user = ?", (*LIVE, user)).fetchone()[0])
 
+    def states(self, db: sqlite3.Connection, job_ids: Iterable[int]) -> dict[int, str]:
+        """The state of each of these jobs still in the file, read inside the caller's transaction."""
+        return dict(_in_chunks(db, "SELECT id, state FROM jobs WHERE id IN ({})", job_ids))
+
+    def workflow_states(self, db: sqlite3.Connection, workflow_ids: Iterable[int]) -> dict[int, str]:
+        """Each workflow's state as a job's: 'running' while any of its stages is queued or running
+        (a failed workflow's other stages run on), else 'done' or 'failed'."""
+        sql = (
+            "SELECT id, CASE WHEN state = 'running' OR EXISTS (SELECT 1 FROM jobs WHERE jobs.workflow = workflows.id"
+            f" AND jobs.state IN ({', '.join(repr(state) for state in LIVE)})) THEN 'running' ELSE state END"
+            " FROM workflows WHERE id IN ({})"
+        )
+        return dict(_in_chunks(db, sql, workflow_ids))
+
     def owners(self) -> dict[int, str]:
         """The user of every live job that has one (the queue's USER column)."""
         rows = self._conn().execute(f"SELECT id, user FROM jobs WHERE user != '' AND {_IS_LIVE}", LIVE)
@@ -456,6 +470,14 @@ def _job_row(row: sqlite3.Row) -> dict[str, Any]:
         if record[key] is not None:
             record[key] = json.loads(record[key])
     return record
+
+
+def _in_chunks(db: sqlite3.Connection, sql: str, ids: Iterable[int], size: int = 500) -> Iterator[tuple[Any, ...]]:
+    """Rows of `sql` (one `IN ({})` of ids), a chunk of ids at a time: SQLite caps a statement's parameters."""
+    unique = sorted(set(ids))
+    for at in range(0, len(unique), size):
+        chunk = unique[at : at + size]
+        yield from db.execute(sql.format(", ".join("?" * len(chunk))), chunk)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -14,7 +14,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import JobCancelled, JobHeld, JobReleased, JobSubmitted
-from cosched.daemon import journal, start_window, state_faults, workflow_stages
+from cosched.daemon import dependencies, journal, start_window, state_faults, workflow_stages
 from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.identity import ANONYMOUS, Caller
@@ -91,6 +91,14 @@ def check_room(daemon: Daemon, db: sqlite3.Connection, user: str, count: int) ->
             )
 
 
+def check_dependencies(daemon: Daemon, db: sqlite3.Connection, after: list[dict[str, Any]]) -> None:
+    """Rejected when a dependency can never be met (a job that failed, or none of that id): a
+    submission the daemon would only cancel is refused with the reason instead."""
+    problem = dependencies.problem(daemon.store, db, after)
+    if problem:
+        raise Rejected("after", f"{problem}: it can never be met")
+
+
 def check_account(daemon: Daemon, user: str) -> None:
     """Rejected if jobs run as their submitter and `user` cannot run any here (no account, root)."""
     if user and daemon.config.docker.run_as == "submitter":
@@ -122,6 +130,7 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     document["begin"], document["latest_start"] = _window(spec.begin, spec.latest_start, now)
     with daemon.store.transaction() as db:
         check_room(daemon, db, user, 1)
+        check_dependencies(daemon, db, document["after"])
         job_id = daemon.store.add_job(db, document, now, user=user)
     queue(daemon, job_id, document, now, user)
     journal.accepted(job_id, document, user=user)
@@ -142,6 +151,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
     spec.begin = _window(spec.begin, None, now)[0]
     with daemon.store.transaction() as db:
         check_room(daemon, db, user, len(spec.stages))
+        check_dependencies(daemon, db, [dependency.model_dump() for dependency in spec.after])
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
         released = workflow_stages.release(daemon.store, db, workflow_id, now)
     for job_id, document in released:
@@ -187,9 +197,11 @@ def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
     if not held and not record["held"]:
         raise NotPending(f"job {job_id} is not held")
     if bool(record["held"]) != held:
-        with daemon.store.transaction() as db:
-            daemon.store.update_job(db, job_id, held=int(held))
-        daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
+        with daemon.lock:  # beside `dependencies.settle`, which releases only jobs the user does not hold
+            with daemon.store.transaction() as db:
+                daemon.store.update_job(db, job_id, held=int(held))
+            if held or job_id not in daemon.waiting:
+                daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
         journal.hold_asked(job_id, held, caller.user)
     return str(record["state"])
 
@@ -214,9 +226,15 @@ def _window(begin: float | str | None, latest: float | str | None, now: float) -
 def queue(
     daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, user: str, workflow: int | None = None
 ) -> None:
-    """Hand an accepted job (stored already) to the next pass."""
-    daemon.specs[job_id] = document
-    daemon.inbox.append(JobSubmitted(job_from(daemon, job_id, document, submit, user, workflow)))
+    """Hand an accepted job (stored already) to the next pass; one with dependencies enters the
+    core held, in the same pass (`cosched.daemon.dependencies`)."""
+    job = job_from(daemon, job_id, document, submit, user, workflow)
+    with daemon.lock:
+        daemon.specs[job_id] = document
+        daemon.inbox.append(JobSubmitted(job))
+        if document.get("after"):
+            daemon.inbox.append(JobHeld(job_id))
+            daemon.waiting[job_id] = document["after"]
 
 
 def user_number(daemon: Daemon, user: str) -> int:

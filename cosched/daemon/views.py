@@ -61,8 +61,7 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     in_queue = {job.id for job in queued}
     held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
     rows += [
-        _row(daemon, job, "pending", "JobHeldUser" if core.is_held(job.id) else begins_at(job.begin), None)
-        for job in sorted(held, key=lambda j: j.begin)
+        _row(daemon, job, "pending", _held_reason(daemon, job), None) for job in sorted(held, key=lambda j: j.begin)
     ]
     owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
@@ -138,6 +137,14 @@ def _not_available(daemon: Daemon, job: Any, out: dict[int, str]) -> str:
     return f"ReqNodeNotAvail: {nodes}"
 
 
+def _held_reason(daemon: Daemon, job: Job) -> str:
+    """Why a pending job is out of the queue, in Slurm's words: its dependencies, its user's
+    hold, or its begin."""
+    if job.id in daemon.waiting:
+        return "Dependency"
+    return "JobHeldUser" if daemon.core.is_held(job.id) else begins_at(job.begin)
+
+
 def begins_at(stamp: float) -> str:
     """A held job's pending reason (Slurm says BeginTime): when it enters the queue."""
     return "begins at " + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp))
@@ -179,8 +186,11 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "quota_changes": daemon.store.quota_changes(job_id),
         "begin": spec.get("begin"),
         "latest_start": spec.get("latest_start"),
+        "after": spec.get("after") or [],
     }
-    if record["state"] == "pending" and record["held"]:
+    if record["state"] == "pending" and job_id in daemon.waiting:
+        status["reason"] = "Dependency"
+    elif record["state"] == "pending" and record["held"]:
         status["reason"] = "JobHeldUser"
     elif record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
         status["reason"] = begins_at(spec["begin"])

@@ -106,6 +106,8 @@ class MesosSettings:
     job_settings: DockerSection = field(default_factory=DockerSection)
     """The daemon's [docker] table: every agent's executor runs jobs as its user, with its limits
     and data roots (storage every agent mounts at the same path)."""
+    sample_interval: float = 2.0
+    """The daemon's `intervals.sample`: how often each executor reports its job's usage."""
 
 
 def read_secret(path: str) -> str:
@@ -827,7 +829,9 @@ class MesosBackend(EventHandler):
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
                 command = self.settings.executor_command
-                executor = jobs.executor_info(task.id, framework_id, command, self.settings.job_settings)
+                executor = jobs.executor_info(
+                    task.id, framework_id, command, self.settings.job_settings, self.settings.sample_interval
+                )
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
                 launch.infos.setdefault(agent, []).append(
@@ -984,7 +988,9 @@ class MesosBackend(EventHandler):
         ]
         task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
         settings = self.settings
-        executor = jobs.executor_info(task_id, self.framework_id, settings.executor_command, settings.job_settings)
+        executor = jobs.executor_info(
+            task_id, self.framework_id, settings.executor_command, settings.job_settings, settings.sample_interval
+        )
         need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
         now = time.monotonic()
         info = jobs.sweep_task(task_id, agent, executor, killed)

@@ -98,7 +98,7 @@ class ExecutorSettings:
             checkpoint=env.get("MESOS_CHECKPOINT") == "1",
             recovery_timeout=mesos_duration(env.get("MESOS_RECOVERY_TIMEOUT", "15mins")),
             backoff_max=mesos_duration(env.get("MESOS_SUBSCRIPTION_BACKOFF_MAX", "2secs")),
-            sample_interval=float(env.get("COSCHED_SAMPLE_INTERVAL", "2")),
+            sample_interval=float(env.get(jobs.SAMPLE_INTERVAL, "2")),
             # The agent hands its executors a token when it authenticates them; without it every call is refused.
             auth=f"Bearer {token}" if (token := env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")) else None,
         )

@@ -31,6 +31,9 @@ JOB_SETTINGS = "COSCHED_JOB_SETTINGS"
 user jobs run as, their limits, the data roots and the CFS period. A job on an agent gets the
 sandbox the operator configured, as on one host, never the executor's defaults."""
 
+SAMPLE_INTERVAL = "COSCHED_SAMPLE_INTERVAL"
+"""The executor's environment variable holding the seconds between its usage reports."""
+
 JOB_KEYS = ("cpu_period", "data_roots", "log_tail", "job_user", "pids_limit", "log_max_mib", "nofile")
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
@@ -76,14 +79,17 @@ def executor_info(
     framework_id: str,
     command: str = EXECUTOR_COMMAND,
     job_settings: DockerSection | None = None,
+    sample_interval: float = 2.0,
 ) -> Json:
     """An executor of its own per task, named as the task (another namespace in Mesos): one killed
     takes only its task with it, the next task never waits for the agent to forget it, and it
     leaves once its task's end is acknowledged. `job_settings` is the daemon's [docker] table
     (`JOB_KEYS` of it; None: the defaults); its `data_roots` must be storage every agent mounts at
-    the same path."""
+    the same path. `sample_interval`: the daemon's, so a job's usage is as fresh on an agent as on
+    one host (`SAMPLE_INTERVAL`)."""
     body = {key: getattr(job_settings or DockerSection(), key) for key in JOB_KEYS}
-    environment = {"variables": [{"name": JOB_SETTINGS, "value": json.dumps(body)}]}
+    variables = {JOB_SETTINGS: json.dumps(body), SAMPLE_INTERVAL: repr(float(sample_interval))}
+    environment = {"variables": [{"name": name, "value": value} for name, value in variables.items()]}
     return {
         "executor_id": {"value": executor_id},
         "framework_id": {"value": framework_id},
