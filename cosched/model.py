@@ -73,6 +73,8 @@ class Job:
     out of the queue policies' sight, until then."""
     latest_start: float = math.inf
     """Latest start (OSDEC's l_i): still pending then, the job fails; it never starts later."""
+    throttle: int = 0
+    """At most this many jobs of its workflow run at once (sbatch's `--array 0-99%N`; 0: no cap)."""
     # Filled in by the scheduling core.
     estimate: float = 0.0
     need: int = 0

@@ -1,6 +1,7 @@
-"""A cap on each user's running cores (`max_cores_per_user`, Slurm's MaxTRESPerUser=cpu=N): the
-core keeps it under every policy (the validator checks each start), a capped job holds no one
-back, and the daemon refuses what can never run and says why a job waits."""
+"""A cap on each user's running cores (`max_cores_per_user`, Slurm's MaxTRESPerUser=cpu=N) and on
+each workflow's running jobs (a job array's throttle, `%N`): the core keeps them under every
+policy (the validator checks each start), a capped job holds no one back, and the daemon refuses
+what can never run and says why a job waits."""
 
 from __future__ import annotations
 
@@ -79,6 +80,41 @@ def test_no_start_ever_takes_a_user_past_the_cap(specs: list, cap: int, pair: st
     result = replay(jobs, Cluster(2, 4), policies, validate=True)
     assert {job.id for job in result.jobs} == {job.id for job in jobs if job.cores <= cap}
     assert {job.id for job in result.rejected} == {job.id for job in jobs if job.cores > cap}
+
+
+def test_a_throttled_workflow_runs_at_most_its_throttle_and_holds_no_one_back() -> None:
+    """Four cores; workflow a's four 1-core jobs have a throttle of 2, so two start at 0 and two at
+    100; workflow b's job, submitted after them with no backfilling, starts at once on a free core."""
+    jobs = [Job(i, 0.0, 1, 100.0, 100.0, workflow="a", throttle=2) for i in (1, 2, 3, 4)]
+    jobs.append(Job(5, 1.0, 1, 10.0, 10.0, workflow="b"))
+    assert _starts(jobs, cap=0, backfill="none") == {1: 0.0, 2: 0.0, 3: 100.0, 4: 100.0, 5: 1.0}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 3000), st.integers(1, 4), st.floats(1, 2000), st.floats(0.1, 1.0), st.integers(0, 2)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    st.integers(0, 6),
+    st.sampled_from(["fcfs:easy", "fcfs:conservative", "sjf:none", "wfp3:easy", "fairshare:easy"]),
+    st.sampled_from(["none", "static"]),
+)
+def test_no_start_ever_takes_a_workflow_past_its_throttle(  # type: ignore[type-arg]
+    specs: list, throttles: list[int], cap: int, pair: str, cosched: str
+) -> None:
+    """Three workflows with throttles (0: none), with or without a user cap: the validator checks
+    every start, co-scheduled guests' too, against both; every job within the cap runs."""
+    jobs = [
+        Job(i + 1, submit, cores, walltime, walltime * used, user=flow, workflow=str(flow), throttle=throttles[flow])
+        for i, (submit, cores, walltime, used, flow) in enumerate(sorted(specs))
+    ]
+    queue, backfill = pair.split(":")
+    policies = PolicySet(queue, backfill, cosched=cosched, max_cores_per_user=cap)
+    result = replay(jobs, Cluster(2, 4), policies, validate=True)
+    assert {job.id for job in result.jobs} == {job.id for job in jobs if not cap or job.cores <= cap}
 
 
 def test_the_daemon_refuses_what_the_cap_forbids_and_says_why_a_job_waits(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from cosched.core.events import (
     Slots,
     UsageReported,
 )
-from cosched.core.limits import CoreLimit
+from cosched.core.limits import Limits
 from cosched.core.pool import ResourcePool, slot_memory
 from cosched.core.promises import Promises
 from cosched.core.view import SchedulerView
@@ -123,8 +123,9 @@ class Scheduler:
         """Jobs the user holds (`JobHeld`), with the begin each had before."""
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
-        self.limit = CoreLimit(max_cores_per_user) if max_cores_per_user else None
-        """The cap on each user's running cores (`cosched.core.limits`), if any."""
+        self.limit = Limits(max_cores_per_user) if max_cores_per_user else None
+        """The caps on each user's running cores and each workflow's running jobs
+        (`cosched.core.limits`); None until there is one, so a pass without caps checks none."""
         self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,
             JobEnded: self._on_ended,
@@ -229,9 +230,15 @@ class Scheduler:
             view.queue = self._within_limit(view, view.queue)
         return view
 
+    def _watch_limits(self, job: Job) -> None:
+        """A job with a throttle brings the caps' bookkeeping, where none was needed so far: its
+        workflow's jobs are counted from its own start on, the first of them to run."""
+        if job.throttle and self.limit is None:
+            self.limit = Limits()
+
     def _within_limit(self, view: SchedulerView, order: Sequence[Job]) -> Sequence[Job]:
-        """`order` less the jobs whose start would take their user past the cap: out of the
-        policies' sight for this pass, as held jobs are (`_leave_out`)."""
+        """`order` less the jobs whose start would break a cap: out of the policies' sight for this
+        pass, as held jobs are (`_leave_out`)."""
         assert self.limit is not None
         admits = self.limit.admits
         return self._leave_out(view, order, {job.id for job in order if not admits(job)})
@@ -252,6 +259,7 @@ class Scheduler:
                 job.state = JobState.FAILED
                 actions.append(Reject(job, reason))
                 return
+        self._watch_limits(job)
         if self.limit is not None and (refusal := self.limit.refusal(job)):
             job.state = JobState.FAILED
             actions.append(Reject(job, refusal))
@@ -373,6 +381,7 @@ class Scheduler:
         job.expected_end = job.start + job.estimate
         job.state = JobState.RUNNING
         self.jobs[job.id] = job
+        self._watch_limits(job)
         if self.limit is not None:
             self.limit.took(job)
         if job.host >= 0:

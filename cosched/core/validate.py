@@ -37,6 +37,10 @@ class ValidatingScheduler:
         self.user_of: dict[int, int] = {}
         self.user_cores: dict[int, int] = {}
         """Cores held by each user's running jobs (hosts and guests alike), against the core's cap."""
+        self.workflow_jobs: dict[str, int] = {}
+        """Running jobs of each workflow, against its jobs' throttle."""
+        self.throttled: dict[int, str] = {}
+        """Running jobs with a throttle, and their workflow."""
 
     def step(self, now: float, events: list[Event]) -> Decision:
         self.head_log.append((now, self._ordered_head(now, events)))
@@ -132,11 +136,17 @@ class ValidatingScheduler:
         """A start never takes its user past the core's `max_cores_per_user`."""
         self.user_of[job.id] = job.user
         held = self.user_cores[job.user] = self.user_cores.get(job.user, 0) + job.cores
-        limit = self.scheduler.limit
+        cap = self.scheduler.limit.max_cores if self.scheduler.limit else 0
         self._check(
-            limit is None or held <= limit.max_cores,
-            f"job {job.id} takes user {job.user} to {held} cores, past the cap of {limit and limit.max_cores}",
+            not cap or held <= cap, f"job {job.id} takes user {job.user} to {held} cores, past the cap of {cap}"
         )
+        if job.throttle:
+            workflow = self.throttled[job.id] = job.workflow or ""
+            running = self.workflow_jobs[workflow] = self.workflow_jobs.get(workflow, 0) + 1
+            self._check(
+                running <= job.throttle,
+                f"job {job.id} makes workflow {workflow} run {running} jobs, past its throttle of {job.throttle}",
+            )
 
     def _check_quotas(self, decision: Decision) -> None:
         """CPU quotas on one allocation never add up to more than its cores."""
@@ -152,6 +162,8 @@ class ValidatingScheduler:
         self.ended.add(jid)
         user = self.user_of.pop(jid)
         self.user_cores[user] -= self.cores[jid]
+        if jid in self.throttled:
+            self.workflow_jobs[self.throttled.pop(jid)] -= 1
         slots = self.slots.pop(jid)
         self.quota.pop(jid, None)
         if jid in self.host_of:  # a guest inside a live host: the cores stay the host's

@@ -75,10 +75,11 @@ def add_commands(commands: Any, parser_class: type) -> None:
     )
     sp.add_argument(
         "--array",
-        type=_indices,
+        type=_array,
         metavar="INDICES",
-        help="a job array, as sbatch --array: 0-99, 1,3,5-7 or 0-20:2 (at most 1024 tasks); each task gets "
-        "$COSCHED_ARRAY_INDEX; submitted as a workflow of independent stages (status, cancel: --workflow ID)",
+        help="a job array, as sbatch --array: 0-99, 1,3,5-7 or 0-20:2 (at most 1024 tasks), and %%N to run at "
+        "most N at once (0-99%%4); each task gets $COSCHED_ARRAY_INDEX; submitted as a workflow of independent "
+        "stages (status, cancel: --workflow ID)",
     )
     sp.add_argument("--name", default="job")
     sp.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
@@ -306,13 +307,14 @@ def _submit(args: argparse.Namespace) -> int:
     if args.dependency:
         body["after"] = args.dependency
     if args.array is not None:
-        return _submit_array(client, body, args.array, args.json)
+        indices, throttle = args.array
+        return _submit_array(client, body, indices, throttle, args.json)
     answer = client.call("POST", "/v1/jobs", body)
     print(json.dumps(answer) if args.json else f"Submitted job {answer['id']}")
     return 0
 
 
-def _submit_array(client: Client, job: dict[str, Any], indices: list[int], as_json: bool) -> int:
+def _submit_array(client: Client, job: dict[str, Any], indices: list[int], throttle: int | None, as_json: bool) -> int:
     """A job array as a workflow whose stages, one per index, depend on nothing: they are queued
     together, each its own job with COSCHED_ARRAY_INDEX set, of one application class (what ASAx
     learns about), and `--workflow ID` reaches them all. Why not a kind of its own: a workflow
@@ -323,6 +325,8 @@ def _submit_array(client: Client, job: dict[str, Any], indices: list[int], as_js
     body = dict(job)
     per_task = {key: body.pop(key) for key in ("app_class", "tasks", "parallel")}
     body["stages"] = [{"name": str(index), "env": {"COSCHED_ARRAY_INDEX": str(index)}, **per_task} for index in indices]
+    if throttle is not None:
+        body["max_running"] = throttle
     answer = client.call("POST", "/v1/workflows", body)
     if as_json:
         print(json.dumps(answer))
@@ -331,10 +335,18 @@ def _submit_array(client: Client, job: dict[str, Any], indices: list[int], as_js
     return 0
 
 
+def _array(text: str) -> tuple[list[int], int | None]:
+    """sbatch --array: its indices, and the throttle after `%` (at most that many run at once)."""
+    spans, percent, throttle = text.partition("%")
+    if not percent:
+        return _indices(spans), None
+    if not throttle.isdigit() or not 1 <= int(throttle) <= 1024:
+        raise argparse.ArgumentTypeError(f"{text!r}: after %, the most tasks running at once (1 to 1024)")
+    return _indices(spans), int(throttle)
+
+
 def _indices(text: str) -> list[int]:
     """sbatch --array's indices: `0-99`, `1,3,5-7`, `0-20:2`; sorted, each once, at most 1024."""
-    if "%" in text:
-        raise argparse.ArgumentTypeError("a throttle (%N) is not supported: every task may run at once")
     indices: set[int] = set()
     for part in text.split(","):
         span, _, step_text = part.partition(":")

@@ -128,6 +128,9 @@ class WorkflowSpec(Container):
     A workflow has no latest start: a stage expiring midway would strand the ones after it."""
     after: Dependencies
     """Every stage waits for them, as a job's `after`."""
+    max_running: int | None = Field(None, ge=1, le=1024)
+    """At most this many of its stages run at once (a job array's throttle, sbatch's `%N`); the
+    others wait in the queue, `JobArrayTaskLimit`."""
 
     _window = field_validator("begin", mode="before")(start_window.parse)
 

@@ -270,6 +270,7 @@ def job_from(
         span=_spans(daemon, spec),
         begin=begin,
         latest_start=latest_start,
+        throttle=int(spec.get("max_running") or 0),
     )
 
 

@@ -50,10 +50,9 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     limit, head = core.limit, True
     for job in order:
         reason = _not_available(daemon, job, out_of_service)
-        if not reason and limit is not None and not limit.admits(job):
-            reason = "QOSMaxCpuPerUserLimit"  # Slurm's words: its user's running jobs hold the cap
-        reason = reason or ("Resources" if head else "Priority")
-        head = head and reason == "QOSMaxCpuPerUserLimit"
+        capped = "" if reason or limit is None else limit.blocking(job)  # out of the pass: not the head
+        reason = reason or capped or ("Resources" if head else "Priority")
+        head = head and bool(capped)
         rows.append(_row(daemon, job, "pending", reason, reservations.get(job.id)))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))

@@ -29,6 +29,8 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
     submitted = []
     for stage in spec.dag().to_release(done, rows, failed=record["state"] == "failed"):
         job_spec = spec.job_spec(stage.name).model_dump()
+        if spec.max_running:  # the workflow's throttle rides with each stage (`submissions.job_from`)
+            job_spec["max_running"] = spec.max_running
         job_id = store.add_job(db, job_spec, now, workflow_id, stage.name, user=record["user"])
         submitted.append((job_id, job_spec))
     return submitted
