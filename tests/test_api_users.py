@@ -139,6 +139,42 @@ def test_a_workflows_stages_belong_to_its_submitter_released_later_too(
     assert client.delete(f"/v1/jobs/{second}", headers=as_user(key_file, "dave")).status_code == 403
 
 
+def test_private_data_shows_each_user_their_own_and_operators_everything(
+    tmp_path: Path, key_file: Path, image: str
+) -> None:
+    """`api.private_data` (Slurm's PrivateData=jobs,usage): bob sees his jobs in the queue, and
+    alice's job, workflow, decisions, history and the metrics are refused him (403, one line);
+    a dependency on her job is refused before its verdict could tell her job's fate. An operator
+    sees all. Without per-user tokens the key is refused at start, naming it."""
+    daemon = make_daemon(tmp_path, key_file, private_data=True)
+    alice, bob, ops = (as_user(key_file, name) for name in ("alice", "bob", "ops"))
+    try:
+        with TestClient(create_app(daemon)) as client:
+            hers = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
+            flow = client.post("/v1/workflows", json=two_stages(image), headers=alice).json()["id"]
+            his = client.post("/v1/jobs", json=job(image), headers=bob).json()["id"]
+            assert [row["id"] for row in client.get("/v1/queue", headers=bob).json()] == [his]
+            assert len(client.get("/v1/queue", headers=ops).json()) == 3
+            for path in (f"/v1/jobs/{hers}", f"/v1/jobs/{hers}/explain", f"/v1/workflows/{flow}", "/metrics"):
+                refused = client.get(path, headers=bob)
+                assert refused.status_code == 403, (path, refused.text)
+                assert "api.private_data shows" in refused.json()["error"]
+                assert client.get(path, headers=ops).status_code == 200
+                assert client.get(path, headers=alice).status_code == (403 if path == "/metrics" else 200)
+            assert client.get("/v1/history", params={"user": "alice"}, headers=bob).status_code == 403
+            assert client.get("/v1/history", headers=bob).status_code == 200
+            after = [{"kind": "afterok", "job": hers}]
+            depends = client.post("/v1/jobs", json={**job(image), "after": after}, headers=bob)
+            assert depends.status_code == 403 and depends.json()["error"] == (
+                f"after: job {hers}: belongs to another user; api.private_data shows each user their own only"
+            )
+            assert len(daemon.store.jobs()) == 3  # the workflow's first stage among them; nothing refused stored
+    finally:
+        daemon.store.close()
+    with pytest.raises(ConfigError, match=r"api.private_data: needs per-user tokens \(api.key_file\)"):
+        validate(from_dict({"api": {"private_data": True}}))
+
+
 def test_a_full_daemon_or_user_refuses_submissions_with_429_until_jobs_end(
     tmp_path: Path, key_file: Path, image: str
 ) -> None:

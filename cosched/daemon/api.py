@@ -135,25 +135,53 @@ def create_app(daemon: Daemon) -> FastAPI:
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
+    def viewer(request: Request) -> str | None:
+        """Whose jobs alone the caller may see: their own under `api.private_data` (Slurm's
+        PrivateData=jobs,usage), unless an operator; None: everyone's."""
+        who = caller(request)
+        return who.user if api.private_data and not who.operator else None
+
+    def only_own(request: Request, owner: str, what: str) -> None:
+        """Forbidden unless the caller may see what `owner` submitted."""
+        user = viewer(request)
+        if user is not None and owner != user:
+            raise Forbidden(f"{what}: belongs to another user; api.private_data shows each user their own only")
+
+    def own_dependencies(request: Request, spec: JobSpec | WorkflowSpec) -> None:
+        """Under `private_data` a dependency names the caller's own jobs: its verdict would tell
+        another user's job's fate."""
+        for dependency in spec.after:
+            if dependency.job is not None:
+                what, record = f"after: job {dependency.job}", daemon.store.job(dependency.job)
+            else:
+                what, record = f"after: workflow {dependency.workflow}", daemon.store.workflow(dependency.workflow or 0)
+            if record is not None:
+                only_own(request, record["user"], what)
+
     @app.post("/v1/jobs", status_code=201, response_model=Submitted)
     def submit_job(spec: JobSpec, request: Request) -> Submitted:
         # def, not async: the image lookup asks the engine and the commit may wait on SQLite's lock.
+        own_dependencies(request, spec)
         return Submitted(id=daemon.submit_job(spec, caller(request).user))
 
     @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted)
     def submit_workflow(spec: WorkflowSpec, request: Request) -> WorkflowSubmitted:
+        own_dependencies(request, spec)
         workflow_id, jobs = daemon.submit_workflow(spec, caller(request).user)
         return WorkflowSubmitted(id=workflow_id, jobs=jobs)
 
     @app.get("/v1/queue")
-    def queue() -> list[dict[str, Any]]:
-        return views.queue(daemon)
+    def queue(request: Request) -> list[dict[str, Any]]:
+        rows = views.queue(daemon)
+        user = viewer(request)
+        return rows if user is None else [row for row in rows if row["user"] == user]
 
     @app.get("/v1/jobs/{job_id}")
-    def job(job_id: Id) -> dict[str, Any]:
+    def job(job_id: Id, request: Request) -> dict[str, Any]:
         status = views.job_status(daemon, job_id)
         if status is None:
             raise HTTPException(404, f"job {job_id}: no such job")
+        only_own(request, status["user"], f"job {job_id}")
         return status
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
@@ -178,16 +206,19 @@ def create_app(daemon: Daemon) -> FastAPI:
         return Cancelled(id=job_id, state=state)
 
     @app.get("/v1/jobs/{job_id}/explain")
-    def explain(job_id: Id) -> list[dict[str, Any]]:
-        if daemon.store.job(job_id) is None:
+    def explain(job_id: Id, request: Request) -> list[dict[str, Any]]:
+        record = daemon.store.job(job_id)
+        if record is None:
             raise HTTPException(404, f"job {job_id}: no such job")
+        only_own(request, record["user"], f"job {job_id}")
         return views.explain(daemon, job_id)
 
     @app.get("/v1/workflows/{workflow_id}")
-    def workflow(workflow_id: Id) -> dict[str, Any]:
+    def workflow(workflow_id: Id, request: Request) -> dict[str, Any]:
         status = views.workflow_status(daemon, workflow_id)
         if status is None:
             raise HTTPException(404, f"workflow {workflow_id}: no such workflow")
+        only_own(request, status["user"], f"workflow {workflow_id}")
         return status
 
     @app.get("/v1/nodes")
@@ -196,6 +227,7 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.get("/v1/history")
     def history(
+        request: Request,
         since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
         until: Annotated[float | None, Query(allow_inf_nan=False)] = None,
         user: str | None = None,
@@ -203,17 +235,22 @@ def create_app(daemon: Daemon) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=HISTORY_LIMIT)] = 1000,
     ) -> list[dict[str, Any]]:
         """Jobs that ended in [since, until) (epoch seconds; default: the last day), as sacct."""
+        if viewer(request) is not None:  # under private_data: the caller's own, unless they ask for another's
+            if user is not None:
+                only_own(request, user, f"history of {user}")
+            user = viewer(request)
         now = daemon.clock()
         end = now if until is None else until
         return views.history(daemon, end - 86400 if since is None else since, end, user, state, limit)
 
     @app.get("/v1/shares")
-    def shares() -> list[dict[str, Any]]:
+    def shares(request: Request) -> list[dict[str, Any]]:
         rows = views.shares(daemon)
         if rows is None:
             queue = daemon.config.policies.queue
             raise HTTPException(409, f"queue policy {queue!r} counts no usage (shares need policies.queue = fairshare)")
-        return rows
+        user = viewer(request)
+        return rows if user is None else [row for row in rows if row["user"] == user]
 
     @app.post("/v1/nodes/{node}/drain", response_model=Drained)
     def drain_node(node: Node, asked: DrainAsked, request: Request) -> Drained:
@@ -234,7 +271,9 @@ def create_app(daemon: Daemon) -> FastAPI:
         return {**daemon.health(), "jobs": {state: int(count or 0) for state, count in jobs.items()}}
 
     @app.get("/metrics")
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
+        if viewer(request) is not None:  # its per-user series are every user's usage
+            raise Forbidden("metrics: every user's usage; api.private_data shows them to operators only")
         return Response(daemon.metrics.render(), media_type=CONTENT_TYPE)
 
     return app

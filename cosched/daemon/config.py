@@ -17,6 +17,7 @@ default. Example (every key, with its default)::
     token = ""                    # shared operator token; this or key_file is required when host is not loopback
     key_file = ""                 # signing key of per-user tokens (`cosched token USER` mints them); "" = none
     operators = ["root"]          # users whose tokens may cancel anyone's jobs (the others cancel their own)
+    private_data = false          # with key_file: users see their own jobs, history, share only (PrivateData)
     max_body = 1048576            # bytes; a larger request is refused with 413
     max_connections = 64          # open connections; more are closed at once (503)
     max_jobs = 100000             # jobs queued or running in all; a submission past it gets 429 (Slurm's MaxJobCount)
@@ -129,6 +130,7 @@ class ApiSection:
     token: str = ""
     key_file: str = ""
     operators: tuple[str, ...] = ("root",)
+    private_data: bool = False
     max_body: int = 1 << 20
     max_connections: int = 64
     max_jobs: int = 100_000
@@ -328,6 +330,10 @@ def validate(config: DaemonConfig) -> DaemonConfig:
             raise ConfigError(f"config key api.{key}: must be in (0, 3600] seconds, got {getattr(api, key)}")
     if bool(api.tls_cert) != bool(api.tls_key):
         raise ConfigError("config keys api.tls_cert and api.tls_key: give both (HTTPS) or neither")
+    if api.private_data and not api.key_file:
+        raise ConfigError(
+            "config key api.private_data: needs per-user tokens (api.key_file); without them every caller is one user"
+        )
     if not _is_loopback(api.host) and not (api.token or api.key_file):
         raise ConfigError(
             f"config key api.token: required (or api.key_file) when api.host ({api.host}) is not a loopback address"
