@@ -17,10 +17,10 @@ from cosched.policies.registry import create
 from workloads.images import busybox_image
 
 
-def core_of(cluster: Cluster, backfill: str = "easy") -> Scheduler:
+def core_of(cluster: Cluster, backfill: str = "easy", queue: str = "fcfs") -> Scheduler:
     return Scheduler(
         cluster,
-        create("queue", "fcfs"),
+        create("queue", queue),
         create("backfill", backfill),
         create("estimate", "requested"),
         create("placement", "first-fit"),

@@ -63,6 +63,15 @@ class JobReleased:
 
 
 @dataclass(slots=True)
+class JobUpdated:
+    """A queued or running job's walltime changed (Slurm's `scontrol update TimeLimit`): it is
+    ordered, fitted and reserved for by the new one, and a running one is killed at it."""
+
+    job_id: int
+    walltime: float
+
+
+@dataclass(slots=True)
 class Offer:
     """Resources a backend offers the framework, Mesos-style.
 
@@ -162,6 +171,7 @@ Event = (
     | JobCancelled
     | JobHeld
     | JobReleased
+    | JobUpdated
     | Offer
     | Rescind
     | UsageReported

@@ -31,6 +31,7 @@ from cosched.core.events import (
     JobReleased,
     JobRequeued,
     JobSubmitted,
+    JobUpdated,
     Kill,
     Launch,
     Offer,
@@ -137,6 +138,7 @@ class Scheduler:
             UsageReported: self._on_usage,
             JobAdopted: self._on_adopted,
             JobRequeued: self._on_requeued,
+            JobUpdated: self._on_updated,
         }
         guests: Mapping[int, list[Job]] = self.guests if keep_promises else _NO_GUESTS
         self._view = SchedulerView(0.0, cluster, self.queue, self.running, self.pool, guests, self.jobs, self._withheld)
@@ -393,6 +395,30 @@ class Scheduler:
                 self.pool.take_memory([node for node, _ in job.slots], memory)
         else:
             insort(self.running, job, key=_expected_end)
+        self._view.epoch += 1
+
+    def _on_updated(self, event: JobUpdated, now: float, actions: list[Action]) -> None:
+        """A new walltime: a queued job takes its place anew (SJF and WFP order by it, backfilling
+        fits by it), a running one's expected end moves (reservations count on it); a plan kept
+        from earlier passes is dropped. A guest is no part of the running list: its host is."""
+        job = self.jobs.get(event.job_id)
+        if job is None or not (event.walltime > 0 and math.isfinite(event.walltime)):
+            return
+        queued = job.state is JobState.PENDING and job.id not in self.windows.held
+        running = job.state is JobState.RUNNING and job.host < 0
+        if queued:
+            self._dequeue(job)
+        elif running:
+            self._remove_running(job)
+        job.walltime = event.walltime
+        job.estimate = self.estimator.estimate(job)
+        if job.state is JobState.RUNNING:
+            job.expected_end = job.start + job.estimate
+        if queued:
+            self._enqueue(job, now)
+        elif running:
+            insort(self.running, job, key=_expected_end)
+        self.backfill.reestimated(job)
         self._view.epoch += 1
 
     def _on_requeued(self, event: JobRequeued, now: float, actions: list[Action]) -> None:

@@ -24,7 +24,7 @@ from cosched.daemon.http_guards import Authenticate, BodyLimit
 from cosched.daemon.identity import Caller, Revocations, load_key, revocations_path
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
-from cosched.daemon.specs import JobSpec, WorkflowSpec
+from cosched.daemon.specs import JobSpec, JobUpdate, WorkflowSpec
 from cosched.daemon.store import StateError
 from cosched.daemon.submissions import Forbidden, Full, NotPending, Rejected
 
@@ -46,7 +46,7 @@ class WorkflowSubmitted(BaseModel):
 
 
 class Cancelled(BaseModel):
-    """The answer to a cancel, hold or release: the state the job was in."""
+    """The answer to a cancel, hold, release or update: the state the job was in."""
 
     id: int
     state: str
@@ -187,6 +187,13 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
     def cancel(job_id: Id, request: Request) -> Cancelled:
         state = daemon.cancel(job_id, caller(request))
+        if not state:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        return Cancelled(id=job_id, state=state)
+
+    @app.patch("/v1/jobs/{job_id}", response_model=Cancelled)
+    def update(job_id: Id, change: JobUpdate, request: Request) -> Cancelled:
+        state = daemon.update_walltime(job_id, change.walltime, caller(request))
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)

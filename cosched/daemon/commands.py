@@ -128,6 +128,16 @@ def add_commands(commands: Any, parser_class: type) -> None:
         common(hp)
         hp.set_defaults(handler=_hold, held=verb == "hold")
 
+    up = commands.add_parser(
+        "update",
+        help="change queued or running jobs' walltime (as scontrol update TimeLimit; lower your own, "
+        "or raise any as an operator)",
+    )
+    up.add_argument("ids", type=int, nargs="+")
+    up.add_argument("--walltime", type=float, required=True, help="seconds from the job's start")
+    common(up)
+    up.set_defaults(handler=_update)
+
     tp = commands.add_parser(
         "token",
         help="mint a user's API token (needs the daemon's signing key; made if absent)",
@@ -547,16 +557,27 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _hold(args: argparse.Namespace) -> int:
-    """Like scontrol hold/release: each job's answer, and exit 1 if any was refused."""
+    """Like scontrol hold/release."""
+    verb = "hold" if args.held else "release"
+    return _each_job(args, "POST", f"/{verb}", None, "held" if args.held else "released")
+
+
+def _update(args: argparse.Namespace) -> int:
+    """Like scontrol update TimeLimit."""
+    return _each_job(args, "PATCH", "", {"walltime": args.walltime}, f"walltime {args.walltime:g} s")
+
+
+def _each_job(args: argparse.Namespace, method: str, action: str, body: dict[str, Any] | None, done: str) -> int:
+    """One call per job id (`/v1/jobs/ID` and `action`): each job's answer, and exit 1 if any was refused."""
     client, status = _client(args), 0
     for job_id in args.ids:
         try:
-            answer = client.call("POST", f"/v1/jobs/{job_id}/{'hold' if args.held else 'release'}")
+            answer = client.call(method, f"/v1/jobs/{job_id}{action}", body)
         except ApiError as exc:
             print(f"cosched: error: {exc}", file=sys.stderr)
             status = 1
             continue
-        print(json.dumps(answer) if args.json else f"job {job_id}: {'held' if args.held else 'released'}")
+        print(json.dumps(answer) if args.json else f"job {job_id}: {done}")
     return status
 
 

@@ -66,6 +66,10 @@ def hold_asked(job_id: int, held: bool, caller: str) -> None:
     log.info(_line(job_id, "held" if held else "released", by=caller or None))
 
 
+def updated(job_id: int, walltime: float, caller: str) -> None:
+    log.info(_line(job_id, "updated", walltime=walltime, by=caller or None))
+
+
 def ended(job: Job, exit_code: int | None, reason: str) -> None:
     state = job.state.value if job.state is not JobState.RUNNING else "failed"
     log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))

@@ -282,6 +282,10 @@ class Daemon:
         """See `submissions.hold`."""
         return submissions.hold(self, job_id, caller, held)
 
+    def update_walltime(self, job_id: int, walltime: float, caller: Caller) -> str:
+        """See `submissions.update_walltime`."""
+        return submissions.update_walltime(self, job_id, walltime, caller)
+
     def schedule(self) -> None:
         """See `scheduling.schedule`."""
         scheduling.schedule(self)

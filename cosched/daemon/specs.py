@@ -103,6 +103,12 @@ class JobSpec(Container):
     _window = field_validator("begin", "latest_start", mode="before")(start_window.parse)
 
 
+class JobUpdate(_Strict):
+    """What may change of a queued or running job (Slurm's `scontrol update`): its walltime."""
+
+    walltime: float = Field(gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
+
+
 class StageSpec(Container):
     """A workflow stage: its own job once `depends` have succeeded."""
 

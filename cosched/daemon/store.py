@@ -285,6 +285,10 @@ class Store:
         names = ", ".join(f"{name} = ?" for name in columns)
         db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*columns.values(), job_id))
 
+    def set_walltime(self, db: sqlite3.Connection, job_id: int, walltime: float) -> None:
+        """A job's walltime in its stored spec: a restarted daemon kills it at this one."""
+        db.execute("UPDATE jobs SET spec = json_set(spec, '$.walltime', ?) WHERE id = ?", (walltime, job_id))
+
     def job(self, job_id: int) -> dict[str, Any] | None:
         row = self._conn().execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job_row(row) if row is not None else None

@@ -13,7 +13,7 @@ import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from cosched.core.events import JobCancelled, JobHeld, JobReleased, JobSubmitted
+from cosched.core.events import JobCancelled, JobHeld, JobReleased, JobSubmitted, JobUpdated
 from cosched.daemon import dependencies, journal, start_window, state_faults, workflow_stages
 from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
@@ -181,7 +181,8 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
 
 
 class NotPending(CoschedError):
-    """Hold or release of a job that is not pending (running, ended) or not held."""
+    """Hold or release of a job that is not pending (running, ended) or not held; an update of one
+    that ended."""
 
 
 def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
@@ -203,6 +204,30 @@ def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
             if held or job_id not in daemon.waiting:
                 daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
         journal.hold_asked(job_id, held, caller.user)
+    return str(record["state"])
+
+
+def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller) -> str:
+    """Change a queued or running job's walltime, as `scontrol update TimeLimit`; its state ('' if
+    there is no such job). Its owner may lower it, only an operator raise it (Slurm's rule: a
+    walltime is what backfilling planned others around). Lowered below what it has run, the job
+    is killed at the next review, `walltime exceeded`. In the state file, so a restart keeps it."""
+    record = daemon.store.job(job_id)
+    if record is None:
+        return ""
+    _check_owner(record, caller, "update")
+    if record["state"] not in ("pending", "launching", "running") or record["cancel"]:
+        raise NotPending(f"job {job_id} is {record['state']}: only a queued or running job's walltime can change")
+    before = float(record["spec"]["walltime"])
+    if walltime > before and not caller.operator:
+        raise Forbidden(f"job {job_id}: only an operator may raise a walltime ({before:g} s to {walltime:g} s)")
+    with daemon.lock:  # the spec the daemon holds and the core's job change together
+        with daemon.store.transaction() as db:
+            daemon.store.set_walltime(db, job_id, walltime)
+        if job_id in daemon.specs:
+            daemon.specs[job_id]["walltime"] = walltime
+        daemon.inbox.append(JobUpdated(job_id, walltime))
+    journal.updated(job_id, walltime, caller.user)
     return str(record["state"])
 
 

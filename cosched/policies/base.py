@@ -127,6 +127,10 @@ class BackfillPolicy(ABC):
         as a co-scheduled guest or hosted one, so what its end frees is not simply its units
         (`cosched.core.frees`). A policy that keeps a plan learns here what came free early."""
 
+    def reestimated(self, job: Job) -> None:  # noqa: B027 - optional hook, as `forget`
+        """A queued or running job's estimate changed (its walltime was updated): a plan kept
+        from earlier passes that counted on the old one no longer holds."""
+
     @property
     def reservations(self) -> Mapping[int, float]:
         """Starts promised in earlier passes that still stand (conservative backfilling's);

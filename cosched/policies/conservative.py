@@ -177,6 +177,9 @@ class Conservative(BackfillPolicy):
         else:
             self._freed.append((job.end, job.expected_end, job.need))
 
+    def reestimated(self, job: Job) -> None:
+        self._stale = True  # a running job's end moved, or a queued one's reservation: plan anew
+
     @property
     def reservations(self) -> dict[int, float]:
         """Current reservations by job id (read-only copy)."""
