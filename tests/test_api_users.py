@@ -155,7 +155,8 @@ def test_private_data_shows_each_user_their_own_and_operators_everything(
             his = client.post("/v1/jobs", json=job(image), headers=bob).json()["id"]
             assert [row["id"] for row in client.get("/v1/queue", headers=bob).json()] == [his]
             assert len(client.get("/v1/queue", headers=ops).json()) == 3
-            for path in (f"/v1/jobs/{hers}", f"/v1/jobs/{hers}/explain", f"/v1/workflows/{flow}", "/metrics"):
+            mine = (f"/v1/jobs/{hers}", f"/v1/jobs/{hers}/log", f"/v1/jobs/{hers}/explain", f"/v1/workflows/{flow}")
+            for path in (*mine, "/metrics"):
                 refused = client.get(path, headers=bob)
                 assert refused.status_code == 403, (path, refused.text)
                 assert "api.private_data shows" in refused.json()["error"]

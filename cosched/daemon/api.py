@@ -31,6 +31,8 @@ from cosched.daemon.submissions import Forbidden, Full, NotPending, Rejected
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
 HISTORY_LIMIT = 100_000
+LOG_LINES = 10_000
+"""The most lines of a job's output one request reads (and at most `LIVE_LOG_BYTES` of them)."""
 """Ended jobs one history answer lists at most: tens of MB of JSON, built in memory."""
 # A node number (checked against the cluster by `drain`).
 Node = Annotated[int, Path(ge=-(1 << 31), le=(1 << 31) - 1)]
@@ -211,6 +213,15 @@ def create_app(daemon: Daemon) -> FastAPI:
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)
+
+    @app.get("/v1/jobs/{job_id}/log")
+    def job_log(job_id: Id, request: Request, lines: Annotated[int, Query(ge=1, le=LOG_LINES)] = 20) -> dict[str, Any]:
+        """The last `lines` of a job's output: live while it runs, as `tail` of a Slurm output file."""
+        record = daemon.store.job(job_id)
+        if record is None:
+            raise HTTPException(404, f"job {job_id}: no such job")
+        only_own(request, record["user"], f"job {job_id}")
+        return views.job_log(daemon, record, lines)
 
     @app.get("/v1/jobs/{job_id}/explain")
     def explain(job_id: Id, request: Request) -> list[dict[str, Any]]:

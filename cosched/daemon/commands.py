@@ -128,6 +128,12 @@ def add_commands(commands: Any, parser_class: type) -> None:
         common(hp)
         hp.set_defaults(handler=_hold, held=verb == "hold")
 
+    lp = commands.add_parser("logs", help="the last lines of a job's output: live while it runs (as tail of its file)")
+    lp.add_argument("id", type=int)
+    lp.add_argument("-n", "--lines", type=int, default=20, help="lines (default: %(default)s; at most 10000)")
+    common(lp)
+    lp.set_defaults(handler=_logs)
+
     up = commands.add_parser(
         "update",
         help="change queued or running jobs' walltime (as scontrol update TimeLimit; lower your own, "
@@ -560,6 +566,17 @@ def _hold(args: argparse.Namespace) -> int:
     """Like scontrol hold/release."""
     verb = "hold" if args.held else "release"
     return _each_job(args, "POST", f"/{verb}", None, "held" if args.held else "released")
+
+
+def _logs(args: argparse.Namespace) -> int:
+    answer = _client(args).call("GET", f"/v1/jobs/{args.id}/log?lines={args.lines}")
+    if args.json:
+        print(json.dumps(answer))
+        return 0
+    if answer["note"]:
+        print(f"cosched: job {args.id} is {answer['state']}: {answer['note']}", file=sys.stderr)
+    sys.stdout.write(printable(answer["log"]))
+    return 0
 
 
 def _update(args: argparse.Namespace) -> int:

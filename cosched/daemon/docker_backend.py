@@ -63,6 +63,9 @@ def scratch_mounts(memory_mib: int, volumes: Iterable[str] = ()) -> dict[str, st
 
 
 LOG_TAIL_BYTES = 8192
+LIVE_LOG_BYTES = 1 << 20
+"""The most of a running job's output one `cosched logs` reads: a job that prints megabytes a
+second must not make the daemon hold them all."""
 """The most of a finished job's output kept (its last bytes)."""
 
 IMAGE_RECHECK = 5.0
@@ -354,13 +357,19 @@ class DockerBackend:
         """The last `log_tail` lines of a job's output, and at most `LOG_TAIL_BYTES` of them: the
         engine cuts a line every 16 KiB, so 20 lines of a job that never ends one are 320 KiB, kept
         in the state file for every job and sent in its status."""
+        return self._tail(container_id, self.log_tail, LOG_TAIL_BYTES)
+
+    def live_log(self, container_id: str, lines: int) -> str | None:
+        return self._tail(container_id, lines, LIVE_LOG_BYTES)
+
+    def _tail(self, container_id: str, lines: int, most: int) -> str:
         try:
-            raw = self.client.api.logs(container_id, stdout=True, stderr=True, tail=self.log_tail)
+            raw = self.client.api.logs(container_id, stdout=True, stderr=True, tail=lines)
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"reading logs of {container_id[:12]}: {_reason(exc)}") from None
         raw = raw if isinstance(raw, bytes) else str(raw).encode()
-        if len(raw) > LOG_TAIL_BYTES:
-            raw = b"[...]" + raw[-LOG_TAIL_BYTES:]
+        if len(raw) > most:
+            raw = b"[...]" + raw[-most:]
         return raw.decode("utf-8", "replace")
 
     def kill(self, container_id: str) -> None:

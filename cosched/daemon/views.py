@@ -204,6 +204,21 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
     return status
 
 
+def job_log(daemon: Daemon, record: dict[str, Any], lines: int) -> dict[str, Any]:
+    """The last `lines` of a job's output (`record`, its row): read from its machine while it runs
+    (`live`), else the tail kept at its end (`docker.log_tail` lines)."""
+    job_id = record["id"]
+    answer = {"id": job_id, "user": record["user"], "state": record["state"], "live": False, "note": None}
+    container = daemon.containers.get(job_id) if record["state"] == "running" else None
+    text = daemon.backend.live_log(container, lines) if container is not None else None
+    if text is not None:
+        return {**answer, "live": True, "log": text}
+    if record["state"] == "running":
+        answer["note"] = "its machine sends its output at its end (a job on a Mesos agent)"
+    kept = (record["log_tail"] or "").splitlines(keepends=True)
+    return {**answer, "log": "".join(kept[-lines:])}
+
+
 def workflow_status(daemon: Daemon, workflow_id: int) -> dict[str, Any] | None:
     record = daemon.store.workflow(workflow_id)
     if record is None:

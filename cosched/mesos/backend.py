@@ -1033,6 +1033,10 @@ class MesosBackend(EventHandler):
         with self.cond:
             return Exit(*self.runs[handle].exit())
 
+    def live_log(self, handle: str, lines: int) -> str | None:
+        """None: an executor sends its job's output once, with its end (`Run.logs`)."""
+        return None
+
     def logs(self, handle: str) -> str:
         with self.cond:
             return self.runs[handle].logs()
