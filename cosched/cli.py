@@ -99,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="no user's running jobs hold more than N cores at once (Slurm's MaxTRESPerUser=cpu=N)",
     )
     rp.add_argument(
+        "--max-running-jobs-per-user",
+        type=_positive,
+        metavar="N",
+        help="no user runs more than N jobs at once (Slurm's MaxJobsPerUser=N)",
+    )
+    rp.add_argument(
         "--fat-tree",
         type=_positive,
         metavar="K",
@@ -658,6 +664,7 @@ def _replay(args: argparse.Namespace) -> int:
     for policy_set in sets:
         policy_set.placement = args.placement
         policy_set.max_cores_per_user = args.max_cores_per_user or 0
+        policy_set.max_running_jobs_per_user = args.max_running_jobs_per_user or 0
         policy_set.check()  # an unknown name fails before any trace is read
     windows = None
     if args.deferrable is not None:

@@ -178,6 +178,28 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
         finish(cluster, daemon)
 
 
+def test_a_running_jobs_output_is_read_from_its_agents_executors(cluster: Cluster, tmp_path: Path) -> None:
+    """`cosched logs` of a gang running on two agents: each part's executor reads its own engine and
+    answers the framework's message; the parts are marked, as in the tail kept at the end."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-logs")
+    try:
+        script = 'echo "part $COSCHED_PART up"; sleep 60'
+        job = daemon.submit(image=image, command=["sh", "-c", script], cores=2, span=True, walltime=120, memory_mib=128)
+        daemon.wait_running(job, 60)
+
+        def output() -> dict | None:
+            answer = daemon.client.call("GET", f"/v1/jobs/{job}/log?lines=5")
+            return answer if "part 1 up" in answer["log"] else None
+
+        answer = wait_until(output, 30, "the output of both parts")
+        assert answer["live"] is True
+        assert answer["log"] == "[part 0] part 0 up\n[part 1] part 1 up\n"
+    finally:
+        finish(cluster, daemon)
+
+
 def test_a_data_dir_swapped_for_a_symlink_is_refused_by_the_agents_executor(cluster: Cluster, tmp_path: Path) -> None:
     """The hostile job of tests/test_sandbox.py on Mesos: a data dir accepted by the daemon, then
     swapped for a symlink to a host directory while the job waits, is refused where the job would

@@ -1,5 +1,6 @@
-"""A cap on each user's running cores (`max_cores_per_user`, Slurm's MaxTRESPerUser=cpu=N) and on
-each workflow's running jobs (a job array's throttle, `%N`): the core keeps them under every
+"""Caps on each user's running cores and jobs (`max_cores_per_user`, `max_running_jobs_per_user`:
+Slurm's MaxTRESPerUser=cpu=N and MaxJobsPerUser=N) and on each workflow's running jobs (a job
+array's throttle, `%N`): the core keeps them under every
 policy (the validator checks each start), a capped job holds no one back, and the daemon refuses
 what can never run and says why a job waits."""
 
@@ -21,8 +22,8 @@ from cosched.replay.driver import PolicySet, replay
 from workloads.images import busybox_image
 
 
-def _starts(jobs: list[Job], cap: int, queue: str = "fcfs", backfill: str = "easy") -> dict[int, float]:
-    policies = PolicySet(queue, backfill, max_cores_per_user=cap)
+def _starts(jobs: list[Job], cap: int, queue: str = "fcfs", backfill: str = "easy", most: int = 0) -> dict[int, float]:
+    policies = PolicySet(queue, backfill, max_cores_per_user=cap, max_running_jobs_per_user=most)
     return {job.id: job.start for job in replay(jobs, Cluster(1, 4), policies, validate=True).jobs}
 
 
@@ -82,6 +83,13 @@ def test_no_start_ever_takes_a_user_past_the_cap(specs: list, cap: int, pair: st
     assert {job.id for job in result.rejected} == {job.id for job in jobs if job.cores > cap}
 
 
+def test_a_user_at_their_most_running_jobs_waits_while_cores_are_free() -> None:
+    """Four cores, at most 2 running jobs a user: Alice's third 1-core job waits for one of hers
+    to end (100), Bob's starts at once."""
+    jobs = [Job(i, 0.0, 1, 100.0, 100.0, user=1) for i in (1, 2, 3)] + [Job(4, 1.0, 1, 50.0, 50.0, user=2)]
+    assert _starts(jobs, cap=0, most=2) == {1: 0.0, 2: 0.0, 3: 100.0, 4: 1.0}
+
+
 def test_a_throttled_workflow_runs_at_most_its_throttle_and_holds_no_one_back() -> None:
     """Four cores; workflow a's four 1-core jobs have a throttle of 2, so two start at 0 and two at
     100; workflow b's job, submitted after them with no backfilling, starts at once on a free core."""
@@ -99,20 +107,22 @@ def test_a_throttled_workflow_runs_at_most_its_throttle_and_holds_no_one_back() 
     ),
     st.lists(st.integers(0, 3), min_size=3, max_size=3),
     st.integers(0, 6),
+    st.integers(0, 3),
     st.sampled_from(["fcfs:easy", "fcfs:conservative", "sjf:none", "wfp3:easy", "fairshare:easy"]),
     st.sampled_from(["none", "static"]),
 )
 def test_no_start_ever_takes_a_workflow_past_its_throttle(  # type: ignore[type-arg]
-    specs: list, throttles: list[int], cap: int, pair: str, cosched: str
+    specs: list, throttles: list[int], cap: int, most: int, pair: str, cosched: str
 ) -> None:
-    """Three workflows with throttles (0: none), with or without a user cap: the validator checks
-    every start, co-scheduled guests' too, against both; every job within the cap runs."""
+    """Three workflows with throttles (0: none), with or without caps on a user's cores and running
+    jobs: the validator checks every start, co-scheduled guests' too, against all three; every job
+    within the core cap runs."""
     jobs = [
         Job(i + 1, submit, cores, walltime, walltime * used, user=flow, workflow=str(flow), throttle=throttles[flow])
         for i, (submit, cores, walltime, used, flow) in enumerate(sorted(specs))
     ]
     queue, backfill = pair.split(":")
-    policies = PolicySet(queue, backfill, cosched=cosched, max_cores_per_user=cap)
+    policies = PolicySet(queue, backfill, cosched=cosched, max_cores_per_user=cap, max_running_jobs_per_user=most)
     result = replay(jobs, Cluster(2, 4), policies, validate=True)
     assert {job.id for job in result.jobs} == {job.id for job in jobs if not cap or job.cores <= cap}
 
@@ -140,10 +150,9 @@ def test_the_daemon_refuses_what_the_cap_forbids_and_says_why_a_job_waits(tmp_pa
         daemon.cleanup(engine)
 
 
-def test_a_negative_cap_in_the_config_names_its_key() -> None:
+@pytest.mark.parametrize("key", ["max_cores_per_user", "max_running_jobs_per_user"])
+def test_a_negative_cap_in_the_config_names_its_key(key: str) -> None:
     from cosched.daemon.config import from_dict, validate
 
-    with pytest.raises(
-        ConfigError, match=r"config key policies.max_cores_per_user: must be >= 0 \(0: no cap\), got -1"
-    ):
-        validate(from_dict({"policies": {"max_cores_per_user": -1}}))
+    with pytest.raises(ConfigError, match=rf"config key policies.{key}: must be >= 0 \(0: no cap\), got -1"):
+        validate(from_dict({"policies": {key: -1}}))

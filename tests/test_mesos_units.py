@@ -383,3 +383,14 @@ def test_an_executor_sends_the_token_an_authenticating_agent_gave_it() -> None:
         server.shutdown()
         server.server_close()
     assert seen == [None, "Bearer agent-token"]
+
+
+def test_a_request_for_output_and_its_answer_are_checked_and_capped() -> None:
+    """`cosched logs` on Mesos: the framework asks an executor for lines, the executor answers with
+    text, at most `LOG_BYTES` of it (it travels through the master); anything else is refused."""
+    assert jobs.parse_message(jobs.log_message("t1", 20)) == {"type": "log", "task": "t1", "lines": 20}
+    answer = jobs.parse_message(jobs.log_answer("t1", "x" * (jobs.LOG_BYTES + 10)))
+    assert answer["text"] == "[...]" + "x" * jobs.LOG_BYTES
+    for bad in (b'{"type": "log", "task": "t1", "lines": 0}', b'{"type": "log", "lines": 5}'):
+        with pytest.raises(jobs.BadPayload, match="log message: needs 'task'"):
+            jobs.parse_message(bad)

@@ -81,11 +81,14 @@ class Scheduler:
         window: int = 32,
         keep_promises: bool = False,
         max_cores_per_user: int = 0,
+        max_running_jobs_per_user: int = 0,
     ) -> None:
         if sharing < 1 or window < 1:
             raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
-        if max_cores_per_user < 0:
-            raise ConfigError(f"max_cores_per_user must be >= 0 (0: no cap), got {max_cores_per_user}")
+        caps = {"max_cores_per_user": max_cores_per_user, "max_running_jobs_per_user": max_running_jobs_per_user}
+        for name, cap in caps.items():
+            if cap < 0:
+                raise ConfigError(f"{name} must be >= 0 (0: no cap), got {cap}")
         if queue_policy.one_by_one and backfill.serves_head:
             raise ConfigError(
                 f"queue policy {queue_policy.name!r} chooses every start itself; "
@@ -124,8 +127,9 @@ class Scheduler:
         """Jobs the user holds (`JobHeld`), with the begin each had before."""
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
-        self.limit = Limits(max_cores_per_user) if max_cores_per_user else None
-        """The caps on each user's running cores and each workflow's running jobs
+        per_user = max_cores_per_user or max_running_jobs_per_user
+        self.limit = Limits(max_cores_per_user, max_running_jobs_per_user) if per_user else None
+        """The caps on each user's running cores and jobs and each workflow's running jobs
         (`cosched.core.limits`); None until there is one, so a pass without caps checks none."""
         self._handlers: dict[type, Callable[[Any, float, list[Action]], None]] = {
             JobSubmitted: self._on_submitted,

@@ -37,6 +37,8 @@ class ValidatingScheduler:
         self.user_of: dict[int, int] = {}
         self.user_cores: dict[int, int] = {}
         """Cores held by each user's running jobs (hosts and guests alike), against the core's cap."""
+        self.user_jobs: dict[int, int] = {}
+        """Running jobs of each user, against the core's cap."""
         self.workflow_jobs: dict[str, int] = {}
         """Running jobs of each workflow, against its jobs' throttle."""
         self.throttled: dict[int, str] = {}
@@ -133,13 +135,18 @@ class ValidatingScheduler:
         self._user_took(guest)
 
     def _user_took(self, job: Job) -> None:
-        """A start never takes its user past the core's `max_cores_per_user`."""
+        """A start never takes its user past the core's caps on cores and jobs, nor its workflow
+        past its throttle."""
         self.user_of[job.id] = job.user
         held = self.user_cores[job.user] = self.user_cores.get(job.user, 0) + job.cores
-        cap = self.scheduler.limit.max_cores if self.scheduler.limit else 0
+        limit = self.scheduler.limit
+        cap = limit.max_cores if limit else 0
         self._check(
             not cap or held <= cap, f"job {job.id} takes user {job.user} to {held} cores, past the cap of {cap}"
         )
+        count = self.user_jobs[job.user] = self.user_jobs.get(job.user, 0) + 1
+        most = limit.max_jobs if limit else 0
+        self._check(not most or count <= most, f"job {job.id} is user {job.user}'s job {count} running, past {most}")
         if job.throttle:
             workflow = self.throttled[job.id] = job.workflow or ""
             running = self.workflow_jobs[workflow] = self.workflow_jobs.get(workflow, 0) + 1
@@ -162,6 +169,7 @@ class ValidatingScheduler:
         self.ended.add(jid)
         user = self.user_of.pop(jid)
         self.user_cores[user] -= self.cores[jid]
+        self.user_jobs[user] -= 1
         if jid in self.throttled:
             self.workflow_jobs[self.throttled.pop(jid)] -= 1
         slots = self.slots.pop(jid)

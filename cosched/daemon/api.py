@@ -48,7 +48,7 @@ class WorkflowSubmitted(BaseModel):
 
 
 class Cancelled(BaseModel):
-    """The answer to a cancel, hold, release or update: the state the job was in."""
+    """The answer to a cancel, hold, release, requeue or update: the state the job was in."""
 
     id: int
     state: str
@@ -188,28 +188,26 @@ def create_app(daemon: Daemon) -> FastAPI:
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
     def cancel(job_id: Id, request: Request) -> Cancelled:
-        state = daemon.cancel(job_id, caller(request))
-        if not state:
-            raise HTTPException(404, f"job {job_id}: no such job")
-        return Cancelled(id=job_id, state=state)
+        return acted_on(job_id, daemon.cancel(job_id, caller(request)))
+
+    @app.post("/v1/jobs/{job_id}/requeue", response_model=Cancelled)
+    def requeue(job_id: Id, request: Request) -> Cancelled:
+        return acted_on(job_id, daemon.requeue(job_id, caller(request)))
 
     @app.patch("/v1/jobs/{job_id}", response_model=Cancelled)
     def update(job_id: Id, change: JobUpdate, request: Request) -> Cancelled:
-        state = daemon.update_walltime(job_id, change.walltime, caller(request))
-        if not state:
-            raise HTTPException(404, f"job {job_id}: no such job")
-        return Cancelled(id=job_id, state=state)
+        return acted_on(job_id, daemon.update_walltime(job_id, change.walltime, caller(request)))
 
     @app.post("/v1/jobs/{job_id}/hold", response_model=Cancelled)
     def hold(job_id: Id, request: Request) -> Cancelled:
-        return _held(job_id, request, True)
+        return acted_on(job_id, daemon.hold(job_id, caller(request), True))
 
     @app.post("/v1/jobs/{job_id}/release", response_model=Cancelled)
     def release(job_id: Id, request: Request) -> Cancelled:
-        return _held(job_id, request, False)
+        return acted_on(job_id, daemon.hold(job_id, caller(request), False))
 
-    def _held(job_id: int, request: Request, held: bool) -> Cancelled:
-        state = daemon.hold(job_id, caller(request), held)
+    def acted_on(job_id: int, state: str) -> Cancelled:
+        """The answer to an action on a job: the state it was in ('' from the daemon: no such job, 404)."""
         if not state:
             raise HTTPException(404, f"job {job_id}: no such job")
         return Cancelled(id=job_id, state=state)

@@ -134,6 +134,14 @@ def add_commands(commands: Any, parser_class: type) -> None:
     common(lp)
     lp.set_defaults(handler=_logs)
 
+    rp = commands.add_parser(
+        "requeue",
+        help="kill running jobs and queue them again (as scontrol requeue; your own, or any as an operator)",
+    )
+    rp.add_argument("ids", type=int, nargs="+")
+    common(rp)
+    rp.set_defaults(handler=_requeue)
+
     up = commands.add_parser(
         "update",
         help="change queued or running jobs' walltime (as scontrol update TimeLimit; lower your own, "
@@ -577,6 +585,11 @@ def _logs(args: argparse.Namespace) -> int:
         print(f"cosched: job {args.id} is {answer['state']}: {answer['note']}", file=sys.stderr)
     sys.stdout.write(printable(answer["log"]))
     return 0
+
+
+def _requeue(args: argparse.Namespace) -> int:
+    """Like scontrol requeue."""
+    return _each_job(args, "POST", "/requeue", None, "requeue asked (killed at the next review, then queued)")
 
 
 def _update(args: argparse.Namespace) -> int:

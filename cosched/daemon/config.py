@@ -83,6 +83,7 @@ default. Example (every key, with its default)::
     window = 32
     keep_promises = true          # a guest never holds cores a backfill reservation counts on
     max_cores_per_user = 0        # no user's running jobs hold more cores at once (0: no cap; MaxTRESPerUser=cpu)
+    max_running_jobs_per_user = 0 # no user runs more jobs at once (0: no cap; Slurm's MaxJobsPerUser)
     seed = 0                      # ASAx's action sampling
     loss = "live"                 # slowdown vs the runtime alone of its kind; or "walltime" (section 3.2)
     min_guest_share = 0.6         # a lending must give its guest this share of its cores
@@ -207,6 +208,7 @@ class PolicySection:
     window: int = 32
     keep_promises: bool = True
     max_cores_per_user: int = 0
+    max_running_jobs_per_user: int = 0
     seed: int = 0
     loss: str = "live"
     min_guest_share: float = 0.6
@@ -308,9 +310,9 @@ def _coerce(name: str, default: Any, value: Any) -> Any:
 def validate(config: DaemonConfig) -> DaemonConfig:
     """Range checks the types cannot express."""
     api, cluster, intervals = config.api, config.cluster, config.intervals
-    if config.policies.max_cores_per_user < 0:
-        cap = config.policies.max_cores_per_user
-        raise ConfigError(f"config key policies.max_cores_per_user: must be >= 0 (0: no cap), got {cap}")
+    for key in ("max_cores_per_user", "max_running_jobs_per_user"):
+        if (cap := getattr(config.policies, key)) < 0:
+            raise ConfigError(f"config key policies.{key}: must be >= 0 (0: no cap), got {cap}")
     for key in ("keep_ended_days", "keep_decisions_days"):
         if not 0 <= (days := getattr(config.daemon, key)) <= 36500:
             raise ConfigError(f"config key daemon.{key}: must be in 0..36500 (0 = keep), got {days}")

@@ -77,6 +77,9 @@ def collect(daemon: Daemon, now: float) -> list[End]:
     outcomes = daemon.engine.each(_exit_and_logs, [(daemon, container) for _, container in stopped])
     raise_failures(outcomes)
     for (job, container), (exit, logs) in zip(stopped, outcomes, strict=True):
+        if exit.code != 0 and job.id in daemon.requeue_asked:  # killed to run again (`cosched requeue`)
+            ends.append(End(job, False, now, exit.code, daemon.requeue_asked[job.id], logs, container, lost=True))
+            continue
         if exit.code == 0:
             reason = ""  # it finished before a kill took effect
         else:
@@ -94,6 +97,8 @@ def event(daemon: Daemon, end: End) -> Event:
     """A job's end, or its requeue when its machine lost the run (until that happened too often)."""
     if not end.lost:
         return JobEnded(end.job.id, end.failed, end.at)
+    if daemon.requeue_asked.pop(end.job.id, None) is not None:  # asked for, not lost: counts no lost run
+        return JobRequeued(end.job.id)
     lost = daemon.lost_runs[end.job.id] = daemon.lost_runs.get(end.job.id, 0) + 1
     if lost < MAX_LOST_RUNS:
         return JobRequeued(end.job.id)

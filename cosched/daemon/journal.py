@@ -66,6 +66,10 @@ def hold_asked(job_id: int, held: bool, caller: str) -> None:
     log.info(_line(job_id, "held" if held else "released", by=caller or None))
 
 
+def requeue_asked(job_id: int, caller: str) -> None:
+    log.info(_line(job_id, "requeue_asked", by=caller or None))
+
+
 def updated(job_id: int, walltime: float, caller: str) -> None:
     log.info(_line(job_id, "updated", walltime=walltime, by=caller or None))
 

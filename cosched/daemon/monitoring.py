@@ -72,6 +72,10 @@ def review(daemon: Daemon) -> None:
             for job_id, _, job in late:
                 log.info("job %d passed its walltime of %.0f s; killing it", job_id, job.walltime)
                 daemon.kill_reason[job_id] = "walltime exceeded"
+            asked = [item for item in running if item[0] in daemon.requeue_asked and item[0] not in daemon.kill_reason]
+            for job_id, _, _ in asked:  # killed, then queued again by `ends`
+                daemon.kill_reason[job_id] = daemon.requeue_asked[job_id]
+            late += asked
         try:
             raise_failures(daemon.engine.each(daemon.backend.kill, [(container,) for _, container, _ in late]))
             wrong = []

@@ -53,6 +53,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                     host=-1,
                     container=None,
                     reason=f"requeued: {end.reason}",
+                    requeue=None,
                 )
                 continue
             state = job.state.value if job.state is not JobState.RUNNING else "failed"

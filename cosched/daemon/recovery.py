@@ -64,7 +64,9 @@ def recover(daemon: Daemon) -> None:
     now = daemon.clock()
     with store.transaction() as db:
         for record in queued:
-            store.update_job(db, record["id"], state="pending", start=None, slots=None, cpus=None, quota=None, host=-1)
+            store.update_job(
+                db, record["id"], state="pending", start=None, slots=None, cpus=None, quota=None, host=-1, requeue=None
+            )
         for record in lost:
             store.update_job(
                 db, record["id"], state="failed", end=now, reason="container lost while the daemon was down"
@@ -84,6 +86,8 @@ def recover(daemon: Daemon) -> None:
         jobs[job.id] = job
         daemon.specs[job.id] = record["spec"]
         daemon.containers[job.id] = container
+        if record["requeue"]:  # asked before the daemon stopped: the next review kills it
+            daemon.requeue_asked[job.id] = record["requeue"]
         daemon.cpus_of[job.id] = list(record["cpus"])
         daemon.cpu_map.claim(daemon.cpus_of[job.id])
         backend.adopt(container)

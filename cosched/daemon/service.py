@@ -103,6 +103,8 @@ class Daemon:
         self.cpus_of: dict[int, list[int]] = {}
         self.reservations: Mapping[int, float] = {}
         self.kill_reason: dict[int, str] = {}
+        self.requeue_asked: dict[int, str] = {}
+        """Running jobs to kill and queue again (`cosched requeue`), with why; from the state file."""
         self.failed_launches: dict[int, str] = {}
         self.lost_launches: dict[int, str] = {}
         self.lost_runs: dict[int, int] = {}
@@ -182,6 +184,7 @@ class Daemon:
             window=p.window,
             keep_promises=p.keep_promises,
             max_cores_per_user=p.max_cores_per_user,
+            max_running_jobs_per_user=p.max_running_jobs_per_user,
         )
 
     def start(self) -> None:
@@ -259,7 +262,7 @@ class Daemon:
         wait([parked.future for parked in self.launching.values()])  # what they started, recovery adopts
         self.launching.clear()
         held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
-        for held in (*held_maps, self.lost_launches, self.waiting):
+        for held in (*held_maps, self.lost_launches, self.waiting, self.requeue_asked):
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0
@@ -281,6 +284,10 @@ class Daemon:
     def hold(self, job_id: int, caller: Caller, held: bool) -> str:
         """See `submissions.hold`."""
         return submissions.hold(self, job_id, caller, held)
+
+    def requeue(self, job_id: int, caller: Caller) -> str:
+        """See `submissions.requeue`."""
+        return submissions.requeue(self, job_id, caller)
 
     def update_walltime(self, job_id: int, walltime: float, caller: Caller) -> str:
         """See `submissions.update_walltime`."""

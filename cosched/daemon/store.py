@@ -60,7 +60,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     stage TEXT,
     user TEXT NOT NULL DEFAULT '',
     held INTEGER NOT NULL DEFAULT 0,
-    cpu_seconds REAL
+    cpu_seconds REAL,
+    requeue TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
@@ -86,6 +87,7 @@ ADDED_COLUMNS = {
     ("workflows", "user"): "TEXT NOT NULL DEFAULT ''",
     ("jobs", "held"): "INTEGER NOT NULL DEFAULT 0",
     ("jobs", "cpu_seconds"): "REAL",
+    ("jobs", "requeue"): "TEXT",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 

@@ -173,8 +173,11 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
     _check_owner(record, caller, "cancel")
     if record["state"] in ("pending", "launching", "running"):
         with daemon.store.transaction() as db:
-            daemon.store.update_job(db, job_id, cancel=1)
-        daemon.kill_reason.setdefault(job_id, "cancelled by user")
+            daemon.store.update_job(db, job_id, cancel=1, requeue=None)
+        with daemon.lock:  # beside `monitoring.review`, which reads both maps
+            if daemon.requeue_asked.pop(job_id, None) is not None:  # a cancel outranks a requeue asked before
+                daemon.kill_reason.pop(job_id, None)
+            daemon.kill_reason.setdefault(job_id, "cancelled by user")
         daemon.inbox.append(JobCancelled(job_id))
         journal.cancel_asked(job_id, str(record["state"]), caller.user)
     return str(record["state"])
@@ -182,7 +185,7 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
 
 class NotPending(CoschedError):
     """Hold or release of a job that is not pending (running, ended) or not held; an update of one
-    that ended."""
+    that ended; a requeue of one that is not running."""
 
 
 def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
@@ -204,6 +207,27 @@ def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
             if held or job_id not in daemon.waiting:
                 daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
         journal.hold_asked(job_id, held, caller.user)
+    return str(record["state"])
+
+
+def requeue(daemon: Daemon, job_id: int, caller: Caller) -> str:
+    """Kill a running job and queue it again, as `scontrol requeue` (an operator's before a
+    reboot, or a user's whose job went wrong); its state ('' if there is no such job). Its owner
+    or an operator only. The wish is in the state file, so a daemon killed before the job's end
+    was collected still queues it again; the kill is the next review's (`monitoring.review`).
+    A job that ends with exit code 0 before the kill took effect is done."""
+    record = daemon.store.job(job_id)
+    if record is None:
+        return ""
+    _check_owner(record, caller, "requeue")
+    if record["state"] not in ("launching", "running") or record["cancel"]:
+        raise NotPending(f"job {job_id} is {record['state']}: only a running job can be requeued")
+    reason = f"requeued by {caller.user or 'an operator'}"
+    with daemon.lock:
+        with daemon.store.transaction() as db:
+            daemon.store.update_job(db, job_id, requeue=reason)
+        daemon.requeue_asked[job_id] = reason
+    journal.requeue_asked(job_id, caller.user)
     return str(record["state"])
 
 

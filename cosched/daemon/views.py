@@ -214,7 +214,7 @@ def job_log(daemon: Daemon, record: dict[str, Any], lines: int) -> dict[str, Any
     if text is not None:
         return {**answer, "live": True, "log": text}
     if record["state"] == "running":
-        answer["note"] = "its machine sends its output at its end (a job on a Mesos agent)"
+        answer["note"] = "its machine cannot read its output while it runs"
     kept = (record["log_tail"] or "").splitlines(keepends=True)
     return {**answer, "log": "".join(kept[-lines:])}
 

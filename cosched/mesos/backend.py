@@ -65,7 +65,9 @@ log = logging.getLogger("cosched.mesos")
 GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
 MESSAGE_RESEND = 3.0
-"""Seconds before an unanswered quota message is sent again."""
+"""Seconds before an unanswered message to an executor (a quota, a request for output) is sent again."""
+LOG_TIMEOUT = 10.0
+"""Seconds `cosched logs` waits for a running job's executors to send its output."""
 _SWEEP = "cosched-sweep-"
 KNOWN_AGENTS_GRACE = 10.0
 """Seconds a restarted daemon waits for the agents it knows before it starts without the absent ones
@@ -238,6 +240,7 @@ class MesosBackend(EventHandler):
         self._queued = 0
         self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
+        self._log_answers: dict[str, str] = {}
         self._updates = 0
         self._started = False
         self._closing = False
@@ -531,6 +534,8 @@ class MesosBackend(EventHandler):
         with self.cond:
             if body["type"] == "quota_applied":
                 self._quota_answers[body["task"]] = (body.get("cpus"), body.get("error", ""))
+            elif body["type"] == "log":
+                self._log_answers[body["task"]] = str(body.get("text", ""))
             elif body["type"] == "usage":
                 usage = body.get("tasks", {})
                 for run in self.runs.values():
@@ -1033,10 +1038,6 @@ class MesosBackend(EventHandler):
         with self.cond:
             return Exit(*self.runs[handle].exit())
 
-    def live_log(self, handle: str, lines: int) -> str | None:
-        """None: an executor sends its job's output once, with its end (`Run.logs`)."""
-        return None
-
     def logs(self, handle: str) -> str:
         with self.cond:
             return self.runs[handle].logs()
@@ -1071,52 +1072,75 @@ class MesosBackend(EventHandler):
     # -- quotas and usage ------------------------------------------------------------
     def set_quota(self, handle: str, cpus: float) -> None:
         """Ask the run's executors for `cpus` (split over its parts as their cores) and wait for
-        the values their cgroups show.
-
-        Framework messages are not reliable (the master drops one for an agent it thinks
-        disconnected): each is sent again every `MESSAGE_RESEND` s until answered; applying
-        the same quota twice changes nothing.
-        """
+        the values their cgroups show (`_ask`)."""
         with self.cond:
             run = self.runs.get(handle)
             if run is None:
                 return
             targets = [(t, cpus * run.share(t)) for t in run.tasks.values() if t.state in LIVE]
-            for task, _ in targets:
-                self._quota_answers.pop(task.id, None)
-        deadline = time.monotonic() + self.settings.quota_timeout
-        waiting = dict((task.id, (task, want)) for task, want in targets)
+        asked = [(task, jobs.quota_message(task.id, want)) for task, want in targets]
+        shown = self._ask(asked, self._quota_answers, self.settings.quota_timeout, "a quota change")
         wrong = []
+        with self.cond:
+            for task, want in targets:
+                if task.id not in shown:
+                    continue  # ended meanwhile: the next pass collects it
+                task.quota, error = shown[task.id]
+                if task.quota is None or abs(task.quota - want) > 1e-3 or error:
+                    wrong.append(f"task {task.id}: cgroup shows {task.quota} CPUs, expected {want:g} {error}".rstrip())
+        if wrong:
+            raise QuotaMismatch("; ".join(wrong))
+
+    def live_log(self, handle: str, lines: int) -> str | None:
+        """The last `lines` of each part's output, asked of its executor (`_ask`), which reads its
+        engine; parts are marked as at the end (`Run.logs`)."""
+        with self.cond:
+            run = self.runs.get(handle)
+            parts = [] if run is None else sorted((p, t) for p, t in run.tasks.items() if t.state in LIVE)
+        asked = [(task, jobs.log_message(task.id, lines)) for _, task in parts]
+        texts = self._ask(asked, self._log_answers, LOG_TIMEOUT, "a request for output")
+        if len(parts) == 1:
+            return str(texts.get(parts[0][1].id, ""))
+        return "".join(f"[part {p}] {texts.get(task.id, '')}" for p, task in parts)
+
+    def _ask(
+        self, asked: list[tuple[Task, bytes]], answers: dict[str, Any], timeout: float, what: str
+    ) -> dict[str, Any]:
+        """Send each task's executor its message and wait for the answers `on_message` files in
+        `answers`; those of tasks that ended meanwhile are left out. EngineUnavailable when one
+        is still missing after `timeout` s.
+
+        Framework messages are not reliable (the master drops one for an agent it thinks
+        disconnected): each is sent again every `MESSAGE_RESEND` s until answered, so what is
+        asked must be safe to do twice (a quota applied again, an output read again).
+        """
+        with self.cond:
+            for task, _ in asked:
+                answers.pop(task.id, None)
+        deadline = time.monotonic() + timeout
+        waiting = {task.id: (task, message) for task, message in asked}
+        got: dict[str, Any] = {}
         while waiting:
-            for task, want in waiting.values():
+            for task, message in waiting.values():
                 try:
-                    message = jobs.quota_message(task.id, want)
                     self.client.message(task.agent_id, task.id, message)  # each task has an executor of its own
                 except MesosError as exc:
-                    raise EngineUnavailable(f"quota for task {task.id}: {exc}") from None
+                    raise EngineUnavailable(f"{what} for task {task.id}: {exc}") from None
             resend = min(deadline, time.monotonic() + MESSAGE_RESEND)
             with self.cond:
                 while time.monotonic() < resend and any(
-                    t not in self._quota_answers and task.state in LIVE for t, (task, _) in waiting.items()
+                    t not in answers and task.state in LIVE for t, (task, _) in waiting.items()
                 ):
                     self.cond.wait(max(0.0, resend - time.monotonic()))
-                for task_id, (task, want) in list(waiting.items()):
-                    if task.state not in LIVE:
-                        del waiting[task_id]  # ended meanwhile: the next pass collects it
-                    elif task_id in self._quota_answers:
-                        shown, error = self._quota_answers.pop(task_id)
-                        task.quota = shown
+                for task_id, (task, _) in list(waiting.items()):
+                    if task_id in answers:
+                        got[task_id] = answers.pop(task_id)
                         del waiting[task_id]
-                        if shown is None or abs(shown - want) > 1e-3 or error:
-                            wrong.append(
-                                f"task {task_id}: cgroup shows {shown} CPUs, expected {want:g} {error}".rstrip()
-                            )
+                    elif task.state not in LIVE:
+                        del waiting[task_id]
             if waiting and time.monotonic() >= deadline:
-                raise EngineUnavailable(
-                    f"no answer to a quota change of task {next(iter(waiting))} in {self.settings.quota_timeout:.0f} s"
-                )
-        if wrong:
-            raise QuotaMismatch("; ".join(wrong))
+                raise EngineUnavailable(f"no answer to {what} of task {next(iter(waiting))} in {timeout:.0f} s")
+        return got
 
     def verify_quota(self, handle: str, cpus: float) -> bool:
         """Against the last values the executors read from the cgroups (no call: they answer every change)."""

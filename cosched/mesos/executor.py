@@ -399,6 +399,9 @@ class Executor:
         except jobs.BadPayload as exc:
             log.warning("ignoring a message from the framework: %s", exc)
             return
+        if body["type"] == "log" and "lines" in body:
+            self._send_log(body["task"], int(body["lines"]))
+            return
         if body["type"] != "quota":
             log.warning("ignoring a message of type %r", body["type"])
             return
@@ -417,6 +420,18 @@ class Executor:
         self.send(
             jobs.quota_applied(task_id, self.backend.applied_quota(task.container), error), retry_for=ANSWER_RETRY
         )
+
+    def _send_log(self, task_id: str, lines: int) -> None:
+        """The task's last `lines` of output, read from the engine now ('' if it has no container)."""
+        with self.lock:
+            task = self.tasks.get(task_id)
+        text = ""
+        if task is not None and task.container:
+            try:
+                text = self.backend.live_log(task.container, lines) or ""
+            except EngineUnavailable as exc:
+                text = f"[cannot read its output: {exc}]\n"
+        self.send(jobs.log_answer(task_id, text), retry_for=ANSWER_RETRY)
 
     # -- watching the containers ----------------------------------------------------
     def _watch(self) -> None:

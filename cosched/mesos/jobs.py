@@ -37,6 +37,9 @@ SAMPLE_INTERVAL = "COSCHED_SAMPLE_INTERVAL"
 JOB_KEYS = ("cpu_period", "data_roots", "log_tail", "job_user", "pids_limit", "log_max_mib", "nofile")
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
+LOG_BYTES = 256 << 10
+"""The most of a running job's output one answer carries: it travels through the agent and the master."""
+
 EXECUTOR_CPUS = 0.05
 EXECUTOR_MEM = 64.0
 """The executor's own resources (a Python process waiting on one HTTP stream)."""
@@ -193,6 +196,19 @@ def quota_applied(task_id: str, cpus: float | None, error: str = "") -> bytes:
     return json.dumps({"type": "quota_applied", "task": task_id, "cpus": cpus, "error": error}).encode()
 
 
+def log_message(task_id: str, lines: int) -> bytes:
+    """Framework -> executor: send the last `lines` of this task's output (`cosched logs`)."""
+    return json.dumps({"type": "log", "task": task_id, "lines": lines}).encode()
+
+
+def log_answer(task_id: str, text: str) -> bytes:
+    """Executor -> framework: the task's last lines, at most `LOG_BYTES` of them."""
+    data = text.encode()
+    if len(data) > LOG_BYTES:
+        text = "[...]" + data[-LOG_BYTES:].decode("utf-8", "replace")
+    return json.dumps({"type": "log", "task": task_id, "text": text}).encode()
+
+
 def usage_message(at: float, usage: dict[str, Json]) -> bytes:
     """Executor -> framework: per task, `cpu` (used over `quota`, the CPUs it had), `mem` (over limit),
     `done`/`total` tasks."""
@@ -211,6 +227,11 @@ def parse_message(data: bytes) -> Json:
         cpus = body.get("cpus")
         if not isinstance(body.get("task"), str) or not isinstance(cpus, int | float) or not cpus > 0:
             raise BadPayload("quota message: needs 'task' (a task id) and 'cpus' > 0")
+    if body["type"] == "log":
+        lines, text = body.get("lines"), body.get("text")
+        asked = isinstance(lines, int) and not isinstance(lines, bool) and lines > 0
+        if not isinstance(body.get("task"), str) or not (asked or isinstance(text, str)):
+            raise BadPayload("log message: needs 'task' (a task id) and 'lines' > 0, or its answer's 'text'")
     return body
 
 

@@ -44,6 +44,8 @@ class PolicySet:
     """Co-scheduling keeps backfill promises (`Scheduler.keep_promises`)."""
     max_cores_per_user: int = 0
     """A cap on each user's running cores (`cosched.core.limits`; 0: none)."""
+    max_running_jobs_per_user: int = 0
+    """A cap on each user's running jobs (0: none)."""
 
     @property
     def label(self) -> str:
@@ -86,6 +88,7 @@ class PolicySet:
             window=self.window,
             keep_promises=self.keep_promises,
             max_cores_per_user=self.max_cores_per_user,
+            max_running_jobs_per_user=self.max_running_jobs_per_user,
         )
 
 

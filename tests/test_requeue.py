@@ -1,0 +1,53 @@
+"""Requeueing a running job (`cosched requeue JOB`, Slurm's `scontrol requeue`): it is killed and
+queued again, runs again in a container of its own, and a daemon SIGKILLed right after the ask
+still does it; a job that is not running is refused. The job keeps its place in the queue."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_support import DaemonProcess, require_engine
+
+from cosched.daemon.client import ApiError
+from workloads.images import busybox_image
+
+
+def started_again(daemon: DaemonProcess, job_id: int, after: float, timeout: float = 30) -> dict[str, Any]:
+    """The job's status once it runs in a run that began after `after`."""
+    deadline = time.monotonic() + timeout
+    while not ((job := daemon.job(job_id))["state"] == "running" and job["start"] > after):
+        assert time.monotonic() < deadline, f"job {job_id} not running again after {timeout} s: {job}"
+        time.sleep(0.1)
+    return job
+
+
+def test_a_requeued_job_runs_again_even_when_the_daemon_dies_after_the_ask(tmp_path: Path) -> None:
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = DaemonProcess(tmp_path, cores=1)
+    daemon.start()
+    try:
+        job_id = daemon.submit(image=image, command=["sleep", "600"], cores=1, walltime=900)
+        first = daemon.wait_running(job_id)
+        waiting = daemon.submit(image=image, command=["true"], cores=1, walltime=60)
+        with pytest.raises(ApiError, match=f"job {waiting} is pending: only a running job can be requeued"):
+            daemon.client.call("POST", f"/v1/jobs/{waiting}/requeue")
+
+        said = daemon.cli("requeue", str(job_id))
+        assert said == f"job {job_id}: requeue asked (killed at the next review, then queued)\n"
+        second = started_again(daemon, job_id, first["start"])
+        assert second["reason"] == "requeued: requeued by an operator"
+
+        daemon.cli("requeue", str(job_id))
+        daemon.signal(signal.SIGKILL)  # before a review could kill it: the ask is in the state file
+        daemon.start()
+        started_again(daemon, job_id, second["start"])
+        labels = [f"cosched.instance={daemon.instance()}", f"cosched.job={job_id}"]
+        assert len(engine.containers.list(filters={"label": labels, "status": "running"})) == 1  # never twice at once
+        assert daemon.job(waiting)["state"] == "pending"  # the requeued job keeps its place, ahead of it
+    finally:
+        daemon.cleanup(engine)
