@@ -9,6 +9,7 @@ every running container's kernel quota equals the quota the daemon reports
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import signal
@@ -115,3 +116,43 @@ def test_sigkill_at_random_moments_loses_nothing_and_runs_nothing_twice(tmp_path
     assert max(starts.values()) == 1, {job: n for job, n in starts.items() if n > 1}
     assert max(ends.values()) == 1
     assert compared >= 1, "no running job was found to compare its quota after a restart"
+
+
+def test_dependency_chains_keep_their_order_through_sigkills(tmp_path: Path, image: str) -> None:
+    """Two chains (afterok on the job before) and a job after the failed end of a third, while the
+    daemon is SIGKILLed at random moments: each job runs once, a chain's job starts only after
+    the one before it ended, the job after a failure runs, and the jobs after that failure are
+    cancelled with Slurm's reason, once, whatever the kills interrupted."""
+    client = require_engine()
+    runs = make_data_dir(tmp_path / "runs")
+    daemon = DaemonProcess(tmp_path, extra='[policies]\ncosched = "none"\n')
+    rng = random.Random(7)
+    base = {"image": image, "cores": 1, "walltime": 60, "data_dirs": [str(runs)]}
+    try:
+        daemon.start()
+        chains: list[list[int]] = [[], []]
+        for link in range(5):
+            for chain in chains:
+                after = [{"kind": "afterok", "job": chain[-1]}] if chain else []
+                chain.append(daemon.submit(**base, command=job_command(runs, 0.5 + link % 2, False), after=after))
+        failing = daemon.submit(**base, command=["sh", "-c", "sleep 1; exit 4"])
+        rescue, doomed = (
+            daemon.submit(**base, command=job_command(runs, 0.5, False), after=[{"kind": kind, "job": failing}])
+            for kind in ("afternotok", "afterok")
+        )
+        for _ in range(4):
+            time.sleep(rng.uniform(0.5, 2.5))
+            daemon.signal(signal.SIGKILL)
+            daemon.start()
+        ran = [*chains[0], *chains[1], rescue]
+        jobs = daemon.wait_final([*ran, failing, doomed], 120)
+    finally:
+        daemon.cleanup(client)
+    assert {jobs[i]["state"] for i in ran} == {"done"}, {i: (jobs[i]["state"], jobs[i]["reason"]) for i in ran}
+    for chain in chains:
+        for before, after in itertools.pairwise(chain):
+            assert jobs[after]["start"] >= jobs[before]["end"] - 0.5, (before, after)
+    assert jobs[failing]["state"] == "failed" and jobs[doomed]["state"] == "cancelled"
+    assert jobs[doomed]["reason"] == f"DependencyNeverSatisfied: afterok on job {failing}, which failed"
+    starts = Counter(int(line) for line in (runs / "starts").read_text().split())
+    assert set(starts) == set(ran) and max(starts.values()) == 1, starts

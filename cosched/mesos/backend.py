@@ -46,7 +46,15 @@ from typing import TYPE_CHECKING, Any
 from cosched.core.events import Slots
 from cosched.daemon.backend import NodeStatus, RunLost
 from cosched.daemon.config import DockerSection
-from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, LaunchRefused, QuotaMismatch, Sample
+from cosched.daemon.docker_backend import (
+    LIVE_LOG_BYTES,
+    ContainerInfo,
+    EngineUnavailable,
+    Exit,
+    LaunchRefused,
+    QuotaMismatch,
+    Sample,
+)
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs, shares
 from cosched.mesos.carve import carve
@@ -1101,7 +1109,8 @@ class MesosBackend(EventHandler):
         texts = self._ask(asked, self._log_answers, LOG_TIMEOUT, "a request for output")
         if len(parts) == 1:
             return str(texts.get(parts[0][1].id, ""))
-        return "".join(f"[part {p}] {texts.get(task.id, '')}" for p, task in parts)
+        text = "".join(f"[part {p}] {texts.get(task.id, '')}" for p, task in parts)
+        return text if len(text) <= LIVE_LOG_BYTES else "[...]" + text[-LIVE_LOG_BYTES:]  # a wide gang's too
 
     def _ask(
         self, asked: list[tuple[Task, bytes]], answers: dict[str, Any], timeout: float, what: str
