@@ -75,6 +75,8 @@ class Job:
     """Latest start (OSDEC's l_i): still pending then, the job fails; it never starts later."""
     throttle: int = 0
     """At most this many jobs of its workflow run at once (sbatch's `--array 0-99%N`; 0: no cap)."""
+    coschedule: bool = True
+    """False: its cores are never lent to a guest, nor does it run as one (a job timed alone)."""
     # Filled in by the scheduling core.
     estimate: float = 0.0
     need: int = 0

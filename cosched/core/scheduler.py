@@ -644,7 +644,7 @@ class Scheduler:
         (with `keep_promises`, on hosts where they keep the backfill's promises)."""
         assert self.cosched is not None
         # A snapshot: co-locating a guest removes it from the queue `order` may be.
-        pending = (job for job in order if job.state is JobState.PENDING)
+        pending = (job for job in order if job.state is JobState.PENDING and job.coschedule)
         window = list(islice(pending, self.window))
         candidates = self.cosched.candidates
         for guest in window:
@@ -663,7 +663,7 @@ class Scheduler:
                     promises.took(guest, lending.host)
 
     def _can_host(self, host: Job, guest: Job) -> bool:
-        if host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
+        if not host.coschedule or host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
             return False
         share = _share(host.slots, guest.cores)
         memory = slot_memory(self.cluster, guest, share)

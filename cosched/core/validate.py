@@ -121,6 +121,10 @@ class ValidatingScheduler:
         self._check(now >= guest.submit, f"guest {gid} started before its submission")
         self._in_window(now, guest)
         self._check(host in self.slots and host not in self.host_of, f"guest {gid}: host {host} cannot host")
+        hosting = self.scheduler.jobs.get(host)
+        self._check(
+            guest.coschedule and hosting is not None and hosting.coschedule, f"guest {gid}: on {host}, one opted out"
+        )
         held = dict(self.slots[host])
         for node, cores in action.slots:
             self._check(cores <= held.get(node, 0), f"guest {gid} runs outside host {host}'s cores")

@@ -67,6 +67,11 @@ def add_commands(commands: Any, parser_class: type) -> None:
         help="latest start, same forms: a job still pending then fails (a deferrable job's window end)",
     )
     sp.add_argument(
+        "--no-cosched",
+        action="store_true",
+        help="co-scheduling leaves it alone: its cores are never lent, and it never runs on another's",
+    )
+    sp.add_argument(
         "--dependency",
         type=dependencies.parse,
         help="start only after other jobs ended so, as sbatch --dependency (all needed): afterok:12:13, "
@@ -299,6 +304,8 @@ def _submit(args: argparse.Namespace) -> int:
         body = _workflow_body(document)
         if args.dependency:
             body["after"] = args.dependency
+        if args.no_cosched:
+            body["coschedule"] = False
         answer = client.call("POST", "/v1/workflows", body)
         print(json.dumps(answer) if args.json else f"Submitted workflow {answer['id']} (first jobs {answer['jobs']})")
         return 0
@@ -330,6 +337,8 @@ def _submit(args: argparse.Namespace) -> int:
         body["memory_mib"] = args.memory
     if args.dependency:
         body["after"] = args.dependency
+    if args.no_cosched:
+        body["coschedule"] = False
     if args.array is not None:
         indices, throttle = args.array
         return _submit_array(client, body, indices, throttle, args.json)

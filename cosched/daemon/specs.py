@@ -97,6 +97,9 @@ class JobSpec(Container):
     acceptance; stored absolute. Held (pending, `begins at ...`) until then."""
     latest_start: float | str | None = None
     """Latest start, same forms: still pending then, the job fails with that reason."""
+    coschedule: bool = True
+    """False: co-scheduling leaves it alone (its cores never lent, never a guest on another's): a
+    job whose timing must be its own, a benchmark, a latency-bound MPI run."""
     after: Dependencies
     """Held (pending, `Dependency`) until every one is met; cancelled once one never can be."""
 
@@ -134,6 +137,8 @@ class WorkflowSpec(Container):
     A workflow has no latest start: a stage expiring midway would strand the ones after it."""
     after: Dependencies
     """Every stage waits for them, as a job's `after`."""
+    coschedule: bool = True
+    """Every stage's, as a job's `coschedule`."""
     max_running: int | None = Field(None, ge=1, le=1024)
     """At most this many of its stages run at once (a job array's throttle, sbatch's `%N`); the
     others wait in the queue, `JobArrayTaskLimit`."""
@@ -186,5 +191,6 @@ class WorkflowSpec(Container):
                 data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
                 begin=self.begin,
                 after=[dependency.model_dump() for dependency in self.after],
+                coschedule=self.coschedule,
             )
         )

@@ -320,6 +320,7 @@ def job_from(
         begin=begin,
         latest_start=latest_start,
         throttle=int(spec.get("max_running") or 0),
+        coschedule=bool(spec.get("coschedule", True)),
     )
 
 
