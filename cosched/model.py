@@ -77,6 +77,8 @@ class Job:
     """At most this many jobs of its workflow run at once (sbatch's `--array 0-99%N`; 0: no cap)."""
     coschedule: bool = True
     """False: its cores are never lent to a guest, nor does it run as one (a job timed alone)."""
+    quota_since: float = -1.0
+    """When a running job's current CPU quota began (its start, or the last lending that changed it)."""
     # Filled in by the scheduling core.
     estimate: float = 0.0
     need: int = 0

@@ -16,7 +16,7 @@ from daemon_support import DaemonProcess, require_engine
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cosched.core.events import JobRequeued, JobSubmitted, Launch, Offer
+from cosched.core.events import Colocate, JobEnded, JobRequeued, JobSubmitted, Launch, Offer
 from cosched.core.scheduler import Scheduler
 from cosched.daemon.client import Client
 from cosched.daemon.identity import create_key, load_key, mint
@@ -29,6 +29,7 @@ from cosched.reporting.metrics import summarize
 from workloads.images import busybox_image
 
 HOUR = 3600.0
+BACKFILL_ESTIMATE_PLACEMENT = (("backfill", "easy"), ("estimate", "requested"), ("placement", "first-fit"))
 
 
 def test_usage_halves_every_half_life_and_survives_rebasing() -> None:
@@ -140,21 +141,49 @@ def test_with_one_user_it_is_fcfs(specs: list, backfill: str) -> None:  # type: 
     assert [(j.id, j.start) for j in fair.jobs] == [(j.id, j.start) for j in fcfs.jobs]
 
 
+def fair_core(policy: FairShare, cosched: str) -> Scheduler:
+    """One node of 4 cores ordered by `policy`, with EASY and the `cosched` co-scheduling policy."""
+    backfill, estimate, placement = (create(kind, name) for kind, name in BACKFILL_ESTIMATE_PLACEMENT)
+    return Scheduler(Cluster(1, 4), policy, backfill, estimate, placement, create("cosched", cosched))
+
+
 def test_a_requeued_run_is_counted() -> None:
     """A run lost with its machine used its cores all the same (Slurm charges it)."""
     policy = FairShare("period=0")
-    core = Scheduler(
-        Cluster(1, 4),
-        policy,
-        create("backfill", "easy"),
-        create("estimate", "requested"),
-        create("placement", "first-fit"),
-    )
+    core = fair_core(policy, "none")
     job = Job(1, 0.0, 2, 500.0, user=3)
     decision = core.step(0.0, [Offer(((0, 4),), (0,)), JobSubmitted(job)])
     assert [a.job.id for a in decision.actions if isinstance(a, Launch)] == [1]
     core.step(50.0, [JobRequeued(1)])
     assert policy.usage.at(50.0)[3] == pytest.approx(100.0, rel=1e-3)
+
+
+def test_a_lent_core_is_charged_once_to_whoever_had_it() -> None:
+    """Static lending on 4 cores: Alice's 4-core job runs 0-100; Bob's 2-core guest gets q of her
+    CPUs from 10 to 60. Alice is charged 4 CPUs but for the lent q from 10 to 60, Bob q for 50 s:
+    400 CPU-seconds in all, what the allocation held, not 400 + 100 for both jobs' cores."""
+    policy = FairShare("period=0,half_life=1e8")
+    core = fair_core(policy, "static")
+    core.step(0.0, [Offer(((0, 4),), (0,)), JobSubmitted(Job(1, 0.0, 4, 100.0, user=1))])
+    decision = core.step(10.0, [JobSubmitted(Job(2, 10.0, 2, 100.0, user=2))])
+    [lent] = [a.quota for a in decision.actions if isinstance(a, Colocate)]
+    core.step(60.0, [JobEnded(2)])
+    core.step(100.0, [JobEnded(1), Offer(((0, 4),), (0,))])
+    used = policy.usage.at(100.0)
+    assert used[1] == pytest.approx(400.0 - 50.0 * lent, rel=1e-5)
+    assert used[2] == pytest.approx(50.0 * lent, rel=1e-5)
+
+
+def test_a_runs_quota_stretches_from_the_state_files_log() -> None:
+    """What a restart replays: a run's cores until its first logged change, then each change's;
+    changes logged for an earlier run of the job (before a requeue) are not this run's."""
+    from cosched.daemon.recovery import quota_stretches
+
+    assert quota_stretches(4, 100.0, 200.0, []) == [(4.0, 100.0, 200.0)]
+    changes = [(50.0, 2.0), (120.0, 3.0), (150.0, 4.0)]
+    assert quota_stretches(4, 100.0, 200.0, changes) == [(4.0, 100.0, 120.0), (3.0, 120.0, 150.0), (4.0, 150.0, 200.0)]
+    guest = [(100.0, 1.0)]  # a guest's lent quota is logged as it starts
+    assert quota_stretches(2, 100.0, 130.0, guest) == [(2.0, 100.0, 100.0), (1.0, 100.0, 130.0)]
 
 
 def test_on_a_real_trace_users_wait_less_on_average() -> None:
@@ -184,6 +213,20 @@ def metrics(daemon: DaemonProcess) -> dict[str, float]:
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if not line.startswith("#")}
 
 
+def fairshare_daemon(root: Path, cores: int, cosched: str, names: tuple[str, ...]) -> tuple[DaemonProcess, dict]:  # type: ignore[type-arg]
+    """A daemon ordering by fair-share (recomputed at every pass), and an API client per user."""
+    key = root / "api.key"
+    assert create_key(key)
+    daemon = DaemonProcess(
+        root,
+        cores=cores,
+        api=f'key_file = "{key}"\ntoken = "operator-token"',
+        extra=f'[policies]\nqueue = "fairshare:period=0"\ncosched = "{cosched}"\n',
+        token="operator-token",
+    )
+    return daemon, {name: Client(daemon.client.url, mint(load_key(key), name, 600), timeout=10) for name in names}
+
+
 def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
     """One core. Alice runs 6 s; the daemon is SIGKILLed and started again. Carol then runs 4 s
     while Alice and then Bob queue a job each. When Carol's ends, Bob's starts first: Alice's
@@ -191,19 +234,7 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
     forgotten it starts Alice's, queued first (checked, with the rebuild left out)."""
     engine = require_engine()
     image = busybox_image(engine)
-    key = tmp_path / "api.key"
-    assert create_key(key)
-    daemon = DaemonProcess(
-        tmp_path,
-        cores=1,
-        api=f'key_file = "{key}"\ntoken = "operator-token"',
-        extra='[policies]\nqueue = "fairshare:period=0"\ncosched = "none"\n',
-        token="operator-token",
-    )
-    users = {
-        name: Client(daemon.client.url, mint(load_key(key), name, 600), timeout=10)
-        for name in ("alice", "bob", "carol")
-    }
+    daemon, users = fairshare_daemon(tmp_path, 1, "none", ("alice", "bob", "carol"))
 
     def submit(user: str, seconds: int) -> int:
         spec = {"image": image, "command": ["sleep", str(seconds)], "cores": 1, "walltime": 120}
@@ -244,6 +275,34 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         assert header[:4] == ["USER", "USAGE_CORE_H", "EFFECTV_USAGE", "FAIRSHARE"]
     finally:
         daemon.cleanup(engine)
+
+
+def test_a_restart_charges_a_lending_as_the_live_daemon_did(tmp_path: Path) -> None:
+    """Two cores, static lending: Alice's 2-core job lends to Bob's 1-core guest. Once both ended,
+    `cosched shares` says what each was charged; the daemon is SIGKILLed and started again, and
+    the usage it rebuilds from the state file's ended jobs and quota log is the same (a second or
+    two of clock apart), not both jobs' cores. Bob's share is his guest's lent quota only."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon, users = fairshare_daemon(tmp_path, 2, "static", ("alice", "bob"))
+    daemon.start()
+    try:
+        spec = {"image": image, "walltime": 120}
+        host = users["alice"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "6"], "cores": 2})["id"]
+        daemon.wait_running(host)
+        guest = users["bob"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "3"], "cores": 1})["id"]
+        lent = daemon.wait_running(guest)["quota"]
+        ended = daemon.wait_final([host, guest], 60)
+        live = {row["user"]: row["usage"] for row in daemon.client.call("GET", "/v1/shares")}
+        daemon.signal(signal.SIGKILL)
+        daemon.start()
+        rebuilt = {row["user"]: row["usage"] for row in daemon.client.call("GET", "/v1/shares")}
+    finally:
+        daemon.cleanup(engine)
+    ran = {job_id: job["end"] - job["start"] for job_id, job in ended.items()}
+    assert live["bob"] == pytest.approx(lent * ran[guest], abs=0.5)
+    assert live["alice"] == pytest.approx(2 * ran[host] - lent * ran[guest], abs=0.5)
+    assert rebuilt == pytest.approx(live, abs=1.0)
 
 
 def test_purging_ended_jobs_sooner_than_fair_share_forgets_them_is_refused(tmp_path: Path) -> None:

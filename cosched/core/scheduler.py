@@ -387,6 +387,8 @@ class Scheduler:
         job.expected_end = job.start + job.estimate
         job.state = JobState.RUNNING
         self.jobs[job.id] = job
+        if job.quota_since < job.start:  # the daemon says when its quota last changed, if it did
+            job.quota_since = job.start
         self._watch_limits(job)
         if self.limit is not None:
             self.limit.took(job)
@@ -443,6 +445,7 @@ class Scheduler:
         job.expected_end = math.inf
         job.slots = ()
         job.quota = 0.0
+        job.quota_since = -1.0
         job.host = -1
         job.usage = None
         queue = self.queue
@@ -460,21 +463,30 @@ class Scheduler:
         come back under the cap, a guest leaves its host's allocation, a host the running set, and
         a host's guests keep their slots as ordinary jobs."""
         if self._ran is not None:
-            self._ran(job, job.start, end)
+            self._ran(job, job.quota_since, end, job.quota)
         if self.limit is not None:
             self.limit.gave_back(job)
         if job.host >= 0:
-            self._guest_ended(job, actions)
+            self._guest_ended(job, end, actions)
         else:
             self._remove_running(job)
         if self.guests:
-            self._adopt_guests(job, now, actions)
+            self._adopt_guests(job, end, actions)
 
-    def _guest_ended(self, guest: Job, actions: list[Action]) -> None:
+    def _requota(self, job: Job, quota: float, at: float) -> None:
+        """A running job's CPU quota changes `at` (a lending began or ended): the queue policy is
+        told what it had until then (`QueuePolicy.ran`), so fair-share charges each job the CPU it
+        was given and a lent core is charged once, to whoever had it."""
+        if self._ran is not None:
+            self._ran(job, job.quota_since, at, job.quota)
+        job.quota = quota
+        job.quota_since = at
+
+    def _guest_ended(self, guest: Job, end: float, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""
         host = self.jobs.get(guest.host)
         if host is not None:
-            host.quota += guest.quota
+            self._requota(host, host.quota + guest.quota, end)
             actions.append(SetQuota(host.id, host.quota))
         self.guests[guest.host].remove(guest)
         if not self.guests[guest.host]:
@@ -483,15 +495,15 @@ class Scheduler:
         if memory is not None:
             self.pool.give_memory([node for node, _ in guest.slots], memory)
 
-    def _adopt_guests(self, host: Job, now: float, actions: list[Action]) -> None:
-        """The host ended first: its guests keep their slots as ordinary jobs.
+    def _adopt_guests(self, host: Job, end: float, actions: list[Action]) -> None:
+        """The host ended first (at `end`): its guests keep their slots as ordinary jobs.
 
         The backend offers the rest of the host's allocation; each guest's memory
         was reserved when it arrived and comes back with its own end.
         """
         for guest in self.guests.pop(host.id, ()):
             guest.host = -1
-            guest.quota = float(guest.cores)
+            self._requota(guest, float(guest.cores), end)
             actions.append(SetQuota(guest.id, guest.quota))
             insort(self.running, guest, key=_expected_end)
 
@@ -679,8 +691,9 @@ class Scheduler:
         if memory is not None and not self.pool.take_memory([node for node, _ in slots], memory):
             return False
         quota = min(fraction * host.cores, float(guest.cores), host.quota)
-        host.quota -= quota
+        self._requota(host, host.quota - quota, now)
         guest.quota = quota
+        guest.quota_since = now
         guest.host = host.id
         guest.slots = slots
         guest.state = JobState.RUNNING
@@ -733,6 +746,7 @@ class Scheduler:
         job.start = now
         job.slots = slots
         job.quota = float(job.cores)
+        job.quota_since = now
         job.expected_end = now + job.estimate
         insort(self.running, job, key=_expected_end)
         if self.limit is not None:

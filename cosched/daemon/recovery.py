@@ -118,7 +118,7 @@ def recover(daemon: Daemon) -> None:
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, set(jobs))
-    _restore_usage(daemon, now)
+    _restore_usage(daemon, now, jobs)
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
@@ -166,15 +166,38 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
     daemon.saved_decisions = daemon.asax.decided
 
 
-def _restore_usage(daemon: Daemon, now: float) -> None:
-    """A queue policy that counts what users ran (fair-share) is told again of the runs it still
-    weighs, from the ended jobs of the state file: its counts are never saved, only derived."""
+def _restore_usage(daemon: Daemon, now: float, adopted: dict[int, Job]) -> None:
+    """A queue policy that counts what users ran (fair-share) is told again of what it still
+    weighs: the ended jobs of the state file and the stretches the adopted ones finished, each
+    at the quota it had (the quota log): its counts are never saved, only derived."""
     policy = daemon.core.queue_policy
     if policy.history <= 0:
         return
-    for user, cores, start, end in daemon.store.runs_since(now - policy.history):
-        job = Job(id=-1, submit=start, cores=cores, walltime=end - start, user=submissions.user_number(daemon, user))
-        policy.ran(job, start, end)
+    runs = daemon.store.runs_since(now - policy.history)
+    logs = daemon.store.quota_logs([run[0] for run in runs] + list(adopted))
+    for job_id, user, cores, start, end in runs:
+        owner = submissions.user_number(daemon, user)
+        job = Job(id=job_id, submit=start, cores=cores, walltime=end - start, user=owner)
+        for cpus, since, until in quota_stretches(cores, start, end, logs.get(job_id, [])):
+            policy.ran(job, since, until, cpus)
+    for job in adopted.values():
+        *done, (_, job.quota_since, _) = quota_stretches(job.cores, job.start, now, logs.get(job.id, []))
+        for cpus, since, until in done:
+            policy.ran(job, since, until, cpus)
+
+
+def quota_stretches(
+    cores: int, start: float, end: float, changes: list[tuple[float, float]]
+) -> list[tuple[float, float, float]]:
+    """A run's (CPUs, since, until) from `start` to `end`: its cores until the first logged change
+    (at, CPUs) of the run (earlier ones are of runs before a requeue), then each change's."""
+    stretches, cpus, since = [], float(cores), start
+    for at, changed in changes:
+        if start <= at <= end:
+            stretches.append((cpus, since, at))
+            cpus, since = changed, at
+    stretches.append((cpus, since, end))
+    return stretches
 
 
 def _resume_workflows(daemon: Daemon, now: float) -> None:

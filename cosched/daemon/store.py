@@ -347,14 +347,22 @@ class Store:
         rows = self._conn().execute(sql + ' ORDER BY "end", id LIMIT ?', (*args, limit))
         return [_job_row(row) for row in rows]
 
-    def runs_since(self, since: float) -> list[tuple[str, int, float, float]]:
-        """(user, cores, start, end) of every ended job that ran and ended at `since` or later."""
+    def runs_since(self, since: float) -> list[tuple[int, str, int, float, float]]:
+        """(job id, user, cores, start, end) of every ended job that ran and ended at `since` or later."""
         rows = self._conn().execute(
-            f"SELECT user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
+            f"SELECT id, user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
             f' WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" >= ?',
             (*FINAL, since),
         )
-        return [(user, int(cores), float(start), float(end)) for user, cores, start, end in rows]
+        return [(job_id, user, int(cores), float(start), float(end)) for job_id, user, cores, start, end in rows]
+
+    def quota_logs(self, job_ids: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
+        """Each job's logged quota changes, (at, CPUs) in the order they were made."""
+        logs: dict[int, list[tuple[float, float]]] = {}
+        sql = "SELECT job_id, at, cpus FROM quotas WHERE job_id IN ({}) ORDER BY seq"
+        for job_id, at, cpus in _in_chunks(self._conn(), sql, job_ids):
+            logs.setdefault(job_id, []).append((float(at), float(cpus)))
+        return logs
 
     def purge_ended(self, before: float, batch: int = 5000) -> int:
         """Delete the jobs that ended before `before` (epoch s), with their quota log; how many.

@@ -42,11 +42,13 @@ class QueuePolicy(ABC):
     def score(self, job: Job, now: float) -> float:
         """Priority of `job` at `now`; the lowest score is the head."""
 
-    def ran(self, job: Job, start: float, end: float) -> None:  # noqa: B027 - optional hook, most policies keep no history
-        """A run of `job` (its cores, from `start` to `end`) is over: it ended, or was requeued.
+    def ran(self, job: Job, start: float, end: float, cpus: float) -> None:  # noqa: B027 - optional hook
+        """`job` ran with `cpus` CPUs of quota from `start` to `end`: its run ended (or was
+        requeued), or a lending changed its quota then (each such stretch is told once).
 
         Why a hook: a priority that depends on what a user already used (fair-share) must
-        count every run, and only the core sees every end in both worlds."""
+        count every run, and only the core sees every end and every lending in both worlds.
+        Why by quota: a lent core is given to one job at a time, and is charged to that one."""
 
     def order(self, queue: Sequence[Job], view: SchedulerView) -> Sequence[Job]:
         """The queue in service order. `queue` is in arrival order, or already

@@ -10,16 +10,19 @@ most takes the machine. Slurm's answer, which most sites run, orders the queue b
   each user's fair share is 1/N (equal shares). A user who used nothing has F = 1; one who
   used exactly their share, 1/2.
 - S: the job's cores over the cluster's (PriorityFavorSmall=NO).
-- Usage is core-seconds decayed with `half_life` (PriorityDecayHalfLife): a run a week ago
-  weighs half of one now. A running job counts what it used so far.
+- Usage is CPU-seconds of quota decayed with `half_life` (PriorityDecayHalfLife): a run a week
+  ago weighs half of one now. A running job counts what it had so far. Without co-scheduling a
+  job's quota is its cores, as Slurm's core-seconds; with it, a lent core is charged to the
+  guest it was lent to for as long as it was, not to both jobs.
 
 As Slurm's `PriorityCalcPeriod`, the factors are recomputed every `period` seconds of the
 scheduler's clock, not at every pass; ages are exact at each pass. Defaults are Slurm's
 (7-day half-life and maximum age), with the weights sites commonly set (age 1000,
 fair-share 10000, size 0). Options: `fairshare:half_life=86400,period=60`.
 
-Usage is told by the core at the end of each run (`QueuePolicy.ran`), requeued runs
-included; a daemon restart replays the ended jobs of its state file (`history`).
+Usage is told by the core at the end of each run and at each lending that changes a quota
+(`QueuePolicy.ran`), requeued runs included; a daemon restart replays the ended jobs and quota
+changes of its state file (`history`).
 """
 
 from __future__ import annotations
@@ -58,13 +61,13 @@ class DecayedUsage:
         self.ref: float | None = None
         self.scaled: dict[int, float] = defaultdict(float)
 
-    def _integral(self, cores: int, start: float, end: float, ref: float) -> float:
+    def _integral(self, cores: float, start: float, end: float, ref: float) -> float:
         """cores * integral of 2^((s - ref) / half_life) ds over [start, end]: a run's core-seconds
         as worth at `ref`."""
         h = self.half_life
         return cores * h / math.log(2) * (2.0 ** ((end - ref) / h) - 2.0 ** ((start - ref) / h))
 
-    def add(self, user: int, cores: int, start: float, end: float) -> None:
+    def add(self, user: int, cores: float, start: float, end: float) -> None:
         """A run of `cores` from `start` to `end` (any order of runs: a restart replays old ones)."""
         if end <= start or cores <= 0:
             return
@@ -89,7 +92,7 @@ class DecayedUsage:
         scaled = dict(self.scaled)  # one step under the GIL: the daemon's queue view reads it beside a pass
         return {user: value * factor for user, value in scaled.items()}
 
-    def running(self, cores: int, start: float, now: float) -> float:
+    def running(self, cores: float, start: float, now: float) -> float:
         """What a run still going since `start` used by `now`, decayed to `now`, in core-seconds."""
         if now <= start or cores <= 0:
             return 0.0
@@ -155,8 +158,8 @@ class FairShare(QueuePolicy):
         self._next_calc = -math.inf
         self._capacity = 1
 
-    def ran(self, job: Job, start: float, end: float) -> None:
-        self.usage.add(job.user, job.cores, start, end)
+    def ran(self, job: Job, start: float, end: float, cpus: float) -> None:
+        self.usage.add(job.user, cpus, start, end)
 
     def used(self, view: SchedulerView) -> dict[int, float]:
         """Each user's decayed core-seconds at `view.now`: ended runs, and running jobs' use so
@@ -165,7 +168,7 @@ class FairShare(QueuePolicy):
         used = {user: value for user, value in self.usage.at(now).items() if value > 0}
         for job in view.jobs.values():
             if job.state is JobState.RUNNING:
-                used[job.user] = used.get(job.user, 0.0) + self.usage.running(job.cores, job.start, now)
+                used[job.user] = used.get(job.user, 0.0) + self.usage.running(job.quota, job.quota_since, now)
             else:
                 used.setdefault(job.user, 0.0)
         return used
