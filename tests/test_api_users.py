@@ -23,6 +23,7 @@ from daemon_support import require_engine
 from fastapi.testclient import TestClient
 
 from cosched.cli import main
+from cosched.core.events import Offer
 from cosched.daemon import workflow_stages
 from cosched.daemon.api import create_app
 from cosched.daemon.config import from_dict, validate
@@ -151,7 +152,7 @@ def test_private_data_shows_each_user_their_own_and_operators_everything(
     try:
         with TestClient(create_app(daemon)) as client:
             hers = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
-            flow = client.post("/v1/workflows", json=two_stages(image), headers=alice).json()["id"]
+            flow, [stage] = client.post("/v1/workflows", json=two_stages(image), headers=alice).json().values()
             his = client.post("/v1/jobs", json=job(image), headers=bob).json()["id"]
             assert [row["id"] for row in client.get("/v1/queue", headers=bob).json()] == [his]
             assert len(client.get("/v1/queue", headers=ops).json()) == 3
@@ -162,6 +163,12 @@ def test_private_data_shows_each_user_their_own_and_operators_everything(
                 assert "api.private_data shows" in refused.json()["error"]
                 assert client.get(path, headers=ops).status_code == 200
                 assert client.get(path, headers=alice).status_code == (403 if path == "/metrics" else 200)
+            # Her two jobs take both cores in the core (started there only: no engine is called).
+            decision = daemon.core.step(time.time(), [Offer(((0, 2),), (2048,)), *daemon.inbox])
+            assert sorted(a.job.id for a in decision.actions) == [hers, stage], decision.actions
+            for who, expected in ((bob, set()), (alice, {hers, stage}), (ops, {hers, stage})):
+                listed = {job["id"] for node in client.get("/v1/nodes", headers=who).json() for job in node["jobs"]}
+                assert listed == expected
             assert client.get("/v1/history", params={"user": "alice"}, headers=bob).status_code == 403
             assert client.get("/v1/history", headers=bob).status_code == 200
             after = [{"kind": "afterok", "job": hers}]

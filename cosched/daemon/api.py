@@ -238,8 +238,14 @@ def create_app(daemon: Daemon) -> FastAPI:
         return status
 
     @app.get("/v1/nodes")
-    def nodes() -> list[dict[str, Any]]:
-        return views.nodes(daemon)
+    def nodes(request: Request) -> list[dict[str, Any]]:
+        rows = views.nodes(daemon)
+        user = viewer(request)
+        if user is not None:  # the nodes' cores and use stay; other users' jobs on them are not listed
+            owners = daemon.store.owners()
+            for row in rows:
+                row["jobs"] = [job for job in row["jobs"] if owners.get(job["id"]) == user]
+        return rows
 
     @app.get("/v1/history")
     def history(
