@@ -542,7 +542,7 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     for key, value in _status_lines(status):
         print(f"{key:>10}: {value}")
-    for key in ("submit", "begin", "latest_start", "start", "end"):
+    for key in ("submit", "begin", "latest_start", "expected_start", "start", "end"):
         if key in ("submit", "start", "end") or status.get(key) is not None:
             print(f"{key.partition('_')[0]:>10}: {_when(status.get(key))}")
     if status.get("after"):

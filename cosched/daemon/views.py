@@ -193,6 +193,10 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         status["reason"] = "JobHeldUser"
     elif record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
         status["reason"] = begins_at(spec["begin"])
+    elif record["state"] == "pending":  # in the queue: why it waits and when it may start, as `cosched queue` says
+        row = next((row for row in queue(daemon) if row["id"] == job_id), None)
+        if row is not None and row["reason"] != "Submitted":
+            status["reason"], status["expected_start"] = row["reason"], row["start"]
     job = daemon.core.jobs.get(job_id)
     if job is not None and job.usage is not None:
         status["usage"] = {
