@@ -1,11 +1,12 @@
-"""Jobs that wait for other jobs' ends (sbatch's --dependency): the rule, and settling it each pass.
+"""Jobs that wait for other jobs' ends (sbatch's --dependency): the rule, and the passes that settle it.
 
 Why in the daemon and not the core: a dependency names jobs of the state file, ended ones
 included, which the core forgot long ago; the core sees such a job as held (`JobSubmitted`
 then `JobHeld`, put in the inbox together under `lock`, so no pass steps one without the
-other) until `settle` releases it. Why judged afresh from the state file at every pass
-rather than kept up to date at each end: a restart has nothing to rebuild, and no end is
-missed by a job accepted while that end was being written.
+other) until `settle` releases it. Why judged afresh from the state file rather than kept up
+to date at each end: a restart has nothing to rebuild, and no end is missed by a job accepted
+while that end was being written. Judged when a pass wrote an end, and at the pass after a
+job started waiting (`Daemon.settle_due`): passes with neither cost nothing, however many wait.
 
 A dependency that can never be met (afterok on a job that failed) cancels the job, as a
 failed workflow stage cancels the stages after it (Slurm's `kill_invalid_depend`): a job
@@ -72,12 +73,13 @@ def problem(store: Store, db: sqlite3.Connection, after: Sequence[dict[str, Any]
     return judge(after, target_states(store, db, after))[1] if after else ""
 
 
-def settle(daemon: Daemon, db: sqlite3.Connection) -> int:
+def settle(daemon: Daemon, db: sqlite3.Connection, ended: bool) -> int:
     """Release the waiting jobs whose dependencies are all met (unless their user holds them) and
     cancel those with one that never can be; how many left the wait. Runs in a pass's transaction,
-    after its ends are written, under `lock`."""
-    if not daemon.waiting:
+    after its ends are written (`ended`: it wrote some), under `lock`."""
+    if not (ended or daemon.settle_due) or not daemon.waiting:
         return 0
+    daemon.settle_due = False
     waiting = list(daemon.waiting.items())
     own = daemon.store.states(db, (job_id for job_id, _ in waiting))
     states = target_states(daemon.store, db, (d for _, after in waiting for d in after))

@@ -97,6 +97,8 @@ class Daemon:
         self.specs: dict[int, dict[str, Any]] = {}
         self.waiting: dict[int, list[dict[str, Any]]] = {}
         """Pending jobs held until their dependencies are met, with them (`cosched.daemon.dependencies`)."""
+        self.settle_due = False
+        """A job started waiting since dependencies were last judged: the next pass judges them."""
         self.user_numbers: dict[str, int] = {}
         """User names as the core's user ids (`submissions.user_number`)."""
         self.containers: dict[int, str] = {}

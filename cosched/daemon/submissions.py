@@ -284,6 +284,7 @@ def queue(
         if document.get("after"):
             daemon.inbox.append(JobHeld(job_id))
             daemon.waiting[job_id] = document["after"]
+            daemon.settle_due = True
 
 
 def user_number(daemon: Daemon, user: str) -> int:
