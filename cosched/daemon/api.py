@@ -22,11 +22,12 @@ from cosched.daemon import drain, journal, views
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.http_guards import Authenticate, BodyLimit
 from cosched.daemon.identity import Caller, Revocations, load_key, revocations_path
+from cosched.daemon.job_actions import NotPending
 from cosched.daemon.metrics import CONTENT_TYPE
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, JobUpdate, WorkflowSpec
 from cosched.daemon.store import StateError
-from cosched.daemon.submissions import Forbidden, Full, NotPending, Rejected
+from cosched.daemon.submissions import Forbidden, Full, Rejected
 
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]

@@ -41,7 +41,7 @@ from typing import Any
 
 from cosched.core.events import Event
 from cosched.core.scheduler import Scheduler
-from cosched.daemon import carry_out, drain, engine_faults, monitoring, scheduling, submissions
+from cosched.daemon import carry_out, drain, engine_faults, job_actions, monitoring, scheduling, submissions
 from cosched.daemon.backend import Backend
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap
@@ -280,20 +280,20 @@ class Daemon:
         return submissions.submit_workflow(self, spec, user)
 
     def cancel(self, job_id: int, caller: Caller = ANONYMOUS) -> str:
-        """See `submissions.cancel`."""
-        return submissions.cancel(self, job_id, caller)
+        """See `job_actions.cancel`."""
+        return job_actions.cancel(self, job_id, caller)
 
     def hold(self, job_id: int, caller: Caller, held: bool) -> str:
-        """See `submissions.hold`."""
-        return submissions.hold(self, job_id, caller, held)
+        """See `job_actions.hold`."""
+        return job_actions.hold(self, job_id, caller, held)
 
     def requeue(self, job_id: int, caller: Caller) -> str:
-        """See `submissions.requeue`."""
-        return submissions.requeue(self, job_id, caller)
+        """See `job_actions.requeue`."""
+        return job_actions.requeue(self, job_id, caller)
 
     def update_walltime(self, job_id: int, walltime: float, caller: Caller) -> str:
-        """See `submissions.update_walltime`."""
-        return submissions.update_walltime(self, job_id, walltime, caller)
+        """See `job_actions.update_walltime`."""
+        return job_actions.update_walltime(self, job_id, walltime, caller)
 
     def schedule(self) -> None:
         """See `scheduling.schedule`."""

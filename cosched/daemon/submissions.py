@@ -1,4 +1,4 @@
-"""What comes in through the API: jobs and workflows checked, stored, then queued; cancels, holds.
+"""What comes in through the API: jobs and workflows checked, stored, then queued.
 
 Why its own module: accepting is a promise. A submission is checked against what
 this cluster can ever run (`Rejected` names the field), stored before the call
@@ -13,11 +13,10 @@ import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from cosched.core.events import JobCancelled, JobHeld, JobReleased, JobSubmitted, JobUpdated
+from cosched.core.events import JobHeld, JobSubmitted
 from cosched.daemon import dependencies, journal, start_window, state_faults, workflow_stages
 from cosched.daemon.accounts import NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
-from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
 from cosched.errors import CoschedError
@@ -159,108 +158,6 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
         journal.accepted(job_id, document, workflow_id, user=user)
     daemon.metrics.submitted.inc(len(released))
     return workflow_id, [job_id for job_id, _ in released]
-
-
-def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
-    """Ask for a job's end; returns its state then ('' if there is no such job).
-
-    Forbidden unless `caller` owns the job or is an operator, as `scancel` allows:
-    a user's token must not end another user's work.
-    """
-    record = daemon.store.job(job_id)
-    if record is None:
-        return ""
-    _check_owner(record, caller, "cancel")
-    if record["state"] in ("pending", "launching", "running"):
-        with daemon.store.transaction() as db:
-            daemon.store.update_job(db, job_id, cancel=1, requeue=None)
-        with daemon.lock:  # beside `monitoring.review`, which reads both maps
-            if daemon.requeue_asked.pop(job_id, None) is not None:  # a cancel outranks a requeue asked before
-                daemon.kill_reason.pop(job_id, None)
-            daemon.kill_reason.setdefault(job_id, "cancelled by user")
-        daemon.inbox.append(JobCancelled(job_id))
-        journal.cancel_asked(job_id, str(record["state"]), caller.user)
-    return str(record["state"])
-
-
-class NotPending(CoschedError):
-    """Hold or release of a job that is not pending (running, ended) or not held; an update of one
-    that ended; a requeue of one that is not running."""
-
-
-def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
-    """Hold (`held`) or release a pending job, as `scontrol hold/release`; its state ('' if there is
-    no such job). Its owner or an operator only. The hold is in the state file: a restarted daemon
-    keeps the job held."""
-    record = daemon.store.job(job_id)
-    if record is None:
-        return ""
-    _check_owner(record, caller, "hold" if held else "release")
-    if record["state"] != "pending" or record["cancel"]:
-        raise NotPending(f"job {job_id} is {record['state']}: only a pending job can be held or released")
-    if not held and not record["held"]:
-        raise NotPending(f"job {job_id} is not held")
-    if bool(record["held"]) != held:
-        with daemon.lock:  # beside `dependencies.settle`, which releases only jobs the user does not hold
-            with daemon.store.transaction() as db:
-                daemon.store.update_job(db, job_id, held=int(held))
-            if held or job_id not in daemon.waiting:
-                daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
-        journal.hold_asked(job_id, held, caller.user)
-    return str(record["state"])
-
-
-def requeue(daemon: Daemon, job_id: int, caller: Caller) -> str:
-    """Kill a running job and queue it again, as `scontrol requeue` (an operator's before a
-    reboot, or a user's whose job went wrong); its state ('' if there is no such job). Its owner
-    or an operator only. The wish is in the state file, so a daemon killed before the job's end
-    was collected still queues it again; the kill is the next review's (`monitoring.review`).
-    A job that ends with exit code 0 before the kill took effect is done."""
-    record = daemon.store.job(job_id)
-    if record is None:
-        return ""
-    _check_owner(record, caller, "requeue")
-    if record["state"] not in ("launching", "running") or record["cancel"]:
-        raise NotPending(f"job {job_id} is {record['state']}: only a running job can be requeued")
-    reason = f"requeued by {caller.user or 'an operator'}"
-    with daemon.lock:
-        with daemon.store.transaction() as db:
-            daemon.store.update_job(db, job_id, requeue=reason)
-        daemon.requeue_asked[job_id] = reason
-    journal.requeue_asked(job_id, caller.user)
-    return str(record["state"])
-
-
-def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller) -> str:
-    """Change a queued or running job's walltime, as `scontrol update TimeLimit`; its state ('' if
-    there is no such job). Its owner may lower it, only an operator raise it (Slurm's rule: a
-    walltime is what backfilling planned others around). Lowered below what it has run, the job
-    is killed at the next review, `walltime exceeded`. In the state file, so a restart keeps it."""
-    record = daemon.store.job(job_id)
-    if record is None:
-        return ""
-    _check_owner(record, caller, "update")
-    if record["state"] not in ("pending", "launching", "running") or record["cancel"]:
-        raise NotPending(f"job {job_id} is {record['state']}: only a queued or running job's walltime can change")
-    before = float(record["spec"]["walltime"])
-    if walltime > before and not caller.operator:
-        raise Forbidden(f"job {job_id}: only an operator may raise a walltime ({before:g} s to {walltime:g} s)")
-    with daemon.lock:  # the spec the daemon holds and the core's job change together
-        with daemon.store.transaction() as db:
-            daemon.store.set_walltime(db, job_id, walltime)
-        if job_id in daemon.specs:
-            daemon.specs[job_id]["walltime"] = walltime
-        daemon.inbox.append(JobUpdated(job_id, walltime))
-    journal.updated(job_id, walltime, caller.user)
-    return str(record["state"])
-
-
-def _check_owner(record: dict[str, Any], caller: Caller, verb: str) -> None:
-    """Forbidden unless `caller` owns the job or is an operator, as Slurm allows: a user's token
-    must not act on another user's jobs."""
-    if not (caller.operator or record["user"] == caller.user):
-        owner = record["user"] or "no user (submitted without a user token)"
-        raise Forbidden(f"job {record['id']}: belongs to {owner}; {caller.user} may {verb} only their own jobs")
 
 
 def _window(begin: float | str | None, latest: float | str | None, now: float) -> tuple[float | None, float | None]:
