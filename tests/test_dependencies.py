@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,10 @@ def test_chains_cascades_and_refusals(tmp_path: Path) -> None:
         assert daemon.job(b)["state"] == "pending" and daemon.job(b)["reason"] == "Dependency"
         assert f"{b:>6}" in daemon.cli("queue") and "Dependency" in daemon.cli("queue")
         assert f"after: afterok:{a}" in daemon.cli("status", str(b))
+        with urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10) as answer:
+            lines = answer.read().decode().splitlines()
+        [gauge] = [line for line in lines if line.startswith("cosched_jobs_waiting_dependency ")]
+        assert float(gauge.split()[1]) >= 1  # b at least
         ended = daemon.wait_final([a, b, c, d, e, f, g], 60)
         assert [ended[i]["state"] for i in (a, b, c, d, e, f, g)] == [
             "done",

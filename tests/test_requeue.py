@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -49,5 +50,7 @@ def test_a_requeued_job_runs_again_even_when_the_daemon_dies_after_the_ask(tmp_p
         labels = [f"cosched.instance={daemon.instance()}", f"cosched.job={job_id}"]
         assert len(engine.containers.list(filters={"label": labels, "status": "running"})) == 1  # never twice at once
         assert daemon.job(waiting)["state"] == "pending"  # the requeued job keeps its place, ahead of it
+        with urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10) as answer:
+            assert "cosched_jobs_requeued_total 1.0" in answer.read().decode()  # the run after the restart
     finally:
         daemon.cleanup(engine)

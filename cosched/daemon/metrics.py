@@ -40,6 +40,14 @@ class DaemonMetrics:
         )
         self.submitted = Counter("cosched_jobs_submitted", "Jobs queued (each released workflow stage too)", registry=r)
         self.launched = Counter("cosched_jobs_launched", "Containers started", registry=r)
+        self.requeued = Counter(
+            "cosched_jobs_requeued",
+            "Runs ended to run again: requeued on request, or lost with their machine",
+            registry=r,
+        )
+        self.waiting_dependency = Gauge(
+            "cosched_jobs_waiting_dependency", "Pending jobs held until their dependencies are met", registry=r
+        )
         self.decisions = Counter(
             "cosched_lending_decisions",
             "ASAx decisions, by the expert that gave the chosen action most weight",
@@ -97,6 +105,7 @@ class DaemonMetrics:
         self.cores_lent.set(sum(job.quota for job in running if job.host >= 0))
         self.nodes_drained.set(len(daemon.drained))
         self.launches_waiting.set(len(daemon.launching))
+        self.waiting_dependency.set(len(daemon.waiting))
         live = {job.id for job in running}
         self.cpu_used = {job_id: used for job_id, used in self.cpu_used.items() if job_id in live}
         self.cores_used.set(sum(self.cpu_used.values()))

@@ -91,6 +91,7 @@ def _pass(daemon: Daemon) -> bool:
             daemon.requeue_asked.pop(end.job.id, None)  # it ended before the kill: done, not queued again
             if end.requeued:
                 journal.requeued(end.job.id, end.reason)
+                daemon.metrics.requeued.inc()
                 continue
             journal.ended(end.job, end.exit_code, end.reason)
             daemon.specs.pop(end.job.id, None)
