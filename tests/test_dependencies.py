@@ -4,6 +4,7 @@ text form, and the daemon on the real engine: chains, cascades, workflows, holds
 from __future__ import annotations
 
 import argparse
+import itertools
 import signal
 import time
 import urllib.request
@@ -33,6 +34,8 @@ KINDS = ("afterok", "afternotok", "afterany")
         ("afternotok", "cancelled", "met"),
         *[("afterany", state, "met") for state in ("done", "failed", "cancelled")],
         *[(kind, None, "never") for kind in KINDS],
+        ("singleton", "running", "waiting"),
+        ("singleton", "done", "met"),
     ],
 )
 def test_the_rule_as_sbatch_states_it(kind: str, state: str | None, expected: str) -> None:
@@ -52,12 +55,15 @@ def test_all_are_needed_and_one_that_never_can_be_met_says_which() -> None:
     )
 
 
-targets = st.tuples(st.sampled_from(KINDS), st.booleans(), st.integers(1, 10**12))
+targets = st.tuples(st.sampled_from((*KINDS, "singleton")), st.booleans(), st.integers(1, 10**12))
 
 
 @given(st.lists(targets, min_size=1, max_size=8))
 def test_the_text_form_reads_back_what_it_writes(items: list[tuple[str, bool, int]]) -> None:
-    after = [{"kind": kind, ("workflow" if workflow else "job"): number} for kind, workflow, number in items]
+    after = [
+        {"kind": kind} if kind == "singleton" else {"kind": kind, ("workflow" if workflow else "job"): number}
+        for kind, workflow, number in items
+    ]
     assert parse(describe(after)) == after
 
 
@@ -162,3 +168,23 @@ def test_a_workflow_a_hold_and_a_restart(tmp_path: Path) -> None:
         assert daemon.wait_final([waiter], 30)[waiter]["state"] == "done"
     finally:
         daemon.cleanup(engine)
+
+
+def test_singleton_jobs_of_one_name_run_one_after_another(tmp_path: Path) -> None:
+    """`--dependency singleton` on 2 cores: three jobs named `step` run one at a time, in the order
+    they were submitted, while a singleton of another name runs beside the first."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    daemon = DaemonProcess(tmp_path, cores=2)
+    daemon.start()
+    try:
+        spec = {"image": image, "command": ["sleep", "1"], "cores": 1, "walltime": 60, "after": parse("singleton")}
+        steps = [daemon.submit(**spec, name="step") for _ in range(3)]
+        other = daemon.submit(**spec, name="other")
+        ended = daemon.wait_final([*steps, other], 60)
+    finally:
+        daemon.cleanup(engine)
+    assert {job["state"] for job in ended.values()} == {"done"}
+    for before, after in itertools.pairwise(steps):
+        assert ended[after]["start"] >= ended[before]["end"] - 0.5, ended
+    assert ended[other]["start"] < ended[steps[0]]["end"]

@@ -154,6 +154,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         """Under `private_data` a dependency names the caller's own jobs: its verdict would tell
         another user's job's fate."""
         for dependency in spec.after:
+            if dependency.kind == "singleton":
+                continue  # it names only the caller's own jobs
             if dependency.job is not None:
                 what, record = f"after: job {dependency.job}", daemon.store.job(dependency.job)
             else:

@@ -75,8 +75,8 @@ def add_commands(commands: Any, parser_class: type) -> None:
         "--dependency",
         type=dependencies.parse,
         help="start only after other jobs ended so, as sbatch --dependency (all needed): afterok:12:13, "
-        "afternotok:12, afterany:12, a workflow as w7 (afterok:w7: every stage of it succeeded); "
-        "cancelled once one can never be met",
+        "afternotok:12, afterany:12, a workflow as w7 (afterok:w7: every stage of it succeeded), singleton "
+        "(after your earlier jobs of its name); cancelled once one can never be met",
     )
     sp.add_argument(
         "--array",

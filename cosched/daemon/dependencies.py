@@ -40,17 +40,19 @@ def verdict(kind: str, state: str | None) -> Verdict:
         return "never"
     if state not in FINAL:
         return "waiting"
-    if kind == "afterany" or (state == "done") == (kind == "afterok"):
+    if kind in ("afterany", "singleton") or (state == "done") == (kind == "afterok"):
         return "met"
     return "never"
 
 
-def judge(after: Sequence[dict[str, Any]], states: dict[tuple[str, int], str]) -> tuple[Verdict, str]:
-    """A job's dependencies together: met when all are, never (and why, one line) when one is."""
+def judge(after: Sequence[dict[str, Any]], states: dict[tuple[str, int], str], job_id: int = 0) -> tuple[Verdict, str]:
+    """Job `job_id`'s dependencies together: met when all are, never (and why, one line) when one
+    is. A singleton's target is the job itself: 'running' while an earlier twin is live (unknown
+    at submission: it waits)."""
     outcome: Verdict = "met"
     for dependency in after:
-        target = _target(dependency)
-        state = states.get(target)
+        target = _target(dependency, job_id)
+        state = states.get(target, "running" if target[0] == "singleton" else None)
         one = verdict(dependency["kind"], state)
         if one == "never":
             ended = _ENDED_AS.get(state or "", "is not in the state file (never submitted, or purged)")
@@ -62,10 +64,18 @@ def judge(after: Sequence[dict[str, Any]], states: dict[tuple[str, int], str]) -
 
 def target_states(store: Store, db: sqlite3.Connection, after: Iterable[dict[str, Any]]) -> dict[tuple[str, int], str]:
     """The states of the jobs and workflows these dependencies name, read in the caller's transaction."""
-    targets = [_target(dependency) for dependency in after]
+    targets = [_target(dependency) for dependency in after if dependency["kind"] != "singleton"]
     jobs = store.states(db, (number for kind, number in targets if kind == "job"))
     workflows = store.workflow_states(db, (number for kind, number in targets if kind == "workflow"))
     return {**{("job", k): v for k, v in jobs.items()}, **{("workflow", k): v for k, v in workflows.items()}}
+
+
+def singleton_states(store: Store, db: sqlite3.Connection, job_ids: Iterable[int]) -> dict[tuple[str, int], str]:
+    """Each of these singleton jobs' own state as its dependency's target: 'running' while an
+    earlier job of its user with its name is queued or running, else 'done'."""
+    ids = list(job_ids)
+    twins = store.earlier_twins_live(db, ids)
+    return {("singleton", job_id): "running" if job_id in twins else "done" for job_id in ids}
 
 
 def problem(store: Store, db: sqlite3.Connection, after: Sequence[dict[str, Any]]) -> str:
@@ -83,12 +93,14 @@ def settle(daemon: Daemon, db: sqlite3.Connection, ended: bool) -> int:
     waiting = list(daemon.waiting.items())
     own = daemon.store.states(db, (job_id for job_id, _ in waiting))
     states = target_states(daemon.store, db, (d for _, after in waiting for d in after))
+    alone = (job_id for job_id, after in waiting if any(d["kind"] == "singleton" for d in after))
+    states.update(singleton_states(daemon.store, db, alone))
     settled = 0
     for job_id, after in waiting:
         if own.get(job_id) != "pending":  # cancelled, or failed at its latest start, meanwhile
             del daemon.waiting[job_id]
             continue
-        outcome, why = judge(after, states)
+        outcome, why = judge(after, states, job_id)
         if outcome == "waiting":
             continue
         del daemon.waiting[job_id]
@@ -102,13 +114,17 @@ def settle(daemon: Daemon, db: sqlite3.Connection, ended: bool) -> int:
 
 
 def parse(text: str) -> list[dict[str, Any]]:
-    """sbatch's --dependency, all of them needed: `afterok:12:13,afterany:w7` (w: a workflow)."""
-    after = []
+    """sbatch's --dependency, all of them needed: `afterok:12:13,afterany:w7` (w: a workflow),
+    `singleton`."""
+    after: list[dict[str, Any]] = []
     for part in text.split(","):
+        if part == "singleton":
+            after.append({"kind": "singleton"})
+            continue
         kind, _, targets = part.partition(":")
         if kind not in ("afterok", "afternotok", "afterany") or not targets:
             raise argparse.ArgumentTypeError(
-                f"{part!r}: expected afterok, afternotok or afterany, then :JOB or :wWORKFLOW ids"
+                f"{part!r}: expected afterok, afternotok or afterany, then :JOB or :wWORKFLOW ids, or singleton"
             )
         for target in targets.split(":"):
             match = re.fullmatch(r"(w?)([1-9][0-9]{0,17})", target)
@@ -120,8 +136,16 @@ def parse(text: str) -> list[dict[str, Any]]:
 
 def describe(after: Iterable[dict[str, Any]]) -> str:
     """Dependencies as `parse` reads them."""
-    return ",".join(f"{d['kind']}:{'w' if d.get('workflow') else ''}{d.get('workflow') or d['job']}" for d in after)
+    return ",".join(
+        d["kind"]
+        if d["kind"] == "singleton"
+        else f"{d['kind']}:{'w' if d.get('workflow') else ''}{d.get('workflow') or d['job']}"
+        for d in after
+    )
 
 
-def _target(dependency: dict[str, Any]) -> tuple[str, int]:
+def _target(dependency: dict[str, Any], job_id: int = 0) -> tuple[str, int]:
+    """What a dependency waits on: a job, a workflow, or (singleton) the job's own twins."""
+    if dependency["kind"] == "singleton":
+        return ("singleton", job_id)
     return ("job", int(dependency["job"])) if dependency.get("job") else ("workflow", int(dependency["workflow"]))

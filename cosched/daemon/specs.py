@@ -60,16 +60,18 @@ class Container(_Strict):
 class Dependency(_Strict):
     """Start only once another job, or a whole workflow, has ended so (sbatch's --dependency):
     `afterok` after it succeeded, `afternotok` after it failed or was cancelled, `afterany`
-    after either. A workflow has ended once no stage of it is queued or running."""
+    after either. A workflow has ended once no stage of it is queued or running. `singleton`
+    names nothing: once no earlier job of its user with its name is queued or running."""
 
-    kind: Literal["afterok", "afternotok", "afterany"]
+    kind: Literal["afterok", "afternotok", "afterany", "singleton"]
     job: int | None = Field(None, gt=0)
     workflow: int | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _one_target(self) -> Dependency:
-        if (self.job is None) == (self.workflow is None):
-            raise ValueError("needs one of job and workflow, not both")
+        targets = (self.job is not None) + (self.workflow is not None)
+        if targets != (self.kind != "singleton"):
+            raise ValueError("singleton names no job; the others one job or one workflow")
         return self
 
 

@@ -320,6 +320,17 @@ class Store:
         """The state of each of these jobs still in the file, read inside the caller's transaction."""
         return dict(_in_chunks(db, "SELECT id, state FROM jobs WHERE id IN ({})", job_ids))
 
+    def earlier_twins_live(self, db: sqlite3.Connection, job_ids: Iterable[int]) -> set[int]:
+        """Those of these jobs an earlier job of the same user and name is queued or running before
+        (a singleton dependency's wait), read inside the caller's transaction."""
+        live = ", ".join(repr(state) for state in LIVE)
+        sql = (
+            "SELECT j.id FROM jobs j WHERE j.id IN ({}) AND EXISTS (SELECT 1 FROM jobs k"
+            f" WHERE k.state IN ({live}) AND k.id < j.id AND k.user = j.user"
+            " AND json_extract(k.spec, '$.name') = json_extract(j.spec, '$.name'))"
+        )
+        return {row[0] for row in _in_chunks(db, sql, job_ids)}
+
     def workflow_states(self, db: sqlite3.Connection, workflow_ids: Iterable[int]) -> dict[int, str]:
         """Each workflow's state as a job's: 'running' while any of its stages is queued or running
         (a failed workflow's other stages run on), else 'done' or 'failed'."""
