@@ -58,11 +58,12 @@ def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes
         now = time.time()
         with daemon.store.transaction() as db:
             ids = [daemon.store.add_job(db, spec, now) for _ in range(nodes + queued + passes)]
-        running = [submissions.job_from(daemon, i, spec, now) for i in ids[:nodes]]
+        running = [submissions.job_from(daemon, i, spec, now, "") for i in ids[:nodes]]
         for job in running:
             job.walltime = rng.uniform(600, 7200)
         waiting = [
-            submissions.job_from(daemon, i, {**spec, "cores": rng.choice([1, 4, 16, 32, 64])}, now) for i in ids[nodes:]
+            submissions.job_from(daemon, i, {**spec, "cores": rng.choice([1, 4, 16, 32, 64])}, now, "")
+            for i in ids[nodes:]
         ]
         daemon.specs.update({i: spec for i in ids})
         offer = Offer(tuple((n, cores) for n in range(nodes)), (config.memory_mib() // nodes,) * nodes)

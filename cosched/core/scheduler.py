@@ -659,12 +659,20 @@ class Scheduler:
         pending = (job for job in order if job.state is JobState.PENDING and job.coschedule)
         window = list(islice(pending, self.window))
         candidates = self.cosched.candidates
+        # The hosts with room for a guest of each size, in running order, listed once a pass: asking
+        # every pair of a thousand hosts and the window made most of a pass. The lists go stale as
+        # guests arrive; `_can_host` checks each pair all the same.
+        open_hosts = [h for h in self.running if h.coschedule and len(self.guests.get(h.id, ())) < self.sharing - 1]
+        fitting: dict[int, list[Job]] = {}
         for guest in window:
             if self.limit is not None and not self.limit.admits(guest):
                 continue
+            large = fitting.get(guest.cores)
+            if large is None:
+                large = fitting[guest.cores] = [h for h in open_hosts if h.cores >= guest.cores]
             hosts = [
                 h
-                for h in candidates(guest, self.running)
+                for h in candidates(guest, large)
                 if self._can_host(h, guest) and (promises is None or promises.allow(guest, h))
             ]
             if hosts:
