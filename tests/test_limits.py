@@ -144,7 +144,7 @@ def test_the_daemon_refuses_what_the_cap_forbids_and_says_why_a_job_waits(tmp_pa
         time.sleep(1)  # passes every 0.2 s: the free core is not given to the second
         assert daemon.job(second)["state"] == "pending"
         assert "(QOSMaxCpuPerUserLimit)" in daemon.cli("queue")
-        assert daemon.job(second)["reason"] == "QOSMaxCpuPerUserLimit"  # `cosched status` says it too
+        assert daemon.job(second)["pending_reason"] == "QOSMaxCpuPerUserLimit"  # `cosched status` says it too
         jobs = daemon.wait_final([first, second], 60)
         assert jobs[second]["start"] >= jobs[first]["end"] - 0.5, jobs
     finally:

@@ -623,7 +623,8 @@ def _each_job(args: argparse.Namespace, method: str, action: str, body: dict[str
 def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
     """A job's fields as an operator reads them: units, rounding, no Python reprs."""
     lines = []
-    for key in ("id", "name", "user", "state", "reason", "image", "command", "cores", "cpus", "quota", "host"):
+    fields = ("id", "name", "user", "state", "reason", "pending_reason", "image", "command", "cores", "cpus", "quota")
+    for key in (*fields, "host"):
         value = status.get(key)
         if value in (None, "", []):
             continue
@@ -633,7 +634,7 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
             value = _ranges(value)
         elif key == "quota":
             value = f"{value:g} CPUs"
-        lines.append((key, str(value)))
+        lines.append(("waits" if key == "pending_reason" else key, str(value)))
     lines.append(("walltime", f"{status['walltime']:g} s"))
     for key in ("app_class", "workflow", "stage", "exit_code"):
         if status.get(key) not in (None, ""):

@@ -195,8 +195,8 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         status["reason"] = begins_at(spec["begin"])
     elif record["state"] == "pending":  # in the queue: why it waits and when it may start, as `cosched queue` says
         row = next((row for row in queue(daemon) if row["id"] == job_id), None)
-        if row is not None and row["reason"] != "Submitted":
-            status["reason"], status["expected_start"] = row["reason"], row["start"]
+        if row is not None and row["reason"] != "Submitted":  # `reason` stays the record's (a requeue's)
+            status["pending_reason"], status["expected_start"] = row["reason"], row["start"]
     job = daemon.core.jobs.get(job_id)
     if job is not None and job.usage is not None:
         status["usage"] = {
