@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import selectors
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +23,7 @@ from daemon_support import DaemonProcess, require_engine
 
 from cosched.daemon.client import ApiError, Client
 from cosched.daemon.config import ApiSection, from_dict, validate
-from cosched.daemon.tls import check
+from cosched.daemon.tls import server_context
 from cosched.errors import ConfigError
 
 
@@ -70,20 +74,20 @@ def test_bad_tls_files_are_one_line_errors(tmp_path: Path) -> None:
     ca, cert, key = make_pki(tmp_path)
     with pytest.raises(ConfigError, match=r"^config keys api\.tls_cert and api\.tls_key: give both"):
         validate(from_dict({"api": {"tls_cert": str(cert)}}))
-    assert check(ApiSection(tls_cert=str(cert), tls_key=str(key))) is True
-    assert check(ApiSection()) is False
+    assert server_context(ApiSection(tls_cert=str(cert), tls_key=str(key))) is not None
+    assert server_context(ApiSection()) is None
     with pytest.raises(ConfigError, match=r"^config key api\.tls_cert: .*absent\.pem is not a file$"):
-        check(ApiSection(tls_cert=str(tmp_path / "absent.pem"), tls_key=str(key)))
+        server_context(ApiSection(tls_cert=str(tmp_path / "absent.pem"), tls_key=str(key)))
     with pytest.raises(ConfigError, match=r"^config key api\.tls_key: cannot read .*: No such file"):
-        check(ApiSection(tls_cert=str(cert), tls_key=str(tmp_path / "absent.pem")))
+        server_context(ApiSection(tls_cert=str(cert), tls_key=str(tmp_path / "absent.pem")))
     not_a_key = tmp_path / "not-a-key.pem"
     not_a_key.write_bytes(ca.read_bytes())
     not_a_key.chmod(0o600)
     with pytest.raises(ConfigError, match=r"^config keys api\.tls_cert and api\.tls_key: cannot serve with"):
-        check(ApiSection(tls_cert=str(cert), tls_key=str(not_a_key)))
+        server_context(ApiSection(tls_cert=str(cert), tls_key=str(not_a_key)))
     key.chmod(0o644)
     with pytest.raises(ConfigError, match=r"^config key api\.tls_key: .* readable or writable by others .*chmod 600"):
-        check(ApiSection(tls_cert=str(cert), tls_key=str(key)))
+        server_context(ApiSection(tls_cert=str(cert), tls_key=str(key)))
 
 
 def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Path) -> None:
@@ -110,3 +114,71 @@ def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Pa
         assert "API on https://127.0.0.1:" in daemon.log.read_text()
     finally:
         daemon.cleanup(engine)
+
+
+def test_connections_that_never_finish_the_handshake_are_counted_and_closed(tmp_path: Path) -> None:
+    """A client that opens a TLS port and sends nothing (or half a ClientHello) must not hold a
+    file descriptor for asyncio's 60 s handshake timeout beyond `api.max_connections`: such
+    connections count from their accept, those over the cap are closed at once and the others
+    after `api.header_timeout`; then a real client is served again."""
+    engine = require_engine()
+    ca, cert, key = make_pki(tmp_path)
+    api = f'tls_cert = "{cert}"\ntls_key = "{key}"\nmax_connections = 16\nheader_timeout = 1.0'
+    daemon = DaemonProcess(tmp_path, api=api)
+    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
+    daemon.start()
+    sockets = [socket.create_connection(("127.0.0.1", daemon.port), timeout=10) for _ in range(50)]
+    try:
+        for k, sock in enumerate(sockets):
+            if k % 2:  # the first bytes of a ClientHello's record header, never the rest
+                sock.sendall(b"\x16\x03\x01\x02")
+        closed = closing_times(sockets, 8.0)
+        assert len(closed) == 50, f"{50 - len(closed)} of 50 sockets mid-handshake still open after 8 s"
+        assert sorted(closed)[50 - 16 - 1] < 0.5, closed  # those beyond max_connections at once
+        assert max(closed) < 3.0, closed  # the others after header_timeout, not asyncio's 60 s
+        assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
+    finally:
+        for sock in sockets:
+            sock.close()
+        daemon.cleanup(engine)
+
+
+def test_a_connection_mid_handshake_does_not_hold_up_a_stop(tmp_path: Path) -> None:
+    """SIGTERM stops the daemon at once though a client sits in its handshake: uvicorn waits for
+    every counted connection to close, and this one would close only at `header_timeout`."""
+    engine = require_engine()
+    ca, cert, key = make_pki(tmp_path)
+    daemon = DaemonProcess(tmp_path, api=f'tls_cert = "{cert}"\ntls_key = "{key}"\nheader_timeout = 60.0')
+    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
+    daemon.start()
+    try:
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=10):
+            time.sleep(0.2)
+            started = time.monotonic()
+            daemon.signal(signal.SIGTERM)
+            assert time.monotonic() - started < 10.0
+        assert daemon.process is not None and daemon.process.returncode == 0
+    finally:
+        daemon.cleanup(engine)
+
+
+def closing_times(sockets: list[socket.socket], within: float) -> list[float]:
+    """Seconds from now until each socket the daemon closes is closed (end of stream or reset);
+    those still open after `within` seconds are left out."""
+    started = time.monotonic()
+    closed: list[float] = []
+    with selectors.DefaultSelector() as selector:
+        for sock in sockets:
+            selector.register(sock, selectors.EVENT_READ)
+        while selector.get_map() and (left := within - (time.monotonic() - started)) > 0:
+            for key, _ in selector.select(left):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                try:
+                    if sock.recv(4096):
+                        continue  # an answer: read on until the close
+                except ConnectionResetError:
+                    pass
+                selector.unregister(sock)
+                closed.append(time.monotonic() - started)
+    return closed

@@ -11,6 +11,12 @@ gets 408 and its connection is closed; headers over `MAX_HEADER_BYTES` get 431
 more than a file descriptor. uvicorn's own `limit_concurrency` would answer
 such a connection only once its headers came, that is never.
 
+Over HTTPS the handshake is done here too (`loop.start_tls`), not by the server's `ssl=`:
+asyncio hands a TLS connection to its protocol only once the handshake is over, and gives
+a client that sends nothing 60 s for it. Fifty such connections to a cap of 16 were all
+still open 8 s later. A connection is counted from its accept, one over the cap is closed
+at once (no TLS yet to answer 503 in), and its handshake must end within `header_timeout`.
+
 Built on uvicorn's httptools protocol, the fast one the submission benchmark
 needs (docs/daemon.md, "Daemon speed"); its parser callbacks mark where a
 request's headers begin and end.
@@ -19,6 +25,7 @@ request's headers begin and end.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -34,11 +41,20 @@ class GuardedProtocol(HttpToolsProtocol):
 
     header_timeout = 10.0
     max_connections = 64
+    tls: ssl.SSLContext | None = None
     _header_timer: asyncio.TimerHandle | None = None
     _header_bytes = 0
     _refused = False
+    _early = b""
+    _tls_begun = False
+    _tcp: asyncio.Transport | None = None
+    _handshake_task: asyncio.Task[None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self.tls is not None and not self._tls_begun:
+            self._tls_begun = True
+            self._handshake(transport)
+            return
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             self._refuse(_status(503, "Service Unavailable"))
@@ -46,12 +62,50 @@ class GuardedProtocol(HttpToolsProtocol):
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is None:  # a TLS connection that never got past its handshake
+            self.connections.discard(self)
+            return
         self._disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if not self._refused:  # the rest of a refused connection's bytes are dropped unparsed
+        if self.transport is None:  # a request in the same read as the handshake's end: read once made
+            self._early += data
+        elif not self._refused:  # the rest of a refused connection's bytes are dropped unparsed
             super().data_received(data)
+
+    def shutdown(self) -> None:
+        if self.transport is not None:
+            super().shutdown()
+        elif self._tcp is not None:  # mid-handshake: nothing to finish, and uvicorn waits for every connection
+            self._tcp.abort()
+
+    def _handshake(self, tcp: asyncio.Transport) -> None:
+        """Count a TLS connection from its accept and give its handshake `header_timeout`."""
+        self.connections.add(self)
+        self._tcp = tcp
+        if len(self.connections) > self.max_connections:
+            tcp.abort()
+            return
+        tcp.pause_reading()  # the ClientHello is for start_tls, which resumes reading, not for data_received
+        self._handshake_task = self.loop.create_task(self._secure(tcp))  # kept: the loop holds tasks weakly
+
+    async def _secure(self, tcp: asyncio.Transport) -> None:
+        assert self.tls is not None
+        try:
+            secure = await self.loop.start_tls(
+                tcp, self, self.tls, server_side=True, ssl_handshake_timeout=self.header_timeout
+            )
+        except (TimeoutError, OSError):  # too slow, not TLS, or gone: start_tls closed it
+            self.connections.discard(self)
+            return
+        if secure is None or secure.is_closing():
+            self.connections.discard(self)
+            return
+        self.connection_made(secure)  # type: ignore[arg-type]
+        early, self._early = self._early, b""
+        if early:
+            self.data_received(early)
 
     # httptools parser callbacks; after a refusal, those still due for the bytes at hand do nothing
     def on_message_begin(self) -> None:
@@ -105,10 +159,13 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def guarded_protocol(header_timeout: float, max_connections: int) -> type[GuardedProtocol]:
-    """The protocol class uvicorn is given (`uvicorn.Config(http=...)`), with this daemon's limits."""
+def guarded_protocol(
+    header_timeout: float, max_connections: int, tls: ssl.SSLContext | None = None
+) -> type[GuardedProtocol]:
+    """The protocol class uvicorn is given (`uvicorn.Config(http=...)`), with this daemon's limits
+    and its TLS context (None: plain HTTP)."""
     return type(
         "GuardedProtocol",
         (GuardedProtocol,),
-        {"header_timeout": header_timeout, "max_connections": max_connections},
+        {"header_timeout": header_timeout, "max_connections": max_connections, "tls": tls},
     )

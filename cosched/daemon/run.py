@@ -74,7 +74,7 @@ def serve(config: DaemonConfig) -> None:
     # A fatal signal (SIGBUS when SQLite's shared-memory file is truncated under it) then
     # prints where every thread was instead of ending the daemon without a word.
     faulthandler.enable()
-    https = tls.check(config.api)  # before anything: a bad key file stops it with nothing bound
+    https = tls.server_context(config.api)  # before anything: a bad key file stops it with nothing bound
     sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
     try:
         daemon = Daemon(config)
@@ -90,7 +90,7 @@ def serve(config: DaemonConfig) -> None:
         daemon.instance,
         daemon.cluster.nodes,
         daemon.cluster.cores_per_node,
-        "https" if https else "http",
+        "https" if https is not None else "http",
         config.api.host,
         config.api.port,
         config.state_dir,
@@ -98,12 +98,14 @@ def serve(config: DaemonConfig) -> None:
     server = uvicorn.Server(
         uvicorn.Config(
             app,
-            http=guarded_protocol(config.api.header_timeout, config.api.max_connections),
+            http=guarded_protocol(config.api.header_timeout, config.api.max_connections, https),
             log_level="warning",
             access_log=False,
             lifespan="off",
-            ssl_certfile=config.api.tls_cert or None,
-            ssl_keyfile=config.api.tls_key or None,
+            # Over HTTPS asyncio's own loop: uvloop (0.23) starts reading a new connection after
+            # its protocol's connection_made even when that paused it, so the ClientHello went to
+            # the protocol instead of the handshake it starts (`http_protocol`).
+            loop="auto" if https is None else "asyncio",
         )
     )
     # uvicorn turns SIGTERM/SIGINT into a graceful shutdown, then raises the signal again with

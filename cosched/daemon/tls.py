@@ -2,9 +2,10 @@
 
 Why in the daemon and not only behind a proxy: tokens travel in every request, and a cluster's
 users submit from other hosts; a certificate the site already has is two config keys away. The
-key is refused if others may read it, as the signing key is. uvicorn serves with it; this module
-only loads it once up front, so a wrong path, a key that does not match the certificate or a
-file that is not PEM stops the daemon with one line instead of failing at the first request.
+key is refused if others may read it, as the signing key is. The context is made once up front,
+so a wrong path, a key that does not match the certificate or a file that is not PEM stops the
+daemon with one line instead of failing at the first request; the API's protocol does the
+handshake with it (`http_protocol`), counting a connection from its accept.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from cosched.daemon.identity import refuse_shared
 from cosched.errors import ConfigError
 
 
-def check(api: ApiSection) -> bool:
-    """Whether the API serves HTTPS; ConfigError naming the key when its files cannot serve it."""
+def server_context(api: ApiSection) -> ssl.SSLContext | None:
+    """The API's TLS context (None: plain HTTP); ConfigError naming the key when its files cannot serve it."""
     if not api.tls_cert:
-        return False
+        return None
     cert, key = Path(api.tls_cert).expanduser(), Path(api.tls_key).expanduser()
     try:
         refuse_shared(os.stat(key), key, "api.tls_key")
@@ -37,4 +38,4 @@ def check(api: ApiSection) -> bool:
         raise ConfigError(
             f"config keys api.tls_cert and api.tls_key: cannot serve with {cert} and {key}: {detail}"
         ) from None
-    return True
+    return context
