@@ -445,6 +445,11 @@ def test_valid_job_and_its_defaults() -> None:
         ({"image": ""}, "image"),
         ({"image": "-flag"}, "image"),
         ({"memory_mib": 0}, "memory_mib"),
+        ({"memory_mib": 5}, "memory_mib"),  # below Docker's least limit: the engine would refuse it at launch
+        ({"command": ["echo", "a\0b"]}, "command"),
+        ({"env": {"X": "a\0b"}}, "env"),
+        ({"data_dirs": ["/data/a\0"]}, "data_dirs"),
+        ({"data_dirs": ["/data/a", "/data/a/"]}, "data_dirs"),  # two mounts on one place
         ({"tasks": 0}, "tasks"),
         ({"name": "has space"}, "name"),
         ({"colour": "blue"}, "colour"),  # extra keys are refused, not ignored

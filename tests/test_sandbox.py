@@ -13,8 +13,11 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import stat
+import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +30,7 @@ from daemon_support import DaemonProcess, require_engine
 
 from cosched.daemon.client import ApiError, Client
 from cosched.daemon.config import from_dict
+from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB
 from cosched.daemon.identity import create_key, load_key, mint
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
@@ -84,6 +88,32 @@ def test_jobs_run_as_nobody_without_capabilities_and_data_dirs_are_nosuid_nodev(
     options = (data / "mount").read_text().split()[5].split(",")
     assert "nosuid" in options and "nodev" in options
     assert (data / "caps").read_text().split()[1] == "0000000000000000"
+
+
+def test_a_data_dir_on_a_read_only_noexec_mount_stays_so_in_the_job(daemon: DaemonProcess) -> None:
+    """The staging remount sets every per-mount flag anew: it must keep the host's `ro` and
+    `noexec`, or a job could overwrite reference data the operator mounted read-only and run
+    programs from where the host allows none."""
+    data = make_data_dir(daemon.root / "reference")
+    (data / "genome.txt").write_text("ACGT\n")
+    shutil.copy(shutil.which("busybox") or "/bin/busybox", data / "busybox")  # static: runs in the job as it is
+    subprocess.run(["mount", "--bind", str(data), str(data)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro,noexec,nosuid,nodev", str(data)], check=True)
+        script = (
+            f"grep ' {data} ' /proc/self/mountinfo | cut -d' ' -f6; echo x > {data}/genome.txt; "
+            f"{data}/busybox true && echo ran; true"
+        )
+        job_id = daemon.submit(image=daemon.image, command=sh(script), cores=1, walltime=30, data_dirs=[str(data)])
+        job = daemon.wait_final([job_id], 60)[job_id]
+        shown = daemon.cli("logs", str(job_id))
+    finally:
+        subprocess.run(["umount", str(data)], check=True)
+    assert job["state"] == "done", job
+    options = shown.split()[0].split(",")
+    assert "ro" in options and "noexec" in options, shown
+    assert "ran" not in shown.split(), shown
+    assert (data / "genome.txt").read_text() == "ACGT\n"
 
 
 def test_a_job_cannot_make_a_host_file_setuid_or_a_device_node(daemon: DaemonProcess) -> None:
@@ -236,6 +266,34 @@ def test_an_image_removed_after_acceptance_fails_its_job_and_nothing_else(daemon
     assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
 
 
+def test_a_command_the_engine_refuses_fails_its_job_and_nothing_else(daemon: DaemonProcess) -> None:
+    """The engine answers the start of a command that is not in the image with an error: that job
+    fails with the engine's reason, its container is removed, and the engine is not taken for
+    gone. Taken for gone, the daemon retried that launch forever and started nothing else, and the
+    ends of running jobs were not collected."""
+    client = require_engine()
+    running = daemon.submit(image=daemon.image, command=sh("sleep 2"), cores=1, walltime=30)
+    daemon.wait_running(running)
+    refused = daemon.submit(image=daemon.image, command=["/no/such/binary"], cores=1, walltime=30)
+    after = daemon.submit(image=daemon.image, command=["true"], cores=1, walltime=30)
+    jobs = daemon.wait_final([running, refused, after], 60)
+    assert jobs[refused]["state"] == "failed"
+    assert "the Docker engine refused job" in jobs[refused]["reason"], jobs[refused]
+    assert jobs[running]["state"] == "done" and jobs[after]["state"] == "done", jobs
+    assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
+    labels = [f"{LABEL_INSTANCE}={daemon.instance()}", f"{LABEL_JOB}={refused}"]
+    assert client.containers.list(all=True, filters={"label": labels}) == []
+
+
+def test_a_data_dir_with_a_colon_in_its_name_is_mounted(daemon: DaemonProcess) -> None:
+    """Binds are "source:target:mode" strings, which a ':' in a path breaks (the engine refused
+    the launch); mounts name each part."""
+    data = make_data_dir(daemon.root / "run:1")
+    job = run(daemon, f"echo written > {data}/out", data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    assert (data / "out").read_text() == "written\n"
+
+
 def test_a_daemon_that_is_not_root_cannot_have_data_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pinning data dirs needs mount(2): a non-root daemon with data roots is refused in one line."""
     config = from_dict({"daemon": {"state_dir": str(tmp_path)}, "docker": {"data_roots": [str(tmp_path)]}})
@@ -314,21 +372,27 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
     """With per-user tokens and `docker.run_as = "submitter"`, a job runs as its submitter's account
     (here the system users `daemon`, uid 1, and `bin`, uid 2): one user's job cannot write
     another's data dir, though the daemon (root) mounts whatever a submission names, and what a
-    job writes belongs to its submitter. Root and users with no account are refused at submission."""
+    job writes belongs to its submitter. Nor can it name a directory inside another user's private
+    one: the job is given the mount itself, so the kernel would not check the parents the
+    submitter's own `cd` must pass; that is checked at submission and again at the launch. Root
+    and users with no account are refused at submission."""
     client = require_engine()
     key = tmp_path / "api.key"
     create_key(key)
+    shared = Path(tempfile.mkdtemp(prefix="cosched-data-", dir="/tmp"))  # pytest's own tmp is root's, 0700
+    shared.chmod(0o755)
     process = DaemonProcess(
         tmp_path,
         api=f'key_file = "{key}"',
-        docker='run_as = "submitter"',
+        docker=f'run_as = "submitter"\ndata_roots = ["{shared}"]',
         extra='[policies]\ncosched = "none"\n',
         token=mint(load_key(key), "root", 600),  # an operator's, for the harness's health checks
+        data_roots=False,
     )
     try:
         process.start()
         users = {name: Client(process.client.url, mint(load_key(key), name, 600), timeout=10) for name in USERS}
-        mine = make_data_dir(tmp_path / "daemons", owner="1:1")
+        mine = make_data_dir(shared / "daemons", owner="1:1")
         mine.chmod(0o700)
         write = ["sh", "-c", f"id > {mine}/id"]
         spec = {"image": image, "command": write, "cores": 1, "walltime": 60, "data_dirs": [str(mine)]}
@@ -340,12 +404,30 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
         assert jobs[owner]["state"] == "done", jobs[owner]
         assert (mine / "id").read_text().split()[:2] == ["uid=1", "gid=1"]
         assert ((mine / "id").stat().st_uid, (mine / "id").stat().st_gid) == (1, 1)
+
+        results = make_data_dir(mine / "results", owner="1:1")  # open to all, inside daemon's private dir
+        results.chmod(0o755)
+        (results / "secret").write_text("daemon's\n")
+        peek = {**spec, "command": ["cat", f"{results}/secret"], "data_dirs": [str(results)]}
+        closed = f"{str(mine)!r} above it does not let uid 2 (its submitter) pass"
+        with pytest.raises(ApiError, match=re.escape(closed)):
+            users["bin"].call("POST", "/v1/jobs", peek)
+        mine.chmod(0o755)  # open when the job is accepted, closed again before it launches
+        blocker = users["daemon"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "2"], "cores": 2})["id"]
+        process.wait_running(blocker)
+        late = users["bin"].call("POST", "/v1/jobs", peek)["id"]
+        mine.chmod(0o700)
+        jobs = process.wait_final([blocker, late], 60)
+        assert jobs[late]["state"] == "failed" and closed in jobs[late]["reason"], jobs[late]
+        assert "daemon's" not in (jobs[late]["log_tail"] or "")
+
         for name, problem in (("root", "root: jobs never run as root"), ("nosuchuser7", "nosuchuser7 has no account")):
             asker = Client(process.client.url, mint(load_key(key), name, 600), timeout=10)
             with pytest.raises(ApiError, match=f"user: {problem}"):
                 asker.call("POST", "/v1/jobs", spec)
     finally:
         process.cleanup(client)
+        shutil.rmtree(shared)
 
 
 USERS = ("daemon", "bin")

@@ -14,13 +14,6 @@ from typing import Any, Protocol
 
 from cosched.core.events import Slots
 from cosched.daemon.docker_backend import ContainerInfo, Exit, Sample
-from cosched.errors import CoschedError
-
-
-class RunLost(CoschedError):
-    """A job's run was lost, not ended by the job: its machine went away, or it could not get
-    the resources the core gave it in time (no Mesos offer), or a gang could not start whole.
-    The daemon queues the job again; one host's Docker engine never raises it."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cosched.daemon.accounts import account_of
-from cosched.daemon.backend import RunLost
-from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch
+from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch, RunLost
 from cosched.daemon.engine_calls import raise_failures
 from cosched.model import Job
 

@@ -106,6 +106,7 @@ import psutil
 
 from cosched.daemon.accounts import RUN_AS
 from cosched.daemon.identity import USER_NAME
+from cosched.daemon.specs import MIN_MEMORY_MIB
 from cosched.errors import ConfigError
 from cosched.mesos.calls import role_problem
 
@@ -343,9 +344,15 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     for name in api.operators:
         if not USER_NAME.fullmatch(name):
             raise ConfigError(f"config key api.operators: {name!r} is not a POSIX user name (a-z, 0-9, '_', '.', '-')")
-    if cluster.nodes < 1 or cluster.cores < 0 or cluster.memory_mib < 0 or cluster.default_memory_per_core < 4:
+    if (
+        cluster.nodes < 1
+        or cluster.cores < 0
+        or cluster.memory_mib < 0
+        or cluster.default_memory_per_core < MIN_MEMORY_MIB
+    ):
         raise ConfigError(
-            "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, default_memory_per_core >= 4"
+            "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, "
+            f"default_memory_per_core >= {MIN_MEMORY_MIB} (the least memory limit Docker sets)"
         )
     if (cluster.nodes_per_switch > 0) != (cluster.switches_per_pod > 0) or min(
         cluster.nodes_per_switch, cluster.switches_per_pod

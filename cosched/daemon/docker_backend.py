@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from cosched.daemon.accounts import account_in
+from cosched.daemon.accounts import Account, account_in
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
 from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, process_start, read_progress
@@ -80,6 +81,12 @@ class EngineUnavailable(CoschedError):
 
 class LaunchRefused(CoschedError):
     """This one job cannot start (its image was removed, its data dir changed); the engine is fine."""
+
+
+class RunLost(CoschedError):
+    """A job's run was lost, not ended by the job: its machine went away, or it could not get
+    the resources the core gave it in time (no Mesos offer), or a gang could not start whole, or
+    the engine failed on its side (a 5xx) to start it. The daemon queues the job again."""
 
 
 class QuotaMismatch(CoschedError):
@@ -236,15 +243,20 @@ class DockerBackend:
             COSCHED_PROGRESS=PROGRESS_PATH,
         )
         data_dirs = list(spec.get("data_dirs") or ())
+        account = account_in(spec)
         fds: list[int] = []
         try:
             for path in data_dirs:
-                fds.append(open_data_dir(path, self.settings.data_roots))
+                fds.append(open_data_dir(path, self.settings.data_roots, account))
             staged = self.staging.pin(job_id, fds) if self.staging and fds else data_dirs
-            volumes = {source: {"bind": path, "mode": "rw"} for source, path in zip(staged, data_dirs, strict=True)}
+            # Mounts, not binds: a bind is one "source:target:mode" string, which a ':' in a path breaks.
+            mounts = [
+                docker.types.Mount(target=path, source=source, type="bind")
+                for source, path in zip(staged, data_dirs, strict=True)
+            ]
             own = {LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id), **(labels or {})}
             named = name or self.name_of(job_id)
-            container = self._create_and_start(job_id, spec, env, volumes, cpus, quota, memory_mib, named, own)
+            container = self._create_and_start(job_id, spec, env, mounts, cpus, quota, memory_mib, named, own)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -258,7 +270,7 @@ class DockerBackend:
         job_id: int,
         spec: dict[str, Any],
         env: dict[str, str],
-        volumes: dict[str, dict[str, str]],
+        mounts: list[docker.types.Mount],
         cpus: list[int],
         quota: float,
         memory_mib: int,
@@ -267,7 +279,7 @@ class DockerBackend:
     ) -> Any:
         limits = self.settings
         account = account_in(spec)
-        bound = {mount["bind"] for mount in volumes.values()}
+        bound = {mount["Target"] for mount in mounts}
         try:
             try:
                 declared = self.client.api.inspect_image(spec["image"])["Config"].get("Volumes") or {}
@@ -282,7 +294,7 @@ class DockerBackend:
                     cpuset_cpus=",".join(map(str, cpus)),
                     mem_limit=memory_mib * (1 << 20),
                     memswap_limit=memory_mib * (1 << 20),
-                    volumes=volumes,
+                    mounts=mounts,
                     user=f"{account.uid}:{account.gid}" if account else limits.job_user,
                     group_add=[str(group) for group in account.groups] if account and account.groups else None,
                     cap_drop=["ALL"],
@@ -308,11 +320,16 @@ class DockerBackend:
                 ) from None
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:
-                    raise
+                    raise _refused(job_id, exc) from None
                 container = self.client.containers.get(name)
             _refuse_volumes(container, spec["image"])
             if container.status == "created":
-                container.start()
+                try:
+                    container.start()
+                except docker.errors.APIError as exc:
+                    with suppress(*_ENGINE_ERRORS):  # else the next reconciliation removes it
+                        container.remove(force=True, v=True)
+                    raise _refused(job_id, exc) from None
             container.reload()
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"launching job {job_id}: {_reason(exc)}") from None
@@ -531,14 +548,28 @@ def _timestamp(text: str | None) -> float:
     return stamp + (float("0." + frac) if frac else 0.0)
 
 
+def _refused(job_id: int, exc: docker.errors.APIError) -> Exception:
+    """What an engine that answered a launch with an error means. It is up, so waiting for it to
+    come back would retry this job forever and start no other: one job's command that is not in
+    its image once held every launch and every end behind it. A 4xx is this job's own (a
+    command, a limit or an environment the engine will not take): it fails. A 5xx may be the
+    engine's own trouble (containerd gone): the run counts as lost and the job is queued again,
+    up to `ends.MAX_LOST_RUNS` times."""
+    why = f"the Docker engine refused job {job_id}: {_reason(exc)}"
+    if exc.is_server_error():
+        return RunLost(why)
+    return LaunchRefused(why)
+
+
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return text[:300]
 
 
-def data_dirs_allowed(paths: list[str], roots: tuple[str, ...]) -> str:
-    """'' if every path is an existing directory under one of `roots`, reached through no link, else the problem."""
-    return next((problem for path in paths if (problem := data_dir_problem(path, roots))), "")
+def data_dirs_allowed(paths: list[str], roots: tuple[str, ...], account: Account | None = None) -> str:
+    """'' if every path is an existing directory under one of `roots`, reached through no link (and
+    through directories `account` may pass, if given), else the problem."""
+    return next((problem for path in paths if (problem := data_dir_problem(path, roots, account))), "")
 
 
 def _refuse_volumes(container: Any, image: str) -> None:

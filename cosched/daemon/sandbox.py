@@ -27,17 +27,33 @@ import os
 import stat
 from pathlib import Path
 
+from cosched.daemon.accounts import Account
 from cosched.errors import CoschedError
 
 PROGRESS_MAX_BYTES = 256
 """`done/total` needs a few bytes; more is never read."""
 
+_MS_RDONLY = 0x1
 _MS_NOSUID = 0x2
 _MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
 _MS_REMOUNT = 0x20
+_MS_NOSYMFOLLOW = 0x100
+_MS_NOATIME = 0x400
+_MS_NODIRATIME = 0x800
 _MS_BIND = 0x1000
 _MS_REC = 0x4000
+_MS_STRICTATIME = 0x1000000
 _MNT_DETACH = 0x2
+_ST_NOSYMFOLLOW = 0x2000
+_KEPT_FLAGS = (
+    (os.ST_RDONLY, _MS_RDONLY),
+    (os.ST_NOEXEC, _MS_NOEXEC),
+    (_ST_NOSYMFOLLOW, _MS_NOSYMFOLLOW),
+    (os.ST_NOATIME, _MS_NOATIME),
+    (os.ST_NODIRATIME, _MS_NODIRATIME),
+)
+"""statvfs flags of a data dir's own mount and the mount flags that keep them on its staging mount."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -46,8 +62,9 @@ class SandboxRefused(CoschedError):
     """A job's data directory is not what was accepted (replaced by a link, moved out of the roots)."""
 
 
-def data_dir_problem(path: str, roots: tuple[str, ...]) -> str:
-    """'' if `path` is an existing directory under a data root reached through no link, else the problem.
+def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None = None) -> str:
+    """'' if `path` is an existing directory under a data root reached through no link (and, with
+    `account`, through directories that let it pass: `open_data_dir`), else the problem.
 
     A path through a symlink is refused with its real path to give instead:
     the path accepted is then exactly the one walked, link-free, at launch.
@@ -62,6 +79,11 @@ def data_dir_problem(path: str, roots: tuple[str, ...]) -> str:
             return f"{path!r} leads through a symlink; give its real path {real!r}"
         if not stat.S_ISDIR(os.stat(real).st_mode):
             return f"{path!r} is not an existing directory"
+        if account is not None:
+            parents = [str(parent) for parent in reversed(Path(real).parents)]
+            blocked = next((parent for parent in parents if not may_search(os.stat(parent), account)), None)
+            if blocked is not None:
+                return _unreachable(path, blocked, account)
     except (FileNotFoundError, NotADirectoryError):
         return f"{path!r} is not an existing directory"
     except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the filesystem allows
@@ -74,18 +96,26 @@ def _under(real: str, roots: tuple[str, ...]) -> bool:
     return any(path == Path(root) or Path(root) in path.parents for root in map(os.path.realpath, roots))
 
 
-def open_data_dir(path: str, roots: tuple[str, ...]) -> int:
+def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = None) -> int:
     """An O_DIRECTORY descriptor of `path`, reached without following any link.
 
     `path` was accepted link-free under a data root (`data_dir_problem`); if
     any component of it is now a symlink or not a directory, the job is
-    refused rather than given what the path now points at.
+    refused rather than given what the path now points at. With `account` (the
+    job runs as its submitter), each directory above `path` must let it pass:
+    the daemon, root, opens the path and the job is given the mount itself, so
+    the kernel never checks the parents the submitter's own `cd` would have to
+    pass (another user's 0700 home) unless this does.
     """
     if not _under(os.path.normpath(path), roots):
         raise SandboxRefused(f"data dir {path!r} is no longer under a configured data root")
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
+        walked = "/"
         for part in Path(path).parts[1:]:
+            if account is not None and not may_search(os.fstat(fd), account):
+                raise SandboxRefused(f"data dir {_unreachable(path, walked, account)}")
+            walked = os.path.join(walked, part)
             try:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
@@ -101,8 +131,23 @@ def open_data_dir(path: str, roots: tuple[str, ...]) -> int:
         raise
 
 
+def may_search(info: os.stat_result, account: Account) -> bool:
+    """Whether `account`'s processes may pass through the directory `info` describes, by its mode
+    bits as the kernel applies them (owner, else group, else others; ACLs are not read)."""
+    if info.st_uid == account.uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid == account.gid or info.st_gid in account.groups:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
+
+
+def _unreachable(path: str, parent: str, account: Account) -> str:
+    return f"{path!r}: {parent!r} above it does not let uid {account.uid} (its submitter) pass"
+
+
 class StagingMounts:
-    """Private `nosuid,nodev` bind mounts of the directories a launch opened, one folder per job."""
+    """Private `nosuid,nodev` bind mounts of the directories a launch opened, one folder per job,
+    keeping what their own mounts forbid (read-only, noexec)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -120,7 +165,7 @@ class StagingMounts:
                 target = folder / str(n)
                 target.mkdir(mode=0o700)
                 _mount(f"/proc/self/fd/{fd}", str(target), _MS_BIND)
-                _mount("", str(target), _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+                _mount("", str(target), _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | _kept_flags(fd))
                 staged.append(str(target))
         except BaseException:
             self.release(job_id)
@@ -145,6 +190,20 @@ class StagingMounts:
             for folder in self.root.iterdir():
                 if folder.name.isdigit():
                     self.release(int(folder.name))
+
+
+def _kept_flags(fd: int) -> int:
+    """The mount flags of the directory's own mount that a bind remount would drop: it sets every
+    per-mount flag anew, so a data root the host mounted read-only or noexec became writable and
+    executable in the job."""
+    flags = os.fstatvfs(fd).f_flag
+    kept = 0
+    for statvfs_flag, mount_flag in _KEPT_FLAGS:
+        if flags & statvfs_flag:
+            kept |= mount_flag
+    if not flags & (os.ST_NOATIME | os.ST_RELATIME):
+        kept |= _MS_STRICTATIME  # a remount defaults to relatime
+    return kept
 
 
 def _mount(source: str, target: str, flags: int) -> None:

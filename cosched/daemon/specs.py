@@ -8,7 +8,9 @@ cores) are in `Daemon.check_*`, not here.
 
 from __future__ import annotations
 
+import os
 import shlex
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,6 +23,8 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]
 AppClass = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
 Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]
 MAX_WALLTIME = 366 * 86400.0
+MIN_MEMORY_MIB = 6
+"""The least memory limit Docker sets: a job asking less would be refused at its launch."""
 
 
 class _Strict(BaseModel):
@@ -56,6 +60,32 @@ class Container(_Strict):
             raise ValueError("must not be empty")
         return value
 
+    @field_validator("command", "data_dirs", "env")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        """A NUL cannot reach a process (execve ends each string there) nor a path: refused here, not
+        by the engine at the launch."""
+        texts = value.values() if isinstance(value, dict) else value or ()
+        if any("\0" in text for text in texts):
+            raise ValueError("must not contain a NUL character")
+        return value
+
+    @field_validator("data_dirs")
+    @classmethod
+    def _each_once(cls, value: list[str]) -> list[str]:
+        """A directory named twice ('/d' and '/d/') would be two mounts on one place."""
+        if len(once(value)) < len(value):
+            raise ValueError("names a directory twice")
+        return value
+
+
+def once(paths: Iterable[str]) -> list[str]:
+    """`paths` in their order, each directory once however it is written ('/d', '/d/', '/d/.')."""
+    first: dict[str, str] = {}
+    for path in paths:
+        first.setdefault(os.path.normpath(path), path)
+    return list(first.values())
+
 
 class Dependency(_Strict):
     """Start only once another job, or a whole workflow, has ended so (sbatch's --dependency):
@@ -85,7 +115,7 @@ class JobSpec(Container):
     image: Image  # type: ignore[assignment]
     command: list[Annotated[str, Field(max_length=4096)]] = Field(min_length=1, max_length=256)  # type: ignore[assignment]
     cores: int = Field(gt=0, le=1 << 16)
-    memory_mib: int | None = Field(None, gt=0, le=1 << 30)
+    memory_mib: int | None = Field(None, ge=MIN_MEMORY_MIB, le=1 << 30)
     walltime: float = Field(gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
     app_class: AppClass = "unknown"
     tasks: int = Field(1, ge=1, le=1 << 30)
@@ -131,7 +161,7 @@ class WorkflowSpec(Container):
     name: Name
     app: Name = "custom"
     cores: int = Field(gt=0, le=1 << 16)
-    memory_mib: int | None = Field(None, gt=0, le=1 << 30)
+    memory_mib: int | None = Field(None, ge=MIN_MEMORY_MIB, le=1 << 30)
     walltime: float | None = Field(None, gt=0, le=MAX_WALLTIME, allow_inf_nan=False)
     stages: list[StageSpec] = Field(min_length=1, max_length=1024)
     begin: float | str | None = None
@@ -190,7 +220,7 @@ class WorkflowSpec(Container):
                 tasks=stage.tasks,
                 parallel=stage.parallel,
                 env={**self.env, **stage.env},
-                data_dirs=list(dict.fromkeys([*self.data_dirs, *stage.data_dirs])),
+                data_dirs=once([*self.data_dirs, *stage.data_dirs]),
                 begin=self.begin,
                 after=[dependency.model_dump() for dependency in self.after],
                 coschedule=self.coschedule,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import JobHeld, JobSubmitted
 from cosched.daemon import dependencies, journal, start_window, state_faults, workflow_stages
-from cosched.daemon.accounts import NoAccount, account_of
+from cosched.daemon.accounts import Account, NoAccount, account_of
 from cosched.daemon.docker_backend import data_dirs_allowed
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import StateError
@@ -39,8 +39,9 @@ class Forbidden(CoschedError):
     """A caller asking for what only someone else may do (cancel another user's job)."""
 
 
-def check_job(daemon: Daemon, spec: JobSpec) -> None:
-    """Rejected naming the field if this cluster can never run `spec`."""
+def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> None:
+    """Rejected naming the field if this cluster can never run `spec` (as `account`, if jobs run as
+    their submitters)."""
     cores = daemon.cluster.cores
     if spec.cores > cores:
         raise Rejected("cores", f"{spec.cores} cores asked, the cluster has {cores}")
@@ -59,7 +60,7 @@ def check_job(daemon: Daemon, spec: JobSpec) -> None:
             "memory_mib",
             f"{memory} MiB asked, the cluster has {daemon.cluster.memory_per_node * daemon.cluster.nodes}",
         )
-    problem = data_dirs_allowed(spec.data_dirs, daemon.config.docker.data_roots)
+    problem = data_dirs_allowed(spec.data_dirs, daemon.config.docker.data_roots, account)
     if problem:
         raise Rejected("data_dirs", problem)
     if not daemon.backend.has_image(spec.image):
@@ -98,13 +99,15 @@ def check_dependencies(daemon: Daemon, db: sqlite3.Connection, after: list[dict[
         raise Rejected("after", f"{problem}: it can never be met")
 
 
-def check_account(daemon: Daemon, user: str) -> None:
-    """Rejected if jobs run as their submitter and `user` cannot run any here (no account, root)."""
+def check_account(daemon: Daemon, user: str) -> Account | None:
+    """The account `user`'s jobs run as if they run as their submitter (else None); Rejected if
+    `user` cannot run any here (no account, root)."""
     if user and daemon.config.docker.run_as == "submitter":
         try:
-            account_of(user)
+            return account_of(user)
         except NoAccount as exc:
             raise Rejected("user", str(exc)) from None
+    return None
 
 
 def _accepting(daemon: Daemon) -> None:
@@ -122,8 +125,8 @@ def _accepting(daemon: Daemon) -> None:
 def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
     """Accept one job, owned by `user`: stored before this returns, queued at the next pass."""
     _accepting(daemon)
-    check_account(daemon, user)
-    check_job(daemon, spec)
+    account = check_account(daemon, user)
+    check_job(daemon, spec, account)
     now = daemon.clock()
     document = spec.model_dump()
     document["begin"], document["latest_start"] = _window(spec.begin, spec.latest_start, now)
@@ -140,10 +143,10 @@ def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
 def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
     """Accept a workflow owned by `user`; its first ready stages are submitted now, the rest as they become ready."""
     _accepting(daemon)
-    check_account(daemon, user)
+    account = check_account(daemon, user)
     for stage in spec.stages:
         try:
-            check_job(daemon, spec.job_spec(stage.name))
+            check_job(daemon, spec.job_spec(stage.name), account)
         except Rejected as exc:
             raise Rejected(spec.path_of(stage.name, exc.field), exc.problem) from None
     now = daemon.clock()

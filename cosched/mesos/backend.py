@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Slots
-from cosched.daemon.backend import NodeStatus, RunLost
+from cosched.daemon.backend import NodeStatus
 from cosched.daemon.config import DockerSection
 from cosched.daemon.docker_backend import (
     LIVE_LOG_BYTES,
@@ -53,6 +53,7 @@ from cosched.daemon.docker_backend import (
     Exit,
     LaunchRefused,
     QuotaMismatch,
+    RunLost,
     Sample,
 )
 from cosched.errors import ConfigError
