@@ -19,6 +19,7 @@ import socket
 from pathlib import Path
 from types import SimpleNamespace
 
+import docker.errors
 import pytest
 import requests
 from pydantic import ValidationError
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DaemonConfig, DockerSection, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
-from cosched.daemon.docker_backend import data_dirs_allowed
+from cosched.daemon.docker_backend import _refused, data_dirs_allowed
 from cosched.daemon.run import bind, serve
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
@@ -900,3 +901,15 @@ def test_keep_ended_days_is_checked_and_sets_an_hourly_purge(tmp_path: Path) -> 
         jobs = dict.fromkeys(("schedule", "sample", "review", "reconcile", "purge"), print)
         daemon = SimpleNamespace(config=config, **jobs)
         assert (periodic(daemon).get_job("purge") is not None) is planned  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("status", "kind"), [(400, "LaunchRefused"), (404, "LaunchRefused"), (500, "RunLost")])
+def test_an_engine_error_at_a_launch_is_the_jobs_or_a_lost_run(status: int, kind: str) -> None:
+    """The engine answered, so it is up: its 4xx is the job's own (it fails), its 5xx may be the
+    engine's trouble (the run is lost and the job queued again), never "engine unavailable"."""
+    response = requests.Response()
+    response.status_code = status
+    error = docker.errors.APIError("refused", response=response, explanation="no such binary")
+    outcome = _refused(7, error)
+    assert type(outcome).__name__ == kind
+    assert str(outcome).startswith("the Docker engine refused job 7: ")
