@@ -153,7 +153,7 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         ({"image": "cosched/not-here:nope"}, "image", "is not in the local Docker engine"),
         ({"memory_mib": 5000}, "memory_mib", "the cluster has 4096"),
         ({"data_dirs": ["/etc"]}, "data_dirs", "not under a configured data root"),
-        ({"data_dirs": ["/\x00"]}, "data_dirs", "not a usable path"),
+        ({"data_dirs": ["/\x00"]}, "data_dirs", "must not contain a NUL character"),
         ({"env": {"1BAD": "x"}}, "env", ""),
         ({"colour": "blue"}, "colour", "Extra inputs"),
     ],

@@ -12,10 +12,13 @@ core's own order and reservations.
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
 import re
 import socket
+import threading
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,9 +28,12 @@ import requests
 from pydantic import ValidationError
 
 from cosched.daemon.cgroups import CgroupFiles
+from cosched.daemon.client import ApiError, Client
+from cosched.daemon.commands import _workflow_body
 from cosched.daemon.config import DaemonConfig, DockerSection, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import _refused, data_dirs_allowed
+from cosched.daemon.identity import load_key
 from cosched.daemon.run import bind, serve
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
@@ -108,8 +114,17 @@ def test_loopback_host_needs_no_token(host: str) -> None:
         ({"cluster": {"cores": -1}}, r"\[cluster\]"),
         ({"docker": {"cpu_period": 999}}, r"docker\.cpu_period"),
         ({"docker": {"data_roots": ["relative/dir"]}}, r"docker\.data_roots"),
-        ({"intervals": {"schedule": 0}}, r"intervals\.schedule: must be > 0"),
-        ({"intervals": {"reconcile": -1.5}}, r"intervals\.reconcile: must be > 0"),
+        ({"intervals": {"schedule": 0}}, r"intervals\.schedule: must be in \(0, 86400\]"),
+        ({"intervals": {"reconcile": -1.5}}, r"intervals\.reconcile: must be in"),
+        ({"intervals": {"schedule": math.nan}}, r"intervals\.schedule: must be in"),  # crashed the scheduler late
+        ({"intervals": {"sample": math.inf}}, r"intervals\.sample: must be in"),
+        ({"intervals": {"review": 1e300}}, r"intervals\.review: must be in"),
+        ({"cluster": {"cores": 9_000_000_000_000_000_000}}, r"\[cluster\]: .*cores in 0\.\.1048576"),  # a hang
+        ({"cluster": {"default_memory_per_core": 5}}, r"default_memory_per_core in 6\."),
+        ({"policies": {"seed": -1}}, r"policies\.seed: must be >= 0"),
+        ({"docker": {"job_user": "99999999999999999999:1"}}, r"docker\.job_user: expected 'uid:gid', each in"),
+        ({"docker": {"job_user": "4294967295:1"}}, r"docker\.job_user"),  # (uid_t)-1
+        ({"docker": {"log_tail": -5}}, r"docker\.log_tail: must be >= 0"),
         ({"mesos": {"watchdog_heartbeats": 0.5}}, r"mesos\.watchdog_heartbeats: must be in \[1, 100\]"),
     ],
 )
@@ -139,6 +154,62 @@ def test_load_config_on_invalid_toml(tmp_path: Path) -> None:
     path.write_text("[api\nport = = 3\n")
     with pytest.raises(ConfigError, match=r"config file .*bad\.toml: "):
         load_config(path)
+
+
+def test_load_config_on_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"\xff\xfe[api]\n")
+    with pytest.raises(ConfigError, match=r"config file .*binary\.toml: 'utf-8' codec can't decode"):
+        load_config(path)
+
+
+def test_a_key_file_that_is_a_directory_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"api\.key_file: {re.escape(str(tmp_path))} is not a regular file"):
+        load_key(tmp_path)
+
+
+@pytest.mark.parametrize("url", ["notaurl", "http://[::1", "http://127.0.0.1:1/\u00e4", "ftp://host", "http://:80"])
+def test_a_url_that_cannot_name_a_daemon_is_one_line(url: str) -> None:
+    with pytest.raises(ApiError, match="is not the URL of a cosched daemon"):
+        Client(url, "")
+
+
+@pytest.mark.parametrize("token", ["bad\ntoken", "t\u00f6ken", "two words"])
+def test_a_token_a_header_cannot_carry_is_one_line(token: str) -> None:
+    with pytest.raises(ApiError, match="has characters an HTTP header cannot carry"):
+        Client("http://127.0.0.1:1", token)
+
+
+def test_an_answer_that_is_not_json_is_one_line() -> None:
+    """A URL that answers, but not as the daemon does (a web server's HTML page)."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>hello</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ApiError, match="answered /v1/queue with other than JSON: is it the cosched daemon"):
+            Client(f"http://127.0.0.1:{server.server_port}", "", timeout=10).call("GET", "/v1/queue")
+    finally:
+        thread.join(10)
+        server.server_close()
+
+
+def test_a_workflow_file_with_a_toml_date_names_where() -> None:
+    document = tomllib.loads('[workflow]\nname = "w"\n[[stage]]\nname = "a"\nwalltime = 07:32:00\n')
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.walltime is a TOML date or time; give seconds"):
+        _workflow_body(document)
+    document = tomllib.loads('[workflow]\nname = "w"\nbegin = 2030-05-27T07:32:00Z\n')
+    with pytest.raises(ConfigError, match=r"workflow file: begin is a TOML date or time"):
+        _workflow_body(document)
 
 
 def test_load_config_validates(tmp_path: Path) -> None:
@@ -452,6 +523,8 @@ def test_valid_job_and_its_defaults() -> None:
         ({"data_dirs": ["/data/a\0"]}, "data_dirs"),
         ({"data_dirs": ["/data/a", "/data/a/"]}, "data_dirs"),  # two mounts on one place
         ({"tasks": 0}, "tasks"),
+        ({"walltime": True}, "walltime"),  # lax mode's 1
+        ({"cores": True}, "cores"),
         ({"name": "has space"}, "name"),
         ({"colour": "blue"}, "colour"),  # extra keys are refused, not ignored
     ],

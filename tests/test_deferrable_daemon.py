@@ -109,6 +109,10 @@ def test_relative_and_absolute_times_are_stored_absolute(
         ({"begin": T0 - 3600}, "begin", "in the past"),
         ({"latest_start": T0 - 1}, "latest_start", "has passed"),
         ({"begin": "+600", "latest_start": "+300"}, "latest_start", "before begin"),
+        ({"begin": 1e300}, "begin", "days ahead"),  # past the platform's time_t: broke every queue view
+        ({"begin": "+9223372036854775807"}, "begin", "days ahead"),
+        ({"latest_start": "now+1e12"}, "latest_start", "neither epoch seconds"),
+        ({"latest_start": T0 + 3654 * 86400}, "latest_start", "days ahead"),
     ],
 )
 def test_a_bad_window_is_a_422_naming_the_field_and_nothing_is_stored(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import ssl
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -28,8 +30,10 @@ class Client:
     ) -> None:
         """`ca_file` (or $COSCHED_CA_FILE): the certificates an https daemon's is checked against, for
         a site's own CA or a self-signed one; without it, the system's."""
-        self.url = (url or os.environ.get("COSCHED_URL") or DEFAULT_URL).rstrip("/")
+        self.url = _checked_url((url or os.environ.get("COSCHED_URL") or DEFAULT_URL).rstrip("/"))
         self.token = token if token is not None else os.environ.get("COSCHED_TOKEN", "")
+        if not _TOKEN.fullmatch(self.token):
+            raise ApiError("the token (--token or $COSCHED_TOKEN) has characters an HTTP header cannot carry")
         self.timeout = timeout
         ca_file = ca_file or os.environ.get("COSCHED_CA_FILE") or None
         try:
@@ -47,7 +51,7 @@ class Client:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
-                return json.loads(response.read() or b"null")
+                answer = response.read()
         except urllib.error.HTTPError as exc:
             try:
                 message = json.loads(exc.read()).get("error", exc.reason)
@@ -57,3 +61,23 @@ class Client:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {reason}") from None
+        try:
+            return json.loads(answer or b"null")
+        except ValueError:
+            raise ApiError(f"{self.url} answered {path} with other than JSON: is it the cosched daemon?") from None
+
+
+_TOKEN = re.compile(r"[\x21-\x7e]*")
+"""What a bearer token may hold: visible ASCII (a header value cannot carry a newline or UTF-8)."""
+
+
+def _checked_url(url: str) -> str:
+    """`url` if it can name a daemon (http or https, a host, ASCII), else ApiError naming it."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        usable = url.isascii() and parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a bad IPv6 literal, a port out of range
+        usable = False
+    if not usable:
+        raise ApiError(f"{url!r} is not the URL of a cosched daemon (http[s]://HOST:PORT)")
+    return url

@@ -7,6 +7,7 @@ Each is a thin call to the daemon's API; `--json` prints the API's answer as is.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import shlex
 import sys
@@ -14,6 +15,7 @@ import time
 import tomllib
 import unicodedata
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -407,7 +409,24 @@ def _workflow_body(document: dict[str, Any]) -> dict[str, Any]:
     unknown = set(document) - {"workflow", "stage"}
     if unknown:
         raise ConfigError(f"workflow file: unknown table(s) {', '.join(sorted(unknown))}")
+    where = _date_or_time(body)
+    if where:
+        raise ConfigError(f"workflow file: {where} is a TOML date or time; give seconds (begin: epoch or +SECONDS)")
     return body
+
+
+def _date_or_time(value: Any, path: str = "") -> str:
+    """Where in a TOML document a date or time value is ('' if none): JSON has no such type, and
+    the API takes times as seconds."""
+    if isinstance(value, datetime.date | datetime.time):
+        return path
+    if isinstance(value, dict):
+        items: Iterable[tuple[str, Any]] = ((f"{path}.{key}" if path else str(key), v) for key, v in value.items())
+    elif isinstance(value, list):
+        items = ((f"{path}[{index}]", v) for index, v in enumerate(value))
+    else:
+        return ""
+    return next((found for key, item in items if (found := _date_or_time(item, key))), "")
 
 
 def _when(stamp: float | None) -> str:

@@ -256,6 +256,9 @@ class DaemonConfig:
 
 
 _SECTIONS = {f.name: f for f in fields(DaemonConfig)}
+MAX_CORES = 1 << 20
+"""More cores or nodes than any cluster has: a typo, and the daemon lists every core at start."""
+MAX_MEMORY_MIB = 1 << 40
 
 
 def load_config(path: str | Path | None) -> DaemonConfig:
@@ -267,7 +270,7 @@ def load_config(path: str | Path | None) -> DaemonConfig:
             document = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8
         raise ConfigError(f"config file {path}: {exc}") from None
     return validate(from_dict(document))
 
@@ -345,15 +348,18 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         if not USER_NAME.fullmatch(name):
             raise ConfigError(f"config key api.operators: {name!r} is not a POSIX user name (a-z, 0-9, '_', '.', '-')")
     if (
-        cluster.nodes < 1
-        or cluster.cores < 0
-        or cluster.memory_mib < 0
-        or cluster.default_memory_per_core < MIN_MEMORY_MIB
+        not 1 <= cluster.nodes <= MAX_CORES
+        or not 0 <= cluster.cores <= MAX_CORES
+        or not 0 <= cluster.memory_mib <= MAX_MEMORY_MIB
+        or not MIN_MEMORY_MIB <= cluster.default_memory_per_core <= MAX_MEMORY_MIB
     ):
         raise ConfigError(
-            "config [cluster]: nodes must be >= 1, cores and memory_mib >= 0, "
-            f"default_memory_per_core >= {MIN_MEMORY_MIB} (the least memory limit Docker sets)"
+            f"config [cluster]: nodes must be in 1..{MAX_CORES}, cores in 0..{MAX_CORES}, memory_mib in "
+            f"0..{MAX_MEMORY_MIB}, default_memory_per_core in {MIN_MEMORY_MIB}..{MAX_MEMORY_MIB} "
+            "(Docker sets no less memory)"
         )
+    if config.policies.seed < 0:
+        raise ConfigError(f"config key policies.seed: must be >= 0, got {config.policies.seed}")
     if (cluster.nodes_per_switch > 0) != (cluster.switches_per_pod > 0) or min(
         cluster.nodes_per_switch, cluster.switches_per_pod
     ) < 0:
@@ -388,8 +394,8 @@ def validate(config: DaemonConfig) -> DaemonConfig:
             f"got {config.mesos.watchdog_heartbeats}"
         )
     for f in fields(intervals):
-        if getattr(intervals, f.name) <= 0:
-            raise ConfigError(f"config key intervals.{f.name}: must be > 0 seconds")
+        if not 0 < getattr(intervals, f.name) <= 86400:  # NaN fails too
+            raise ConfigError(f"config key intervals.{f.name}: must be in (0, 86400] seconds")
     return config
 
 
@@ -402,12 +408,13 @@ def validate_job_settings(docker: DockerSection) -> None:
         if not os.path.isabs(root):
             raise ConfigError(f"config key docker.data_roots: {root!r} is not an absolute path")
     uid, sep, gid = docker.job_user.partition(":")
-    if not (sep and uid.isdigit() and gid.isdigit()) or int(uid) == 0 or int(gid) == 0:
+    ids = (uid, gid) if sep and uid.isdigit() and gid.isdigit() else ("0", "0")
+    if not all(0 < int(number) < 2**32 - 1 for number in ids):  # (uid_t)-1 means "no change"
         raise ConfigError(
-            f"config key docker.job_user: expected 'uid:gid' with neither 0 (jobs never run as root), "
+            f"config key docker.job_user: expected 'uid:gid', each in 1..4294967294 (jobs never run as root), "
             f"got {docker.job_user!r}"
         )
-    for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64), ("engine_calls", 1)):
+    for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64), ("engine_calls", 1), ("log_tail", 0)):
         if getattr(docker, key) < least:
             raise ConfigError(f"config key docker.{key}: must be >= {least}, got {getattr(docker, key)}")
 

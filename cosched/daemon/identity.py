@@ -65,10 +65,11 @@ def load_key(path: Path) -> bytes:
     except OSError as exc:
         hint = " (make it with `cosched token USER --key-file FILE`)" if isinstance(exc, FileNotFoundError) else ""
         raise ConfigError(f"config key api.key_file: cannot open {path}: {exc.strerror}{hint}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory naming only the descriptor
+        os.close(fd)
+        raise ConfigError(f"config key api.key_file: {path} is not a regular file")
     with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"config key api.key_file: {path} is not a regular file")
         refuse_shared(info, path, "api.key_file")
         key = file.read(4096)
     if len(key) < KEY_BYTES:

@@ -30,6 +30,17 @@ MIN_MEMORY_MIB = 6
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False)
 
+    @field_validator(
+        "cores", "memory_mib", "walltime", "tasks", "job", "workflow", "max_running", mode="before", check_fields=False
+    )
+    @classmethod
+    def _not_a_boolean(cls, value: Any) -> Any:
+        """Lax mode takes `true` for 1 (`walltime = true` ran a job for one second): numbers are
+        otherwise taken as written (4.0 cores, "4"), booleans refused."""
+        if isinstance(value, bool):
+            raise ValueError("must be a number, not a boolean")
+        return value
+
 
 def _command(value: Any) -> Any:
     if isinstance(value, str):

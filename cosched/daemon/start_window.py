@@ -18,6 +18,10 @@ PAST_TOLERANCE = 60.0
 """A `begin` this many seconds in the past is taken as now (clock skew, a script's stamp);
 one further back is refused: the user meant some other time."""
 
+MAX_AHEAD = 3653 * 86400.0
+"""How far ahead a window may lie (ten years): further is a typo, and a time past what the
+platform's clocks hold (1e300) broke `cosched queue` for every user."""
+
 _RELATIVE = re.compile(r"^\s*(?:now\s*)?\+\s*(\d+(?:\.\d+)?)\s*$|^\s*(now)\s*$")
 
 
@@ -54,6 +58,9 @@ def absolute(value: float | str | None, now: float) -> float | None:
 
 def problem(begin: float | None, latest: float | None, now: float) -> tuple[str, str] | None:
     """(field, message) when the absolute window cannot be kept, else None."""
+    for field, value in (("begin", begin), ("latest_start", latest)):
+        if value is not None and value > now + MAX_AHEAD:
+            return field, f"{value:.6g} is more than {MAX_AHEAD / 86400:.0f} days ahead"
     if begin is not None and begin < now - PAST_TOLERANCE:
         return "begin", f"{begin:.0f} is {now - begin:.0f} s in the past (more than {PAST_TOLERANCE:.0f} s)"
     if latest is not None:
