@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import os
 import statistics
 import sys
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, NoReturn
 from cosched.daemon.commands import add_commands, add_explain_options, explain_live
 from cosched.errors import ConfigError, CoschedError
 from cosched.learn import REWARDS
+from cosched.model import MAX_REPLAY_PROCS
 from cosched.policies.registry import create
 from cosched.replay.driver import PolicySet
 from cosched.replay.study import (
@@ -39,6 +42,13 @@ if TYPE_CHECKING:
 DEFAULT_COMPARISON = "fcfs:easy,fcfs:easy:actual,sjf:easy,sjf:easy:actual,wfp3:easy,f1:easy"
 SUMMARY_COLUMNS = ("jobs", "mean_wait", "mean_response", "mean_bsld", "bsld_p99", "utilization", "mean_queue_length")
 PROGRESS_MIN_JOBS = 20000
+MAX_COUNT = 10**7
+"""The largest count an option takes (jobs, samples, epochs, K, ...): more only overflows NumPy's
+arrays or runs for days, so it is refused when parsed, not by a traceback later."""
+MAX_SEED = 2**32 - 1
+"""NumPy's legacy seeding, which training's libraries call, takes no larger seed."""
+MAX_JOB_ID = 2**63 - 1
+"""The largest job id: a 64-bit signed integer, as the daemon's state file (SQLite) holds it."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,13 +58,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _whole(text: str, minimum: int) -> int:
+def _whole(text: str, minimum: int, maximum: int = MAX_COUNT, what: str = "") -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise argparse.ArgumentTypeError(f"must be at most {maximum:,}{what}, got {value}")
     return value
 
 
@@ -64,6 +76,37 @@ def _positive(text: str) -> int:
 
 def _non_negative(text: str) -> int:
     return _whole(text, 0)
+
+
+def _procs(text: str) -> int:
+    """A cluster size: the largest one `cluster_for` replays."""
+    return _whole(text, 1, MAX_REPLAY_PROCS, " processors (the largest cluster cosched replays)")
+
+
+def _seed(text: str) -> int:
+    return _whole(text, 0, MAX_SEED)
+
+
+def _job_id(text: str) -> int:
+    return _whole(text, 0, MAX_JOB_ID)
+
+
+def _depth(text: str) -> int:
+    """A fitted tree's depth: one the expert file format loads back (`experts.store.MAX_DEPTH`)."""
+    from experts.store import MAX_DEPTH
+
+    return _whole(text, 1, MAX_DEPTH, " (the deepest tree an expert file holds)")
+
+
+def _minutes(text: str) -> float:
+    """A time budget: a finite number of minutes > 0 (NaN would never stop, as no time passes it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of minutes, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number of minutes > 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rp.add_argument(
         "--max-cores-per-user",
-        type=_positive,
+        type=_procs,
         metavar="N",
         help="no user's running jobs hold more than N cores at once (Slurm's MaxTRESPerUser=cpu=N)",
     )
@@ -137,11 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("LOW", "HIGH"),
         help="with --deferrable: each window's width is drawn from U[LOW, HIGH] seconds (default 3600 14400)",
     )
-    rp.add_argument("--procs", type=_positive, help="cluster size in processors (overrides the header)")
+    rp.add_argument("--procs", type=_procs, help="cluster size in processors (overrides the header)")
     rp.add_argument("--start", type=_non_negative, default=0, help="first job of the window (0-based)")
     rp.add_argument("--length", type=_positive, help="jobs in the window, or in each sample")
     rp.add_argument("--samples", type=_positive, help="replay K random windows of --length jobs")
-    rp.add_argument("--seed", type=_non_negative, default=1, help="seed for sampling and generated workloads")
+    rp.add_argument("--seed", type=_seed, default=1, help="seed for sampling and generated workloads")
     rp.add_argument("--lenient", action="store_true", help="skip and count malformed trace lines and repeated job ids")
     rp.add_argument(
         "--drop-cancelled", action="store_true", help="drop jobs cancelled after they started (kept by default)"
@@ -181,10 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--head", type=_non_negative, default=10, help="dbf: jobs observed at the queue's head")
     tr.add_argument("--tail", type=_non_negative, default=0, help="dbf: jobs observed at its tail (split window)")
     tr.add_argument("--queue", default="fcfs", help="rlbf: the base queue policy (default fcfs)")
-    tr.add_argument("--seed", type=_non_negative, default=0)
-    tr.add_argument("--procs", type=_positive, help="cluster size in processors (overrides the header)")
+    tr.add_argument("--seed", type=_seed, default=0)
+    tr.add_argument("--procs", type=_procs, help="cluster size in processors (overrides the header)")
     tr.add_argument("--resume", action="store_true", help="go on from --out's checkpoint up to --epochs")
-    tr.add_argument("--max-minutes", type=float, help="stop after the epoch that passes this much training time")
+    tr.add_argument("--max-minutes", type=_minutes, help="stop after the epoch that passes this much training time")
     tr.add_argument(
         "--warm-start",
         metavar="RULE",
@@ -230,10 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex = commands.add_parser("experiment", help="reproduce a paper's experiment in replay")
     which = ex.add_subparsers(dest="experiment", required=True, parser_class=_Parser)
     asax = which.add_parser("asax", help="the ASAx paper's section 4.4 experiment (Tables 2 and 3)")
-    asax.add_argument("--sizes", type=_int_list, default=[64, 128, 256], help="cluster sizes in cores")
+    asax.add_argument("--sizes", type=_size_list, default=[64, 128, 256], help="cluster sizes in cores")
     asax.add_argument(
         "--seeds",
-        type=_int_list,
+        type=_seed_list,
         default=[1, 2, 3],
         help="seeds (ASAx's sampling; with --real, ASAx runs once per seed, live and in replay)",
     )
@@ -270,10 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     long = which.add_parser(
         "asax-long", help="ASAx over a long horizon: workflows arriving over time, learning against fixed mixtures"
     )
-    long.add_argument("--size", type=_positive, default=128, help="cluster size in cores (a multiple of 8, >= 64)")
+    long.add_argument("--size", type=_procs, default=128, help="cluster size in cores (a multiple of 8, >= 64)")
     long.add_argument("--workflows", type=_positive, default=1000, help="workflows arriving, per seed")
     long.add_argument("--load", type=float, default=0.9, help="offered work over the cluster's cores")
-    long.add_argument("--seeds", type=_int_list, default=[1, 2, 3], help="seeds (arrivals and ASAx's sampling)")
+    long.add_argument("--seeds", type=_seed_list, default=[1, 2, 3], help="seeds (arrivals and ASAx's sampling)")
     long.add_argument(
         "--learners",
         type=_name_list,
@@ -295,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the NSA paper in replay: per-job vs window-based placement (Fig. 6), SA vs NSA (Table III)",
     )
     nsa.add_argument("--jobs", type=_positive, default=3000, help="jobs of the paper's workload (Fig. 6 part)")
-    nsa.add_argument("--seed", type=_non_negative, default=11, help="seed of the Fig. 6 part's jobs")
+    nsa.add_argument("--seed", type=_seed, default=11, help="seed of the Fig. 6 part's jobs")
     nsa.add_argument("--periods", type=_int_list, default=[10, 20, 30, 40, 50, 60], help="window lengths, s")
     nsa.add_argument("--iterations", type=_positive, default=500, help="SA and NSA iterations per window")
     nsa.add_argument(
@@ -315,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--lead", type=float, nargs=2, default=(0.0, 0.0), metavar=("LOW", "HIGH"), help="begin after submit, s"
     )
     deferrable.add_argument("--policies", type=_name_list, help="queue:backfill pairs, comma-separated")
-    deferrable.add_argument("--seed", type=_non_negative, default=1)
+    deferrable.add_argument("--seed", type=_seed, default=1)
     deferrable.set_defaults(handler=_experiment_deferrable)
 
     fair = which.add_parser(
@@ -328,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     fair.set_defaults(handler=_experiment_fairshare)
 
     xp = commands.add_parser("explain", help="show the co-scheduling decisions about a job")
-    xp.add_argument("job", type=_non_negative, help="job id")
+    xp.add_argument("job", type=_job_id, help="job id")
     xp.add_argument("--log", type=Path, help="decisions.jsonl of `cosched experiment asax --out` (else: the daemon)")
     add_explain_options(xp)
     xp.set_defaults(handler=_explain)
@@ -345,8 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
         "log", type=Path, help="JSON Lines of decisions (e.g. training.jsonl), or a daemon's state file (state.sqlite)"
     )
     fit.add_argument("--out", type=Path, required=True, help="where to write the expert set")
-    fit.add_argument("--depth", type=_positive, default=3, help="maximum tree depth")
-    fit.add_argument("--seed", type=_non_negative, default=0)
+    fit.add_argument("--depth", type=_depth, default=3, help="maximum tree depth")
+    fit.add_argument("--seed", type=_seed, default=0)
     fit.set_defaults(handler=_experts_fit)
     return parser
 
@@ -362,17 +405,28 @@ def _add_cleaning(parser: argparse.ArgumentParser) -> None:
 
 
 def _ppo_argument(text: str) -> tuple[str, object]:
+    """KEY=VALUE, checked against MaskablePPO's arguments when parsed, before any trace is read."""
+    from cosched.learn.ppo_arguments import check_ppo_argument
+
     key, equals, value = text.partition("=")
     if not equals or not key.isidentifier():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, check_ppo_argument(key, _ppo_value(value))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ppo_value(value: str) -> object:
+    """None, a whole number, a number, or else the text in lower case (true, false)."""
     if value.lower() == "none":
-        return key, None
+        return None
     for kind in (int, float):
         try:
-            return key, kind(value)
+            return kind(value)
         except ValueError:
             pass
-    return key, value
+    return value.lower()
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -473,14 +527,24 @@ def _train_nsa(args: argparse.Namespace) -> int:
     return 0
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text: str, maximum: int = MAX_COUNT) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers, got {text!r}") from None
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"expected non-negative whole numbers, got {text!r}")
+    if max(values) > maximum:
+        raise argparse.ArgumentTypeError(f"each must be at most {maximum:,}, got {max(values)}")
     return values
+
+
+def _size_list(text: str) -> list[int]:
+    return _int_list(text, MAX_REPLAY_PROCS)
+
+
+def _seed_list(text: str) -> list[int]:
+    return _int_list(text, MAX_SEED)
 
 
 def _experiment_asax(args: argparse.Namespace) -> int:
@@ -648,14 +712,17 @@ def _experts_fit(args: argparse.Namespace) -> int:
         expert_set = fit_experts(records, max_depth=args.depth, seed=args.seed)
     except ImportError:
         raise ConfigError("fitting needs scikit-learn: pip install 'cosched[learn]'") from None
+    except ConfigError as exc:  # a record the fit cannot take (an action outside the grid): name the log
+        raise ConfigError(f"{args.log}: {exc}") from None
     expert_set.save(str(args.out))
     print(f"fitted {len(expert_set)} experts from {len(records)} decisions: {args.out}", file=sys.stderr)
     return 0
 
 
 def _replay(args: argparse.Namespace) -> int:
+    _refuse_empty(args)
     chosen = [f"--{name}" for name in ("queue", "backfill", "estimate") if getattr(args, name)]
-    if args.compare:
+    if args.compare is not None:
         if chosen:
             raise ConfigError(f"--compare names its own policies; drop {', '.join(chosen)}")
         sets = parse_policy_sets(args.compare)
@@ -666,6 +733,8 @@ def _replay(args: argparse.Namespace) -> int:
         policy_set.max_cores_per_user = args.max_cores_per_user or 0
         policy_set.max_running_jobs_per_user = args.max_running_jobs_per_user or 0
         policy_set.check()  # an unknown name fails before any trace is read
+    if args.out is not None:
+        _check_out(args.out, [policy_set.label for policy_set in sets], args.samples or 1)
     windows = None
     if args.deferrable is not None:
         from cosched.replay.deferrable import Windows
@@ -729,6 +798,41 @@ def _replay(args: argparse.Namespace) -> int:
         if args.out:
             print(f"wrote {args.out}/", file=sys.stderr)
     return 0
+
+
+def _refuse_empty(args: argparse.Namespace) -> None:
+    """An empty value (`--compare ''`) is a mistake, not a request for the default (an empty trace
+    is `load_workload`'s to refuse)."""
+    for name in ("compare", "queue", "backfill", "estimate", "placement"):
+        value = getattr(args, name)
+        if value is not None and not value.strip():
+            raise ConfigError(f"--{name} is empty; leave it out for the default")
+
+
+def _check_out(out: Path, labels: Sequence[str], samples: int) -> None:
+    """Refuse an --out the results could not be written to before the replay, not after it
+    (`_write_outputs`): a file where a folder goes, a folder where a file goes, no write permission."""
+    folders = [out / label for label in labels]
+    if samples > 1:
+        folders = [folder / f"sample-{k}" for folder in folders for k in range(samples)]
+    for path in (out / "summary.json", *(folder / "jobs.csv" for folder in folders)):
+        problem = _unwritable(path)
+        if problem:
+            raise ConfigError(f"--out {out}: {problem}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` could not be written as a file once its missing folders are made, or None."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else f"{path} is not writable"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    return None if os.access(folder, os.W_OK | os.X_OK) else f"cannot write in {folder}"
 
 
 def _payload(results: Sequence[StudyResult], name: str, samples: int) -> dict[str, object]:

@@ -127,6 +127,12 @@ class Usage:
     quota: float = 0.0
 
 
+MAX_REPLAY_PROCS = 10**7
+"""The largest cluster cosched replays, in processors (Frontier has 8.7 million cores). A trace's
+processors are often one-core nodes, each with its free-core bookkeeping in memory: 10^7 takes about
+2 GB, 10^8 about 20 GB and minutes before the first job starts, and beyond that lists overflow."""
+
+
 class Allocation(StrEnum):
     """How jobs take resources: any free cores, or whole nodes exclusively."""
 

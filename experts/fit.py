@@ -20,6 +20,7 @@ from cosched.errors import ConfigError
 from experts.features import FEATURE_NAMES
 from experts.records import DecisionRecord, read_log, write_log
 from experts.show import describe
+from experts.store import MAX_DEPTH
 from experts.tree import Expert, ExpertSet, Leaf, Node, Split
 
 __all__ = ["FAMILIES", "DecisionRecord", "describe", "fit_experts", "read_log", "write_log"]
@@ -58,8 +59,9 @@ def fit_experts(
 
     if isinstance(m, bool) or not isinstance(m, int) or m < 1:
         raise ConfigError(f"m must be an integer >= 1, got {m!r}")
-    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
-        raise ConfigError(f"max_depth must be an integer >= 1, got {max_depth!r}")
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or not 1 <= max_depth <= MAX_DEPTH:
+        # deeper, and the saved set would not load back (`experts.store.MAX_DEPTH`)
+        raise ConfigError(f"max_depth must be an integer in [1, {MAX_DEPTH}], got {max_depth!r}")
     if isinstance(min_samples_leaf, bool) or not isinstance(min_samples_leaf, int) or min_samples_leaf < 1:
         raise ConfigError(f"min_samples_leaf must be an integer >= 1, got {min_samples_leaf!r}")
     if not smoothing > 0:

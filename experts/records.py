@@ -29,6 +29,9 @@ from cosched.errors import ConfigError
 from experts.features import FEATURE_NAMES, JobFeatures
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MAX_FEATURE = 1e6
+"""The largest cpu, mem or progress a record may hold: each is a ratio near 1, so a larger one is a corrupt
+record; scikit-learn fits in float32, which fails on values beyond 3.4e38 with no line to blame."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,12 @@ class DecisionRecord:
             raise ConfigError(f"'parallel' must be true or false, got {raw['parallel']!r}")
         hp = math.inf if raw["happiness"] == "inf" else raw["happiness"]
         for name in ("cpu", "mem", "progress"):
-            if not _is_real(raw[name]):
-                raise ConfigError(f"feature {name!r} must be a number, got {raw[name]!r}")
-        if isinstance(hp, bool) or not isinstance(hp, Real):
-            raise ConfigError(f"feature 'happiness' must be a number or \"inf\", got {raw['happiness']!r}")
+            if not _is_real(raw[name]) or abs(raw[name]) > MAX_FEATURE:
+                raise ConfigError(
+                    f"feature {name!r} must be a number of at most {MAX_FEATURE:g}, got {_short(raw[name])}"
+                )
+        if hp != math.inf and not _is_real(hp):
+            raise ConfigError(f"feature 'happiness' must be a number or \"inf\", got {_short(raw['happiness'])}")
         features = JobFeatures(
             cpu=float(raw["cpu"]),
             mem=float(raw["mem"]),
@@ -109,6 +114,8 @@ def write_log(path: str | Path, records: Iterable[DecisionRecord], append: bool 
 def from_decision(body: Mapping[str, Any]) -> DecisionRecord | None:
     """A lending decision (`LendingDecision.as_dict`, as a daemon stores it) as a record to learn
     from; None when nothing was lent or its loss is not known yet."""
+    if not isinstance(body, Mapping):
+        raise ConfigError(f"expected a JSON object, got {type(body).__name__}")
     if not body.get("executed", True) or body.get("loss") is None:
         return None
     doc = {"features": body["features"], "action": body["action"], "loss": body["loss"], "app": body.get("app_class")}
@@ -130,6 +137,8 @@ def read_state(path: str | Path) -> list[DecisionRecord]:
             record = from_decision(json.loads(body))
         except (ConfigError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path}: decision {seq}: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: decision {seq}: JSON nested too deeply") from None
         if record is not None:
             records.append(record)
     return records
@@ -158,11 +167,25 @@ def read_log(path: str | Path) -> list[DecisionRecord]:
             raise ConfigError(f"{path}:{number}: not valid JSON: {exc.msg} at column {exc.colno}") from exc
         except (ConfigError, ValueError) as exc:
             raise ConfigError(f"{path}:{number}: {exc}") from exc
+        except RecursionError:  # nested brackets deeper than Python's parser goes: no record has them
+            raise ConfigError(f"{path}:{number}: JSON nested too deeply to be a decision") from None
     return records
 
 
 def _is_real(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a float holds: JSON integers have no bound, and math.isfinite(10**400) raises."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: Any) -> str:
+    """repr, cut to one readable line: a corrupt record's 400-digit integer is named, not printed whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def _reject_constant(name: str) -> Any:

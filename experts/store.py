@@ -73,6 +73,8 @@ def loads(text: str, source: str = "<string>") -> ExpertSet:
         raise ConfigError(f"{source}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc}") from exc
+    except RecursionError:  # a hostile file of nested brackets, deeper than Python's parser goes
+        raise ConfigError(f"{source}: JSON nested too deeply to be an expert set") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected a JSON object at the top level")
     if doc.get("format") != FORMAT:
@@ -158,7 +160,13 @@ def _load_node(raw: Any, sizes: list[tuple[str, int]], path: str, depth: int, wh
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite JSON number a float can hold: JSON integers have no bound, and math.isfinite(10**400) raises."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _reject_constant(name: str) -> Any:

@@ -44,7 +44,10 @@ class Leaf:
     array: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        values = tuple(float(p) for p in self.dist)
+        try:
+            values = tuple(float(p) for p in self.dist)
+        except OverflowError:  # an integer beyond any float, which JSON allows (10**400)
+            raise ConfigError("leaf distribution has a number too large for a float") from None
         if not values:
             raise ConfigError("leaf distribution is empty")
         if not all(math.isfinite(p) for p in values):
@@ -75,13 +78,23 @@ class Split:
             raise ConfigError(f"unknown feature {self.feature!r} (known: {', '.join(FEATURE_NAMES)})")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int | float):
             raise ConfigError(f"threshold of {self.feature!r} must be a number, got {self.threshold!r}")
-        if not math.isfinite(self.threshold):
-            raise ConfigError(f"threshold of {self.feature!r} must be finite, got {self.threshold!r}")
-        object.__setattr__(self, "threshold", float(self.threshold))
+        try:
+            threshold = float(self.threshold)
+        except OverflowError:  # an integer beyond any float, which JSON allows (10**400)
+            threshold = math.inf
+        if not math.isfinite(threshold):
+            raise ConfigError(f"threshold of {self.feature!r} must be finite, got {_short(self.threshold)}")
+        object.__setattr__(self, "threshold", threshold)
         object.__setattr__(self, "index", FEATURE_NAMES.index(self.feature))
 
 
 Node = Split | Leaf
+
+
+def _short(value: object) -> str:
+    """repr, cut to one readable line: a hostile file's 400-digit integer is named, not printed whole."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def leaves(node: Node) -> Iterator[Leaf]:

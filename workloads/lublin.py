@@ -81,6 +81,7 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from cosched.errors import ConfigError
+from cosched.model import MAX_REPLAY_PROCS
 from cosched.traces.trace import SwfHeader, Trace
 
 __all__ = [
@@ -93,6 +94,9 @@ __all__ = [
     "generate",
 ]
 
+MAX_JOBS = 10**7
+"""The most jobs one generated workload holds: ten times the longest archive log; its columns then take
+about 3 GB, and more would fail in NumPy's allocations instead of here."""
 BUCKETS = 48  # half-hour buckets in a day
 SECONDS_IN_BUCKET = 86400 // BUCKETS
 QUEUE_INTERACTIVE = 0  # the reference's type codes, written to the SWF queue column
@@ -354,10 +358,10 @@ def generate(
     ``interactive_fraction``: None for the model's own batch/interactive mix, else the exact
     share of interactive jobs in [0, 1]. See the module docstring for the details.
     """
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int | np.integer) or n_jobs < 1:
-        raise ConfigError(f"n_jobs must be an integer >= 1, got {n_jobs!r}")
-    if isinstance(procs, bool) or not isinstance(procs, int | np.integer) or procs < 1:
-        raise ConfigError(f"procs must be an integer >= 1, got {procs!r}")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, int | np.integer) or not 1 <= n_jobs <= MAX_JOBS:
+        raise ConfigError(f"n_jobs must be an integer in [1, {MAX_JOBS:,}], got {n_jobs!r}")
+    if isinstance(procs, bool) or not isinstance(procs, int | np.integer) or not 1 <= procs <= MAX_REPLAY_PROCS:
+        raise ConfigError(f"procs must be an integer in [1, {MAX_REPLAY_PROCS:,}], got {procs!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     if load is not None:

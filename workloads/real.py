@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,12 +40,25 @@ def make_data_dir(path: str | Path, owner: str = JOB_USER) -> Path:
     is and must make it writable for the jobs' user (the daemon that mounts it
     runs as root anyway).
     """
+    uid, gid = parse_owner(owner)  # before the directory is made: a bad owner leaves nothing behind
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    uid, _, gid = owner.partition(":")
     if os.geteuid() == 0:
-        os.chown(path, int(uid), int(gid or uid))
+        os.chown(path, uid, gid)
     return path
+
+
+MAX_ID = 2**32 - 2
+"""The largest uid or gid: ids are 32-bit, and 2^32 - 1 is chown's "leave unchanged"."""
+
+
+def parse_owner(owner: str) -> tuple[int, int]:
+    """`uid:gid` (or `uid`, its gid the same number) as numbers; ConfigError naming the text."""
+    match = re.fullmatch(r"([0-9]+)(?::([0-9]+))?", owner)
+    if match is None or max(int(n) for n in match.groups("0")) > MAX_ID:
+        raise ConfigError(f"owner must be UID:GID, whole numbers up to {MAX_ID}, got {owner!r}")
+    uid = int(match.group(1))
+    return uid, int(match.group(2) or uid)
 
 
 def stage_module(app: str) -> ModuleType:

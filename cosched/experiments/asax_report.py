@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cosched.experiments.asax import APPS, PAPER_TABLE2, PAPER_TABLE3, Experiment, Run
 from cosched.policies.asax import ASAx, loss_outcome
@@ -260,15 +261,18 @@ def _plots(experiment: Experiment, out: Path) -> list[Path]:
 
 
 def explain(decisions: Path, job_id: int) -> str:
-    """Every logged decision in which `job_id` lent or borrowed, readably."""
+    """Every logged decision in which `job_id` lent or borrowed, readably.
+
+    ValueError("FILE:LINE: ...") for a line that is not a decision (`decision_problem`): every
+    line is checked, not only the job's, so a damaged log is named whichever job is asked about.
+    """
     lines = []
-    with decisions.open() as f:
-        for n, line in enumerate(f, 1):
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"{decisions}:{n}: not JSON") from None
-            if job_id not in (d.get("host"), d.get("guest")):
+    with decisions.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            d = _read_decision(raw, f"{decisions}:{n}")
+            if job_id not in (d["host"], d["guest"]):
                 continue
             role = "lender" if d["host"] == job_id else "borrower"
             # A log holds several runs (sizes, seeds), each numbering its jobs from 1: say whose.
@@ -288,3 +292,76 @@ def explain(decisions: Path, job_id: int) -> str:
                 )
             lines.append(f"    loss: {loss_outcome(d)}")
     return "\n".join(lines)
+
+
+# What `explain` reads of a decision (`LendingDecision.as_dict`), each with the JSON types it may have.
+_DECISION_FIELDS: dict[str, tuple[type, ...]] = {
+    "time": (int, float),
+    "host": (int,),
+    "guest": (int,),
+    "app_class": (str,),
+    "fraction": (int, float),
+    "action": (int,),
+    "features": (dict,),
+    "experts": (list,),
+    "distributions": (list,),
+    "weights": (list,),
+}
+_OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "loss": (int, float, type(None)),
+    "host_runtime": (int, float, type(None)),
+    "baseline": (int, float, type(None)),
+    "note": (str, type(None)),
+    "executed": (bool,),
+}
+
+
+def _read_decision(raw: bytes, where: str) -> dict[str, Any]:
+    """One log line as a decision; ValueError naming `where` (FILE:LINE) when it is not one."""
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: not UTF-8 text (is this a decisions.jsonl?)") from None
+    except json.JSONDecodeError:
+        raise ValueError(f"{where}: not JSON") from None
+    except RecursionError:
+        raise ValueError(f"{where}: JSON nested too deeply to be a decision") from None
+    problem = decision_problem(d)
+    if problem:
+        raise ValueError(f"{where}: not a lending decision: {problem}")
+    return d
+
+
+def decision_problem(d: Any) -> str | None:
+    """What keeps `d` from being a decision `explain` can show, or None: fields present and of
+    their type (a bool is no number here), numbers finite, and one distribution and weight per expert."""
+    if not isinstance(d, dict):
+        return f"a JSON {type(d).__name__}, not an object"
+    for key, types in (*_DECISION_FIELDS.items(), *_OPTIONAL_FIELDS.items()):
+        if key not in d:
+            if key in _DECISION_FIELDS:
+                return f"no {key!r}"
+            continue
+        value = d[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            return f"{key!r} is {value!r:.40}"
+        if float in types and value is not None and not _is_number(value):  # it is printed as a float
+            return f"{key!r} is {value!r:.40}"
+    experts, dists, weights = d["experts"], d["distributions"], d["weights"]
+    if not len(experts) == len(dists) == len(weights):
+        return f"{len(experts)} experts, {len(dists)} distributions and {len(weights)} weights"
+    if not all(isinstance(dist, list) and dist and all(_is_number(p) for p in dist) for dist in dists):
+        return "a distribution is not a non-empty list of numbers"
+    if not all(_is_number(w) for w in weights):
+        return "a weight is not a number"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    """A finite number a float holds: JSON integers have no bound, and math.isfinite(10**400) raises."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -11,6 +11,8 @@ matrix products; the daemon never imports torch.
 from __future__ import annotations
 
 import json
+import math
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +20,15 @@ from typing import Any
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.learn.features import CLUSTER_QUANTILES
+from cosched.learn.features import CLUSTER_QUANTILES, OSDEC_FEATURES, RLBF_FEATURES, dbf_row_features
 
 FORMAT = 1
 KINDS = ("rlbf", "dbf", "nsa", "osdec")
+MAX_WINDOW = 100_000
+"""The most job rows (or NSA positions) a model's window may hold: trained ones hold up to 128, and
+checking a larger one at load would allocate its observation."""
+ACTORS = {"rlbf": (), "osdec": (), "dbf": ("mlp", "kernel"), "nsa": ("mlp", "cnn")}
+"""The `actor` a model's config may name, by kind (none: the kind's only network)."""
 NEGLIGIBLE = -1e9
 """The attention key of an empty slot of DBF's window: finite, so that a window without jobs
 averages instead of giving NaN."""
@@ -124,14 +131,143 @@ class PolicyNetwork:
                 biases = tuple(data[f"b{k}"] for k in range(count))
         except FileNotFoundError:
             raise ConfigError(f"model file {path} does not exist") from None
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path} is not a cosched model file: its config is nested too deeply") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"{path} is not a cosched model file: its config is a JSON {type(config).__name__}")
         if config.get("kind") not in KINDS or not count:
             raise ConfigError(f"{path} is not a cosched model file (kind {config.get('kind')!r})")
-        return cls(config, weights, biases)
+        network = cls(config, weights, biases)
+        try:
+            network.check()
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: bad model: {exc}") from None
+        return network
+
+    def check(self) -> None:
+        """ConfigError unless the policies can run this network: the settings they read, of the
+        right types, and layers that chain from the observation they build to one logit per
+        action. Run at load, so a bad file fails before a replay, not at its first decision."""
+        _check_settings(self.config)
+        _check_layers(self.weights, self.biases)
+        scores = _score_layers(self.config, len(self.weights))
+        shape, actions = _observation_shape(self.config)
+        try:
+            logits = self.logits(np.zeros(shape, dtype=np.float32))
+        except (ValueError, IndexError) as exc:
+            message = str(exc).strip()
+            raise ConfigError(f"its layers do not chain from an observation of shape {shape}: {message}") from None
+        if logits.shape != (actions,):
+            raise ConfigError(f"it gives {logits.shape[-1]} logits, its policy has {actions} actions")
+        for k in scores:
+            if self.weights[k].shape[0] != 1:
+                raise ConfigError(f"layer w{k} gives {self.weights[k].shape[0]} outputs, not the 1 score of a job")
 
     @staticmethod
     def check_batch(path: str | Path) -> dict[str, np.ndarray]:
         """The observations, masks and torch logits stored with a model at export."""
         with np.load(path, allow_pickle=False) as data:
             return {key[6:]: data[key] for key in data.files if key.startswith("check_")}
+
+
+def _check_settings(config: dict[str, Any]) -> None:
+    """The config keys a policy reads for the model's kind, each of the type and range it needs."""
+    kind = config["kind"]
+    if kind in ("rlbf", "osdec"):
+        _whole(config, "window", 2)
+        _time_scale(config)
+    elif kind == "dbf":
+        if _whole(config, "head", 0) + _whole(config, "tail", 0) < 1:
+            raise ConfigError("'head' + 'tail' must be at least 1")
+        _time_scale(config)
+    else:
+        _whole(config, "q", 1)
+        _whole(config, "n_max", 1, 10**7)
+    actor = config.get("actor")
+    if actor is not None and actor not in ACTORS[kind]:
+        raise ConfigError(f"'actor' {actor!r} is not one of a {kind} model's: {', '.join(ACTORS[kind]) or 'none'}")
+    if config.get("activation", "relu") not in ("relu", "tanh"):
+        raise ConfigError(f"'activation' must be relu or tanh, got {config['activation']!r}")
+    for key in ("log_time", "expected_start"):
+        if not isinstance(config.get(key, False), bool):
+            raise ConfigError(f"{key!r} must be true or false, got {config[key]!r}")
+    if kind in ("rlbf", "osdec") or actor == "kernel":
+        _whole(config, "features", 1)
+    if actor == "kernel":
+        layers = config.get("layers")
+        if not isinstance(layers, list) or len(layers) != 3 or not all(_is_whole(n) and n >= 1 for n in layers):
+            raise ConfigError(f"'layers' must be 3 whole numbers >= 1 (keys, rows, forward), got {layers!r}")
+    if actor == "cnn":
+        convs = config.get("convs")
+        if not isinstance(convs, list) or not convs or not all(_is_pair(c) for c in convs):
+            raise ConfigError(f"'convs' must be a list of [kernel, stride] whole numbers >= 1, got {convs!r}")
+
+
+def _whole(config: dict[str, Any], key: str, low: int, high: int = MAX_WINDOW) -> int:
+    if key not in config:
+        raise ConfigError(f"its config has no {key!r}")
+    value: Any = config[key]
+    if not _is_whole(value) or not low <= value <= high:
+        raise ConfigError(f"{key!r} must be a whole number in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+def _time_scale(config: dict[str, Any]) -> None:
+    if "time_scale" not in config:
+        raise ConfigError("its config has no 'time_scale'")
+    value = config["time_scale"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"'time_scale' must be a finite number of seconds > 0, got {value!r}")
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_is_whole(n) and 1 <= n <= MAX_WINDOW for n in value)
+
+
+def _check_layers(weights: tuple[np.ndarray, ...], biases: tuple[np.ndarray, ...]) -> None:
+    """Numbers, all finite, and a bias per output of each layer (convolutions' weights are 3-D)."""
+    for k, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        if w.dtype.kind not in "fiu" or b.dtype.kind not in "fiu":
+            raise ConfigError(f"layer {k} holds {w.dtype} and {b.dtype}, not numbers")
+        if w.ndim not in (2, 3) or b.shape != (w.shape[0],):
+            raise ConfigError(f"layer {k}'s weight {w.shape} and bias {b.shape} do not make a layer")
+        if not (np.isfinite(w).all() and np.isfinite(b).all()):
+            raise ConfigError(f"layer {k} holds a value that is not a finite number")
+
+
+def _observation_shape(config: dict[str, Any]) -> tuple[tuple[int, ...], int]:
+    """The observation the model's policy builds (`cosched.learn.features`), and its action count."""
+    kind = config["kind"]
+    if kind in ("rlbf", "osdec"):
+        features = RLBF_FEATURES if kind == "rlbf" else OSDEC_FEATURES
+        if config["features"] != features:
+            raise ConfigError(f"a {kind} observation has {features} features per job, the model {config['features']}")
+        return (config["window"] * features,), config["window"]
+    if kind == "dbf":
+        size, row = config["head"] + config["tail"], dbf_row_features(config.get("expected_start", False))
+        if config.get("actor") == "kernel" and config["features"] != row:
+            raise ConfigError(f"a dbf observation has {row} features per job, the model {config['features']}")
+        return (CLUSTER_QUANTILES + size * row,), size + 1
+    from cosched.learn.nsa import FEATURES  # lazy: that module brings Gymnasium when installed
+
+    return (config["q"], FEATURES), config["q"]
+
+
+def _score_layers(config: dict[str, Any], count: int) -> list[int]:
+    """The layers that give one score per job (a larger output would be cut to its first value)."""
+    if config["kind"] in ("rlbf", "osdec"):
+        return [count - 1]
+    if config.get("actor") == "kernel":
+        keys, rows, forward = config["layers"]
+        if keys + rows + forward != count:
+            raise ConfigError(
+                f"'layers' {config['layers']} adds up to {keys + rows + forward} layers, the file has {count}"
+            )
+        return [keys + rows - 1, count - 1]
+    return []

@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import platform
 import time
-from dataclasses import asdict, dataclass, field
+import types
+import typing
+import zipfile
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,7 @@ from cosched.learn.envs import BackfillEnv, DeferrableEnv, JobSelectionEnv
 from cosched.learn.features import OSDEC_FEATURES, dbf_row_features
 from cosched.learn.network import PolicyNetwork
 from cosched.learn.nsa import RepairEnv
+from cosched.learn.ppo_arguments import check_ppo
 from cosched.learn.rules import rule
 from cosched.model import Cluster
 from cosched.traces.trace import Trace
@@ -301,10 +306,85 @@ class _EpochLog(BaseCallback):  # type: ignore[misc]
 
 
 def read_log(out: Path) -> list[dict[str, Any]]:
+    """The epochs logged so far; ConfigError naming file and line for a line that is no epoch's,
+    as a resumed run reads the last one's wall time and the curve every one's epoch."""
     path = out / LOG
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ConfigError(f"{path}:{number}: not a JSON line; mend it, or train into another --out") from None
+        if not isinstance(entry, dict) or not _fits(entry.get("epoch"), int) or not _fits(entry.get("wall_s"), float):
+            raise ConfigError(f"{path}:{number}: not an epoch's line (a whole 'epoch' and a number 'wall_s')")
+        entries.append(entry)
+    return entries
+
+
+def read_settings(path: Path) -> TrainSettings:
+    """A run's saved settings.json, for --resume; ConfigError naming the file and the first key
+    that is missing, unknown or of the wrong type (a resumed run trains with every one of them)."""
+    try:
+        saved = json.loads(_read_text(path))
+    except (ValueError, RecursionError):
+        raise ConfigError(f"{path}: not JSON; mend it, or train into another --out") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path}: expected a JSON object of settings")
+    hints = typing.get_type_hints(TrainSettings)
+    unknown = sorted(set(saved) - set(hints))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting {unknown[0]!r}")
+    for key in ("kind", "trace"):
+        if key not in saved:
+            raise ConfigError(f"{path}: no {key!r}")
+    for key, value in saved.items():
+        if not _fits(value, hints[key]):
+            raise ConfigError(f"{path}: {key!r} is {value!r:.40}, not {_type_name(hints[key])}")
+    try:
+        saved["ppo"] = check_ppo(saved.get("ppo", {}))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return TrainSettings(**saved)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"nothing to resume: {path} is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a settings field's type: a bool is no number, numbers are finite,
+    whole ones 32-bit unsigned (a seed NumPy takes, and no count that runs for ever)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return any(_fits(value, arm) for arm in args)
+    if origin is tuple:
+        return isinstance(value, list | tuple) and len(value) == len(args) and all(map(_fits, value, args))
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if isinstance(value, bool) or hint is bool:
+        return isinstance(value, bool) and hint is bool
+    if hint is int:
+        return isinstance(value, int) and 0 <= value < 2**32
+    if hint is float:
+        return isinstance(value, int | float) and abs(value) < 1e300  # NaN fails too
+    return isinstance(value, hint)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", str(hint))
 
 
 def plot_curve(out: Path) -> None:
@@ -354,6 +434,7 @@ def train(
 ) -> Path:
     """Train (or go on training) into `out`; returns the exported model's path."""
     torch.set_num_threads(1)  # the networks are tiny: one thread is fastest, and leaves cores to the env
+    settings = replace(settings, ppo=check_ppo(settings.ppo))  # MaskablePPO would fail late, or with a TypeError
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / CHECKPOINT
     settings_path = out / "settings.json"
@@ -364,7 +445,7 @@ def train(
     if resume:
         if not checkpoint.exists():
             raise ConfigError(f"nothing to resume in {out} (no {CHECKPOINT})")
-        saved = TrainSettings(**json.loads(settings_path.read_text()))
+        saved = read_settings(settings_path)
         if (saved.kind, saved.trace) != (settings.kind, settings.trace):
             raise ConfigError(f"{out} trained {saved.kind} on {saved.trace}; resume it with the same policy and trace")
         # How long to go on is the new command's; what is trained, the checkpoint's.
@@ -373,7 +454,7 @@ def train(
 
     env = make_env(settings, trace, cluster)
     if resume:
-        agent = MaskablePPO.load(checkpoint, env=env, device="cpu")
+        agent = _load_checkpoint(checkpoint, env)
         env.reset(seed=settings.seed + int(agent.num_timesteps))  # fresh windows, still seeded
     else:
         agent = new_agent(settings, env)
@@ -396,6 +477,16 @@ def train(
     plot_curve(out)
     env.close()
     return path
+
+
+def _load_checkpoint(checkpoint: Path, env: Env) -> MaskablePPO:
+    """The saved agent; ConfigError naming the file when it is damaged or not an agent for `env`."""
+    damaged = (ValueError, KeyError, EOFError, OSError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError)
+    try:
+        return MaskablePPO.load(checkpoint, env=env, device="cpu")
+    except (*damaged, AssertionError) as exc:  # SB3 asserts that the zip holds its data
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{checkpoint}: not a checkpoint this run can resume: {message}") from None
 
 
 def warm_start(agent: MaskablePPO, env: Env, settings: TrainSettings, decisions: int = 4096) -> float:

@@ -103,6 +103,13 @@ class Contiguous(PlacementPolicy):
         return place_contiguous(job, pool)
 
 
+MAX_ITERATIONS = 10**6
+"""SA moves per window at most: the paper's 500 run in milliseconds, 10^6 in minutes per window."""
+MAX_PERIOD = 86400.0
+"""The longest window, in seconds (a day): one longer only holds every start back that long, and
+an infinite one would never serve the queue."""
+
+
 class Annealing(PlacementPolicy):
     """The window's starts re-placed jointly by simulated annealing (the paper's SA)."""
 
@@ -127,10 +134,11 @@ class Annealing(PlacementPolicy):
         self.period = float(given.get("period", period))  # type: ignore[arg-type]
         self.remove = int(given.get("remove", remove))  # type: ignore[call-overload]
         seed = int(given.get("seed", seed))  # type: ignore[call-overload]
-        if self.iterations < 0 or self.period < 0 or self.remove < 1:
+        # `not 0 <= x`, not `x < 0`: NaN compares false both ways and must be refused too.
+        if not 0 <= self.iterations <= MAX_ITERATIONS or not 0 <= self.period <= MAX_PERIOD or self.remove < 1:
             raise ConfigError(
-                f"{self.name}: iterations and period must be >= 0 and remove >= 1, "
-                f"got {self.iterations}, {self.period}, {self.remove}"
+                f"{self.name}: need iterations in [0, {MAX_ITERATIONS:,}], period in [0, {MAX_PERIOD:g}] s and "
+                f"remove >= 1, got {self.iterations}, {self.period}, {self.remove}"
             )
         if not 0 < t_min <= t_max:
             raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cosched.errors import ConfigError
-from cosched.model import Allocation, Cluster
+from cosched.model import MAX_REPLAY_PROCS, Allocation, Cluster
 from cosched.replay.deferrable import Windows
 from cosched.replay.driver import PolicySet, ReplayResult, replay
 from cosched.reporting.metrics import Summary, aggregate, summarize
@@ -35,7 +35,9 @@ def load_workload(
     procs: int | None = None,
     cleaning: str = "standard",
 ) -> Trace:
-    """An SWF file path, or `lublin[:JOBS[:PROCS[:LOAD]]]` for a generated workload."""
+    """An SWF file path, or `lublin[:JOBS[:PROCS[:LOAD]]]` for a generated workload; None: the default."""
+    if spec is not None and not spec.strip():  # '' is a mistake (an unset variable), not a request
+        raise ConfigError("the workload is empty: give an SWF file or lublin[:JOBS[:PROCS[:LOAD]]]")
     spec = spec or DEFAULT_WORKLOAD
     if spec == "lublin" or spec.startswith("lublin:"):
         from workloads.lublin import generate
@@ -49,7 +51,10 @@ def load_workload(
             load = float(parts[2]) if len(parts) > 2 else None
         except ValueError:
             raise ConfigError(f"bad generated workload {spec!r}; expected lublin:JOBS:PROCS[:LOAD]") from None
-        return generate(jobs, size, seed=seed, load=load)
+        try:  # its checks name the field (JOBS above 10^7, PROCS above the largest cluster, ...)
+            return generate(jobs, size, seed=seed, load=load)
+        except ConfigError as exc:
+            raise ConfigError(f"bad generated workload {spec!r}: {exc}") from None
     return read_swf(Path(spec), lenient=lenient, max_procs=procs, drop_cancelled=drop_cancelled, cleaning=cleaning)
 
 
@@ -193,4 +198,10 @@ def cluster_for(trace: Trace, allocation: str = "core", procs: int | None = None
         mode = Allocation(allocation)
     except ValueError:
         raise ConfigError(f"unknown allocation {allocation!r}; known: core, node") from None
-    return trace.cluster(mode, procs)
+    cluster = trace.cluster(mode, procs)
+    if cluster.cores > MAX_REPLAY_PROCS:  # a header up to the 10^8 an SWF field may hold
+        raise ConfigError(
+            f"{trace.name}: a machine of {cluster.cores} processors is larger than the {MAX_REPLAY_PROCS:,} "
+            f"cosched replays; give a smaller one with --procs N"
+        )
+    return cluster

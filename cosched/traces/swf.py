@@ -16,6 +16,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import itertools
 import lzma
 import math
 import re
@@ -126,7 +127,7 @@ def read_swf(
     report = LoadReport(lines=_count_lines(text))
     comments = _comment_lines(text)
     report.comments = len(comments)
-    header = parse_header(comments)
+    header = parse_header([comment for _, comment in comments], source=str(path), lines=[n for n, _ in comments])
 
     data = _parse_fast(text, path)
     if data is None:
@@ -175,7 +176,7 @@ def _report_load(columns: dict[str, np.ndarray], limit: int | None, report: Load
         )
 
 
-def parse_header(comments: Iterable[str]) -> SwfHeader:
+def parse_header(comments: Iterable[str], *, source: str = "header", lines: Iterable[int] | None = None) -> SwfHeader:
     """Parse `Key: value` comment lines (text after the `;`) into an `SwfHeader`.
 
     Tolerant on purpose: archive headers carry free text, continuation lines and
@@ -184,9 +185,14 @@ def parse_header(comments: Iterable[str]) -> SwfHeader:
     UnixStartTime also get the leading integer of their first value
     (`338 (batch partition; 512 total)` -> 338). A value without one, or a
     non-positive machine size, is kept only in `fields`.
+
+    A machine size above 10^8, the cap of a job's processor fields, is a corrupt
+    header, not a machine: it raises `TraceError("SOURCE:LINE: ...")` (`lines`
+    numbers the comments; by default 1, 2, ...) instead of an overflow when the
+    cluster is built.
     """
     header = SwfHeader()
-    for comment in comments:
+    for line, comment in zip(itertools.count(1) if lines is None else lines, comments, strict=False):
         match = _HEADER_LINE.match(comment)
         if match is None:
             continue
@@ -197,6 +203,8 @@ def parse_header(comments: Iterable[str]) -> SwfHeader:
         if attr is None or getattr(header, attr) is not None:
             continue
         number = _leading_int(value)
+        if attr != "unix_start_time" and number is not None and number > _MAX_PROCS:
+            raise TraceError(f"{source}:{line}: {key} {number} is above 10^8 processors: a corrupt header")
         if number is not None and (attr == "unix_start_time" or number > 0):
             setattr(header, attr, number)
     return header
@@ -276,15 +284,15 @@ def _count_lines(text: str) -> int:
     return text.count("\n") + (0 if text.endswith("\n") else 1)
 
 
-def _comment_lines(text: str) -> list[str]:
-    """Text after `;` of every comment line.
+def _comment_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text after `;`) of every comment line; the number lets a bad header value be named.
 
     Comments normally form one block at the top, so that block is scanned line by
     line and the rest of the file is only searched for `;`; the line-by-line scan
     of the body happens only for files with comments between jobs.
     """
-    comments: list[str] = []
-    pos, size = 0, len(text)
+    comments: list[tuple[int, str]] = []
+    pos, size, number = 0, len(text), 1
     while pos < size:
         end = text.find("\n", pos)
         end = size if end < 0 else end
@@ -292,11 +300,12 @@ def _comment_lines(text: str) -> list[str]:
         if line and not line.startswith(";"):
             break
         if line:
-            comments.append(line[1:])
-        pos = end + 1
+            comments.append((number, line[1:]))
+        pos, number = end + 1, number + 1
     body = text[pos:]
     if ";" in body:
-        comments += [s[1:] for s in (line.strip() for line in body.split("\n")) if s.startswith(";")]
+        stripped = enumerate((line.strip() for line in body.split("\n")), start=number)
+        comments += [(n, s[1:]) for n, s in stripped if s.startswith(";")]
     return comments
 
 

@@ -273,11 +273,33 @@ def _images_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workloads_write(args: argparse.Namespace) -> int:
-    from workloads.real import make_data_dir, real_workflow, spec_to_toml
+def _check_write(args: argparse.Namespace) -> None:
+    """The options by the daemon's own rules (`cosched.daemon.specs`), before the data directory is
+    made or an image built: a TOML that `cosched submit` would refuse is never written."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from cosched.daemon.specs import MAX_WALLTIME, Name
+    from workloads.real import parse_owner
 
     if args.cores < 1:
         raise ConfigError(f"--cores must be >= 1, got {args.cores}")
+    if not 0 < args.walltime <= MAX_WALLTIME:  # NaN fails this too
+        raise ConfigError(f"--walltime must be in (0, {MAX_WALLTIME:.0f}] seconds, got {args.walltime}")
+    if args.name is not None:
+        try:
+            TypeAdapter(Name).validate_python(args.name)
+        except ValidationError as exc:
+            raise ConfigError(f"--name {args.name!r}: {exc.errors()[0]['msg']}") from None
+    try:
+        parse_owner(args.owner)
+    except ConfigError as exc:
+        raise ConfigError(f"--owner: {exc}") from None
+
+
+def _workloads_write(args: argparse.Namespace) -> int:
+    from workloads.real import make_data_dir, real_workflow, spec_to_toml
+
+    _check_write(args)
     make_data_dir(args.dir, args.owner)  # the daemon mounts only existing directories, and jobs run as `owner`
     image = args.image
     if image is None:
