@@ -20,12 +20,12 @@ import sqlite3
 from collections.abc import Iterable, Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from numbers import Real
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from cosched.errors import ConfigError
+from cosched.numbers import is_finite_number
 from experts.features import FEATURE_NAMES, JobFeatures
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -46,7 +46,7 @@ class DecisionRecord:
     def __post_init__(self) -> None:
         if isinstance(self.action, bool) or not isinstance(self.action, int) or self.action < 0:
             raise ConfigError(f"action must be an integer index >= 0, got {self.action!r}")
-        if not _is_real(self.loss) or not 0.0 <= self.loss <= 1.0:
+        if not is_finite_number(self.loss) or not 0.0 <= self.loss <= 1.0:
             raise ConfigError(f"loss must be a number in [0, 1], got {self.loss!r}")
 
     def to_json(self) -> dict[str, Any]:
@@ -85,11 +85,11 @@ class DecisionRecord:
             raise ConfigError(f"'parallel' must be true or false, got {raw['parallel']!r}")
         hp = math.inf if raw["happiness"] == "inf" else raw["happiness"]
         for name in ("cpu", "mem", "progress"):
-            if not _is_real(raw[name]) or abs(raw[name]) > MAX_FEATURE:
+            if not is_finite_number(raw[name]) or abs(raw[name]) > MAX_FEATURE:
                 raise ConfigError(
                     f"feature {name!r} must be a number of at most {MAX_FEATURE:g}, got {_short(raw[name])}"
                 )
-        if hp != math.inf and not _is_real(hp):
+        if hp != math.inf and not is_finite_number(hp):
             raise ConfigError(f"feature 'happiness' must be a number or \"inf\", got {_short(raw['happiness'])}")
         features = JobFeatures(
             cpu=float(raw["cpu"]),
@@ -170,16 +170,6 @@ def read_log(path: str | Path) -> list[DecisionRecord]:
         except RecursionError:  # nested brackets deeper than Python's parser goes: no record has them
             raise ConfigError(f"{path}:{number}: JSON nested too deeply to be a decision") from None
     return records
-
-
-def _is_real(value: Any) -> bool:
-    """A finite number a float holds: JSON integers have no bound, and math.isfinite(10**400) raises."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _short(value: Any) -> str:

@@ -24,11 +24,11 @@ starts, never in the middle of a scheduling decision.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from cosched.errors import ConfigError
+from cosched.numbers import is_finite_number
 from experts.tree import Expert, ExpertSet, Leaf, Node, Split, lent_fractions
 
 FORMAT = "cosched-experts"
@@ -91,7 +91,7 @@ def loads(text: str, source: str = "<string>") -> ExpertSet:
     if fractions is not None and (
         not isinstance(fractions, list)
         or len(fractions) != m
-        or any(not _is_number(f) or abs(f - k / m) > 1e-9 for k, f in enumerate(fractions))
+        or any(not is_finite_number(f) or abs(f - k / m) > 1e-9 for k, f in enumerate(fractions))
     ):
         raise ConfigError(f"{source}: 'lent_fractions' must be [0, 1/m, ..., (m-1)/m] for m={m}")
     raw_experts = doc.get("experts")
@@ -139,7 +139,7 @@ def _load_node(raw: Any, sizes: list[tuple[str, int]], path: str, depth: int, wh
         raise ConfigError(f"{where}: node {path}: malformed node (expected an object, got {type(raw).__name__})")
     if set(raw) == {"dist"}:
         dist = raw["dist"]
-        if not isinstance(dist, list) or not all(_is_number(p) for p in dist):
+        if not isinstance(dist, list) or not all(is_finite_number(p) for p in dist):
             raise ConfigError(f"{where}: node {path}: 'dist' must be a list of numbers")
         sizes.append((path, len(dist)))
         try:
@@ -157,16 +157,6 @@ def _load_node(raw: Any, sizes: list[tuple[str, int]], path: str, depth: int, wh
         return Split(raw["feature"], raw["threshold"], below, above)
     except ConfigError as exc:
         raise ConfigError(f"{where}: node {path}: {exc}") from exc
-
-
-def _is_number(value: Any) -> bool:
-    """A finite JSON number a float can hold: JSON integers have no bound, and math.isfinite(10**400) raises."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _reject_constant(name: str) -> Any:

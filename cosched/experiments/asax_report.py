@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cosched.experiments.asax import APPS, PAPER_TABLE2, PAPER_TABLE3, Experiment, Run
+from cosched.numbers import is_finite_number
 from cosched.policies.asax import ASAx, loss_outcome
 from cosched.reporting.report import format_table
 from experts.features import JobFeatures
@@ -345,23 +346,13 @@ def decision_problem(d: Any) -> str | None:
         value = d[key]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             return f"{key!r} is {value!r:.40}"
-        if float in types and value is not None and not _is_number(value):  # it is printed as a float
+        if float in types and value is not None and not is_finite_number(value):  # it is printed as a float
             return f"{key!r} is {value!r:.40}"
     experts, dists, weights = d["experts"], d["distributions"], d["weights"]
     if not len(experts) == len(dists) == len(weights):
         return f"{len(experts)} experts, {len(dists)} distributions and {len(weights)} weights"
-    if not all(isinstance(dist, list) and dist and all(_is_number(p) for p in dist) for dist in dists):
+    if not all(isinstance(dist, list) and dist and all(is_finite_number(p) for p in dist) for dist in dists):
         return "a distribution is not a non-empty list of numbers"
-    if not all(_is_number(w) for w in weights):
+    if not all(is_finite_number(w) for w in weights):
         return "a weight is not a number"
     return None
-
-
-def _is_number(value: Any) -> bool:
-    """A finite number a float holds: JSON integers have no bound, and math.isfinite(10**400) raises."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
