@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +46,17 @@ def require_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     except ImportError:
         missing(f"{name} is not installed")
+
+
+@pytest.fixture
+def open_data_root() -> Iterator[Path]:
+    """A data root every user may pass through (0755, under /tmp), removed after: with
+    `run_as = "submitter"` each directory above a data dir must let the submitter pass, and
+    pytest's own temporary directories are root's, 0700."""
+    root = Path(tempfile.mkdtemp(prefix="cosched-data-", dir="/tmp"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -241,7 +241,7 @@ def test_a_data_dir_swapped_for_a_symlink_is_refused_by_the_agents_executor(clus
         finish(cluster, daemon)
 
 
-def test_a_job_runs_as_its_submitter_on_an_agent(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_job_runs_as_its_submitter_on_an_agent(cluster: Cluster, tmp_path: Path, open_data_root: Path) -> None:
     """`docker.run_as = "submitter"` on Mesos: the account the daemon looked up (the system user
     `daemon`, uid 1) travels in the task, and the agent's executor runs the job as it, so it writes
     to that user's 0700 data dir and what it writes is that user's."""
@@ -255,13 +255,12 @@ def test_a_job_runs_as_its_submitter_on_an_agent(cluster: Cluster, tmp_path: Pat
         cluster,
         tmp_path,
         f"{NAME}-submitter",
-        data_roots=True,
-        docker='run_as = "submitter"',
+        docker=f'run_as = "submitter"\ndata_roots = ["{open_data_root}"]',
         api=f'key_file = "{key}"',
         token=mint(load_key(key), "root", 600),
     )
     try:
-        data = make_data_dir(tmp_path / "ids", owner="1:1")
+        data = make_data_dir(open_data_root / "ids", owner="1:1")
         data.chmod(0o700)
         as_daemon = Client(daemon.client.url, mint(load_key(key), "daemon", 600), timeout=10)
         spec = {"image": image, "command": ["sh", "-c", f"id > {data}/id"], "cores": 1, "memory_mib": 64}

@@ -268,7 +268,7 @@ def test_an_executor_given_data_roots_pins_them_or_refuses_to_run(tmp_path: Path
         ('{"privileged": true}', "keys among"),
         ('{"pids_limit": "64"}', "docker.pids_limit has the wrong type"),
         ('{"data_roots": "/srv"}', "docker.data_roots has the wrong type"),
-        ('{"job_user": "0:0"}', "docker.job_user: expected 'uid:gid' with neither 0"),
+        ('{"job_user": "0:0"}', "docker.job_user: expected 'uid:gid', each in 1..4294967294"),
         ('{"pids_limit": 3}', "docker.pids_limit: must be >= 16"),
         ('{"data_roots": ["srv"]}', "'srv' is not an absolute path"),
     ],

@@ -17,7 +17,6 @@ import shutil
 import stat
 import subprocess
 import tarfile
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -368,7 +367,7 @@ def test_a_job_writes_to_memory_not_to_the_engines_disk(daemon: DaemonProcess) -
     assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"
 
 
-def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image: str) -> None:
+def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image: str, open_data_root: Path) -> None:
     """With per-user tokens and `docker.run_as = "submitter"`, a job runs as its submitter's account
     (here the system users `daemon`, uid 1, and `bin`, uid 2): one user's job cannot write
     another's data dir, though the daemon (root) mounts whatever a submission names, and what a
@@ -379,8 +378,7 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
     client = require_engine()
     key = tmp_path / "api.key"
     create_key(key)
-    shared = Path(tempfile.mkdtemp(prefix="cosched-data-", dir="/tmp"))  # pytest's own tmp is root's, 0700
-    shared.chmod(0o755)
+    shared = open_data_root
     process = DaemonProcess(
         tmp_path,
         api=f'key_file = "{key}"',
@@ -427,7 +425,6 @@ def test_run_as_submitter_keeps_each_users_data_dir_theirs(tmp_path: Path, image
                 asker.call("POST", "/v1/jobs", spec)
     finally:
         process.cleanup(client)
-        shutil.rmtree(shared)
 
 
 USERS = ("daemon", "bin")
