@@ -70,6 +70,16 @@ def make_pki(root: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
+def https_daemon(root: Path, api: str = "") -> tuple[DaemonProcess, Path]:
+    """A started daemon serving HTTPS with a certificate for 127.0.0.1 (more `[api]` keys in `api`),
+    its client checking that certificate, and the CA file that signed it."""
+    ca, cert, key = make_pki(root)
+    daemon = DaemonProcess(root, api=f'tls_cert = "{cert}"\ntls_key = "{key}"\n{api}')
+    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
+    daemon.start()
+    return daemon, ca
+
+
 def test_bad_tls_files_are_one_line_errors(tmp_path: Path) -> None:
     ca, cert, key = make_pki(tmp_path)
     with pytest.raises(ConfigError, match=r"^config keys api\.tls_cert and api\.tls_key: give both"):
@@ -95,10 +105,7 @@ def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Pa
     same without the CA (the system's trust) is refused as an unverified certificate, and plain HTTP
     to the HTTPS port gets no answer: a token never travels in the clear."""
     engine = require_engine()
-    ca, cert, key = make_pki(tmp_path)
-    daemon = DaemonProcess(tmp_path, api=f'tls_cert = "{cert}"\ntls_key = "{key}"')
-    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
-    daemon.start()
+    daemon, ca = https_daemon(tmp_path)
     try:
         assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
         shown = subprocess.run(
@@ -122,11 +129,7 @@ def test_connections_that_never_finish_the_handshake_are_counted_and_closed(tmp_
     connections count from their accept, those over the cap are closed at once and the others
     after `api.header_timeout`; then a real client is served again."""
     engine = require_engine()
-    ca, cert, key = make_pki(tmp_path)
-    api = f'tls_cert = "{cert}"\ntls_key = "{key}"\nmax_connections = 16\nheader_timeout = 1.0'
-    daemon = DaemonProcess(tmp_path, api=api)
-    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
-    daemon.start()
+    daemon, _ = https_daemon(tmp_path, "max_connections = 16\nheader_timeout = 1.0")
     sockets = [socket.create_connection(("127.0.0.1", daemon.port), timeout=10) for _ in range(50)]
     try:
         for k, sock in enumerate(sockets):
@@ -147,10 +150,7 @@ def test_a_connection_mid_handshake_does_not_hold_up_a_stop(tmp_path: Path) -> N
     """SIGTERM stops the daemon at once though a client sits in its handshake: uvicorn waits for
     every counted connection to close, and this one would close only at `header_timeout`."""
     engine = require_engine()
-    ca, cert, key = make_pki(tmp_path)
-    daemon = DaemonProcess(tmp_path, api=f'tls_cert = "{cert}"\ntls_key = "{key}"\nheader_timeout = 60.0')
-    daemon.client = Client(daemon.client.url.replace("http:", "https:"), "", timeout=10, ca_file=str(ca))
-    daemon.start()
+    daemon, _ = https_daemon(tmp_path, "header_timeout = 60.0")
     try:
         with socket.create_connection(("127.0.0.1", daemon.port), timeout=10):
             time.sleep(0.2)

@@ -44,13 +44,13 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return rc, out, err
 
 
-def assert_one_error(rc: int, err: str, *needles: str) -> str:
-    """Exit status 2 and exactly one `cosched: error:` line on stderr, naming the problem."""
+def assert_one_error(rc: int, err: str, *needles: str, line: re.Pattern[str] = ERROR_LINE) -> str:
+    """Exit status 2 and exactly one `cosched: error:` line (as `line` matches) on stderr, naming the problem."""
     assert rc == 2, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     lines = err.splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got:\n{err}"
-    assert ERROR_LINE.match(lines[0]), lines[0]
+    assert line.match(lines[0]), lines[0]
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
     return lines[0]
