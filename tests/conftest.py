@@ -70,3 +70,14 @@ def zk_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield started
     finally:
         stop_cluster(started)
+
+
+@pytest.fixture
+def container_events() -> Iterator[Any]:
+    """cosched's container events on the Docker engine from the test's start (mesos_support)."""
+    from daemon_support import require_engine
+    from mesos_support import ContainerEvents
+
+    events = ContainerEvents(require_engine())
+    yield events
+    events.close()

@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -398,28 +398,53 @@ class Container:
         return self.task.rsplit("-", 2)[0]
 
 
-def containers_of(engine: Any, framework_id: str, since: float) -> dict[int, list[Container]]:
-    """Every container of the framework's jobs that started since `since`, by job, from Docker's
-    events: what really ran, whatever the daemon or Mesos believe."""
-    from cosched.mesos.executor import instance_of
+class ContainerEvents:
+    """The engine's events for cosched's containers from now on, read as they happen.
 
-    label = f"cosched.instance={instance_of(framework_id)}"
-    events = engine.events(
-        since=int(since), until=int(time.time()) + 1, filters={"type": "container", "label": label}, decode=True
-    )
-    seen: dict[str, Container] = {}
-    jobs: dict[int, list[Container]] = {}
-    for event in events:
-        attributes = event["Actor"]["Attributes"]
-        when = event["timeNano"] / 1e9
-        cid = event["Actor"]["ID"]
-        if event["Action"] == "start":
-            seen[cid] = Container(attributes.get("cosched.task", ""), when, None, None)
-            jobs.setdefault(int(attributes["cosched.job"]), []).append(seen[cid])
-        elif event["Action"] == "die" and cid in seen:
-            seen[cid].ended = when
-            seen[cid].exit_code = int(attributes.get("exitCode", -1))
-    return jobs
+    dockerd keeps only its last 256 events, and other tests on the same engine (another pytest
+    worker's among them) can push a job's `start` out before the test reads it; a stream opened at
+    the test's start keeps them all. The engine's history is merged in at reading time, so an event
+    the stream has not handed over yet is not missed either."""
+
+    FILTERS: ClassVar[dict[str, str]] = {"type": "container", "label": "cosched.instance"}
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.since = int(time.time())
+        self._stream = engine.events(since=self.since, filters=self.FILTERS, decode=True)
+        self._read: list[dict[str, Any]] = []
+        threading.Thread(target=self._follow, daemon=True).start()
+
+    def _follow(self) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when closed
+            self._read.extend(self._stream)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def containers(self, framework_id: str) -> dict[int, list[Container]]:
+        """Every container of the framework's jobs that started since the log opened, by job: what
+        really ran, whatever the daemon or Mesos believe."""
+        from cosched.mesos.executor import instance_of
+
+        history = self.engine.events(since=self.since, until=int(time.time()) + 1, filters=self.FILTERS, decode=True)
+        events = {(e["Actor"]["ID"], e["Action"], e["timeNano"]): e for e in [*list(self._read), *history]}
+        instance = instance_of(framework_id)
+        seen: dict[str, Container] = {}
+        jobs: dict[int, list[Container]] = {}
+        for event in sorted(events.values(), key=lambda e: e["timeNano"]):
+            attributes = event["Actor"]["Attributes"]
+            if attributes.get("cosched.instance") != instance:
+                continue
+            when = event["timeNano"] / 1e9
+            cid = event["Actor"]["ID"]
+            if event["Action"] == "start":
+                seen[cid] = Container(attributes.get("cosched.task", ""), when, None, None)
+                jobs.setdefault(int(attributes["cosched.job"]), []).append(seen[cid])
+            elif event["Action"] == "die" and cid in seen:
+                seen[cid].ended = when
+                seen[cid].exit_code = int(attributes.get("exitCode", -1))
+        return jobs
 
 
 def assert_ran_once(containers: list[Container]) -> None:

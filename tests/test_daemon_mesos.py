@@ -20,8 +20,8 @@ import pytest
 from daemon_support import require_engine
 from mesos_support import (
     Cluster,
+    ContainerEvents,
     assert_ran_once,
-    containers_of,
     finish,
     framework_id_of,
     mesos_daemon,
@@ -141,12 +141,13 @@ def test_lending_on_an_agent_reaches_both_cgroups(cluster: Cluster, tmp_path: Pa
         finish(cluster, daemon)
 
 
-def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(
+    cluster: Cluster, tmp_path: Path, container_events: ContainerEvents
+) -> None:
     """2 cores on agents of 1 core each: one task per agent, each told its part; a gang whose part
     fails has its other part killed at once (never left half-running) and ends as that part."""
     engine = require_engine()
     image = busybox_image(engine)
-    since = time.time()
     daemon = mesos_daemon(cluster, tmp_path, f"{NAME}-gang")
     try:
         framework_id = framework_id_of(daemon)
@@ -170,7 +171,7 @@ def test_a_job_larger_than_an_agent_runs_as_a_gang_whole_or_not_at_all(cluster: 
         )
         status = daemon.wait_final([broken], 60)[broken]
         assert (status["state"], status["exit_code"]) == ("failed", 3) and "broken" in status["log_tail"]
-        ran = containers_of(engine, framework_id, since)
+        ran = container_events.containers(framework_id)
         [part0] = [c for c in ran[broken] if c.task.endswith("-0of2-1c")]
         assert part0.exit_code == 137 and part0.ended is not None and part0.ended - part0.started < 30
         assert_ran_once(ran[whole])

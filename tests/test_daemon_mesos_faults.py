@@ -23,10 +23,10 @@ import pytest
 from daemon_support import require_engine
 from mesos_support import (
     Cluster,
+    ContainerEvents,
     Recorder,
     assert_ran_once,
     command_task,
-    containers_of,
     executor_pids,
     finish,
     framework_id_of,
@@ -99,10 +99,9 @@ def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str, hos
 
 
 def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
-    cluster: Cluster, image: str, tmp_path: Path
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
     engine = require_engine()
-    since = time.time()
     daemon = mesos_daemon(cluster, tmp_path, "cosched-dead-agent", mesos="launch_timeout = 20.0")
     try:
         with Away(cluster, 2) as agent2:
@@ -125,7 +124,7 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
             agent2.back()
             wait_until(lambda: _node(daemon, 1)["up"], 60, "node 1 back")
             later = _two_jobs_run_on_both_nodes(daemon, image)
-            ran = containers_of(engine, fid, since)
+            ran = container_events.containers(fid)
             for job_id in (first, second, *later):
                 assert_ran_once(ran[job_id])
             assert len({c.run for c in ran[second]}) == 2  # the run on the dead machine, and the one that finished
@@ -289,11 +288,12 @@ def _on_node(daemon: Any, job_id: int) -> int:
     return int(json.loads(slots)[0][0])
 
 
-def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, image: str, tmp_path: Path) -> None:
+def test_a_killed_executors_jobs_are_swept_then_run_again(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
     """SIGKILL of the executor leaves its container running (Docker runs it, not the executor): the run
     counts as lost only once a new executor on that agent removed it, then the job runs again."""
     engine = require_engine()
-    since = time.time()
     daemon = mesos_daemon(cluster, tmp_path, "cosched-executor-kill")
     try:
         fid = framework_id_of(daemon)
@@ -308,7 +308,7 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(cluster: Cluster, imag
         assert status["reason"].startswith("requeued: "), status
         assert engine.containers.list(all=True, filters={"id": left.id}) == []  # swept before the requeue
         assert daemon.wait_final([job], 90)[job]["state"] == "done"
-        ran = containers_of(engine, fid, since)[job]
+        ran = container_events.containers(fid)[job]
         assert_ran_once(ran)
         assert [c.exit_code for c in ran] == [137, 0]  # the left container removed, then the run that finished
     finally:
@@ -337,7 +337,7 @@ def _offer_counts(cluster: Cluster, name: str, fid: str) -> dict[str, float]:
 
 
 def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
-    cluster: Cluster, image: str, tmp_path: Path
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
     """On a cluster shared with another framework: with nothing queued every offer is declined
     within the hold timeout and offers are suppressed (counted by the master); a 2-core gang
@@ -345,8 +345,6 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
     core's view of agent2 is stale: the race the offers cannot prevent) holds agent1's offer only
     until the hold timeout, never starts half, and after its launch timeout waits in the queue
     with node 1 out of the core; once agent2 is free it starts whole and finishes once."""
-    engine = require_engine()
-    since = time.time()
     name = "cosched-declines"
     daemon = mesos_daemon(cluster, tmp_path, name, mesos="hold_timeout = 1.0\nlaunch_timeout = 8.0")
     hog = None
@@ -381,7 +379,7 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
         tasks = _framework_tasks(cluster, fid)
         assert sorted(t["name"] for t in tasks) == [f"cosched job {gang} part 1/2", f"cosched job {gang} part 2/2"]
         assert {t["state"] for t in tasks} == {"TASK_FINISHED"} and len({t["slave_id"] for t in tasks}) == 2
-        assert_ran_once(containers_of(engine, fid, since)[gang])
+        assert_ran_once(container_events.containers(fid)[gang])
         assert cluster.metric(name, fid, "calls/revive") >= 1
         wait_until(lambda: cluster.metric(name, fid, "calls/suppress") >= 2, 10, "a SUPPRESS once the queue is empty")
     finally:
@@ -391,15 +389,13 @@ def test_unused_offers_are_declined_and_a_gang_starts_whole_or_not_at_all(
 
 
 def test_an_agent_another_framework_partly_holds_is_never_tried_for_a_job_it_has_no_room_for(
-    cluster: Cluster, image: str, tmp_path: Path
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
     """Another framework leaves agent2 a CPU (a core's task needs 1.05 with its executor) and 100 MiB.
     From agent2's offers the core holds back node 1's core and all but 36 MiB of its memory: a job
     waits in the queue while node 0 is busy and is never tried on agent2 (the old rule tried it,
     waited out the launch timeout and took node 1 out of the core). Node 1 stays up throughout.
     Once the other framework is gone, node 1 has its core back and the job runs there, once."""
-    engine = require_engine()
-    since = time.time()
     hog, agent2 = _hog(cluster, "hog-partial", leave_cpus=1.0, leave_mem=100.0)
     daemon = mesos_daemon(cluster, tmp_path, "cosched-partial", mesos="hold_timeout = 1.0\nlaunch_timeout = 4.0")
     try:
@@ -419,7 +415,7 @@ def test_an_agent_another_framework_partly_holds_is_never_tried_for_a_job_it_has
         assert daemon.wait_final([job], 60)[job]["state"] == "done"
         assert _node(daemon, 1)["up"] and "node 1: other frameworks hold nothing" in daemon.log.read_text()
         _ran_on(cluster, fid, job, agent2)
-        assert_ran_once(containers_of(engine, fid, since)[job])
+        assert_ran_once(container_events.containers(fid)[job])
         _never_down(daemon)
     finally:
         hog.teardown()
@@ -427,15 +423,13 @@ def test_an_agent_another_framework_partly_holds_is_never_tried_for_a_job_it_has
 
 
 def test_a_job_that_fits_what_another_framework_leaves_runs_there_at_once(
-    cluster: Cluster, image: str, tmp_path: Path
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
     """Another framework holds agent2 but 1.5 CPUs and 300 MiB: the core holds back 532 of node 1's
     768 MiB (a task's executor takes 64). With node 0 busy, a 512 MiB job waits in the queue, never
     tried on agent2; a 128 MiB job, backfilled, runs on agent2 at once (no launch timeout, node 1
     never out of the core). Once the other framework is gone, node 1 has its memory back and the
     512 MiB job runs there. Each ran once."""
-    engine = require_engine()
-    since = time.time()
     hog, agent2 = _hog(cluster, "hog-shared", leave_cpus=1.5, leave_mem=300.0)
     daemon = mesos_daemon(cluster, tmp_path, "cosched-shared", mesos="hold_timeout = 1.0\nlaunch_timeout = 10.0")
     try:
@@ -463,7 +457,7 @@ def test_a_job_that_fits_what_another_framework_leaves_runs_there_at_once(
         assert "node 1: other frameworks hold nothing" in daemon.log.read_text()
         assert _node(daemon, 1)["others"] == ""
         _ran_on(cluster, fid, large, agent2)
-        ran_all = containers_of(engine, fid, since)
+        ran_all = container_events.containers(fid)
         for job_id in (small, large):
             assert_ran_once(ran_all[job_id])
         _never_down(daemon)
@@ -515,14 +509,12 @@ def _row(daemon: Any, job_id: int, state: str) -> dict[str, Any] | None:
 
 
 def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job_once(
-    cluster: Cluster, image: str, tmp_path: Path
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
     """The daemon is SIGKILLed at 6 random moments while jobs (1-core ones and 2-core gangs over
     both agents) are submitted, launched and finished; each restart subscribes as the same
     framework, reconciles and adopts what runs. No task is ever killed or lost, and each job ran
     once (one run, every part exiting 0)."""
-    engine = require_engine()
-    since = time.time()
     rng = random.Random(2027)
     name = "cosched-sigkill"
     daemon = mesos_daemon(cluster, tmp_path, name)
@@ -549,7 +541,7 @@ def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job
         tasks = _framework_tasks(cluster, fid)
         assert {t["state"] for t in tasks} == {"TASK_FINISHED"}, sorted({t["state"] for t in tasks})
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == name] == [fid]
-        ran = containers_of(engine, fid, since)
+        ran = container_events.containers(fid)
         for job_id in accepted:
             assert_ran_once(ran[job_id])
             assert len({c.run for c in ran[job_id]}) == 1, ran[job_id]  # never requeued: nothing was lost
@@ -557,13 +549,13 @@ def test_sigkill_of_the_daemon_at_random_moments_kills_no_task_and_runs_each_job
         finish(cluster, daemon)
 
 
-def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_path: Path) -> None:
+def test_a_master_restart_under_the_daemon(
+    zk_cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
     """The master restarts (ZooKeeper, replicated-log registry) under a running job: the daemon,
     which knows only the ZooKeeper group (`masters = "zk://..."`), loses the master, asks ZooKeeper
     again, re-subscribes as the same framework and reconciles; the job runs on, finishes once, and
     a job submitted meanwhile starts on the new master's offers."""
-    engine = require_engine()
-    since = time.time()
     name = "cosched-master-restart"
     daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper)
     try:
@@ -575,7 +567,7 @@ def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_
         jobs = daemon.wait_final([running, later], 120)
         assert {j["state"] for j in jobs.values()} == {"done"}, jobs
         assert [f["id"] for f in zk_cluster.state()["frameworks"] if f["name"] == name] == [fid]
-        ran = containers_of(engine, fid, since)
+        ran = container_events.containers(fid)
         for job_id in (running, later):
             assert_ran_once(ran[job_id])
             assert len(ran[job_id]) == 1
@@ -587,14 +579,14 @@ def test_a_master_restart_under_the_daemon(zk_cluster: Cluster, image: str, tmp_
         finish(zk_cluster, daemon)
 
 
-def test_a_silent_master_under_the_daemon(cluster: Cluster, image: str, tmp_path: Path) -> None:
+def test_a_silent_master_under_the_daemon(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
     """The master is stopped (SIGSTOP): the daemon's event stream stays open but silent, no heartbeat
     comes. The client's watchdog (1.5 heartbeat intervals here) drops it, and its SUBSCRIBE calls go
     unanswered while the master is stopped; once it continues (SIGCONT) the daemon subscribes as the
     same framework and reconciles. The job that was running runs on and ends once; a job submitted
     while the master was silent starts afterwards, and runs once."""
-    engine = require_engine()
-    since = time.time()
     name = "cosched-silent-master"
     word = make_data_dir(tmp_path / "word")
     daemon = mesos_daemon(cluster, tmp_path, name, mesos="watchdog_heartbeats = 1.5", data_roots=True)
@@ -633,7 +625,7 @@ def test_a_silent_master_under_the_daemon(cluster: Cluster, image: str, tmp_path
         lost = [t for t in tasks if t["state"] == "TASK_LOST"]
         assert [t["state"] for t in tasks if t not in lost] == ["TASK_FINISHED"] * 2
         assert len(lost) <= 1 and all(t["name"] == f"cosched job {later}" for t in lost), tasks
-        ran = containers_of(engine, fid, since)
+        ran = container_events.containers(fid)
         for job_id in (running, later):
             assert_ran_once(ran[job_id])
             assert len(ran[job_id]) == 1
