@@ -67,23 +67,24 @@ class DaemonProcess:
         token: str = "",
         data_roots: bool = True,
         env: dict[str, str] | None = None,
+        intervals: dict[str, float] | None = None,
     ) -> None:
         """`extra` is appended to the config; `api`, `cluster` and `docker` add keys to those tables;
         `token` is the client's; `data_roots` makes `root` the jobs' data root; `env` is the
-        daemon's environment (default: the tests')."""
+        daemon's environment (default: the tests'); `intervals` replace those of `FAST`."""
         self.env = env
         self.root = root
         self.port = free_port()
         self.state = root / "state"
         self.config = root / "cosched.toml"
-        intervals = "\n".join(f"{k} = {v}" for k, v in FAST.items())
+        periods = "\n".join(f"{k} = {v}" for k, v in {**FAST, **(intervals or {})}.items())
         roots = f'data_roots = ["{root}"]\n' if data_roots else ""
         self.config.write_text(
             f'[daemon]\nstate_dir = "{self.state}"\n'
             f"[api]\nport = {self.port}\n{api}\n"
             f"[cluster]\ncores = {cores}\n{cluster}\n"
             f"[docker]\n{roots}{docker}\n"
-            f"[intervals]\n{intervals}\n{extra}"
+            f"[intervals]\n{periods}\n{extra}"
         )
         self.client = Client(f"http://127.0.0.1:{self.port}", token, timeout=10)
         self.process: subprocess.Popen[bytes] | None = None

@@ -93,10 +93,11 @@ def test_the_owner_lowers_an_operator_raises_and_an_ended_job_is_refused(tmp_pat
 
 def test_a_running_jobs_kill_follows_its_new_walltime_across_a_restart(tmp_path: Path) -> None:
     """A job of walltime 4 is given 600 while it runs; the daemon is SIGKILLed and started again:
-    6 s on it still runs. Lowered to 2 (below what it ran), it is killed, `walltime exceeded`."""
+    6 s on it still runs. Lowered to 2 (below what it ran), it is killed at once, `walltime exceeded`,
+    not at the next review (a minute here)."""
     engine = require_engine()
     image = busybox_image(engine)
-    daemon = DaemonProcess(tmp_path, cores=1)
+    daemon = DaemonProcess(tmp_path, cores=1, intervals={"review": 60})
     daemon.start()
     try:
         job_id = daemon.submit(image=image, command=["sleep", "600"], cores=1, walltime=4)

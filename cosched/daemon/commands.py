@@ -617,7 +617,7 @@ def _logs(args: argparse.Namespace) -> int:
 
 def _requeue(args: argparse.Namespace) -> int:
     """Like scontrol requeue."""
-    return _each_job(args, "POST", "/requeue", None, "requeue asked (killed at the next review, then queued)")
+    return _each_job(args, "POST", "/requeue", None, "requeue asked (killed, then queued)")
 
 
 def _update(args: argparse.Namespace) -> int:

@@ -72,7 +72,7 @@ def requeue(daemon: Daemon, job_id: int, caller: Caller) -> str:
     """Kill a running job and queue it again, as `scontrol requeue` (an operator's before a
     reboot, or a user's whose job went wrong); its state ('' if there is no such job). Its owner
     or an operator only. The wish is in the state file, so a daemon killed before the job's end
-    was collected still queues it again; the kill is the next review's (`monitoring.review`).
+    was collected still queues it again; the kill is the review's (`monitoring.review`), run after the next pass.
     A job that ends with exit code 0 before the kill took effect is done."""
     record = daemon.store.job(job_id)
     if record is None:
@@ -85,6 +85,7 @@ def requeue(daemon: Daemon, job_id: int, caller: Caller) -> str:
         with daemon.store.transaction() as db:
             daemon.store.update_job(db, job_id, requeue=reason)
         daemon.requeue_asked[job_id] = reason
+        daemon.review_due = True
     journal.requeue_asked(job_id, caller.user)
     return str(record["state"])
 
@@ -93,7 +94,7 @@ def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller
     """Change a queued or running job's walltime, as `scontrol update TimeLimit`; its state ('' if
     there is no such job). Its owner may lower it, only an operator raise it (Slurm's rule: a
     walltime is what backfilling planned others around). Lowered below what it has run, the job
-    is killed at the next review, `walltime exceeded`. In the state file, so a restart keeps it."""
+    is killed by the review after the next pass, `walltime exceeded`. In the state file, so a restart keeps it."""
     record = daemon.store.job(job_id)
     if record is None:
         return ""
@@ -109,6 +110,7 @@ def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller
         if job_id in daemon.specs:
             daemon.specs[job_id]["walltime"] = walltime
         daemon.inbox.append(JobUpdated(job_id, walltime))
+        daemon.review_due = True  # after the pass that gives the core the new walltime
     journal.updated(job_id, walltime, caller.user)
     return str(record["state"])
 

@@ -32,12 +32,14 @@ def schedule(daemon: Daemon) -> None:
 
     When stage ends released workflow stages, or ends settled jobs' dependencies, another
     pass follows at once, so such a job starts (or is cancelled) in the pass that saw the
-    end it waited for rather than one interval later.
+    end it waited for rather than one interval later. A kill asked before the pass (a requeue, a
+    walltime lowered) has the review run after it, once the core has the new walltime.
     """
     with daemon.pass_lock:
         with daemon.lock:
             if not state_faults.usable(daemon):
                 return
+            review, daemon.review_due = daemon.review_due, False
         try:
             for _ in range(PASSES_AT_ONCE):
                 if not _pass(daemon):
@@ -45,6 +47,8 @@ def schedule(daemon: Daemon) -> None:
         except StateError as exc:
             with daemon.lock:
                 state_faults.failed(daemon, exc)
+    if review:
+        daemon.review_soon()
 
 
 def _pass(daemon: Daemon) -> bool:
