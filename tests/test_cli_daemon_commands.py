@@ -15,6 +15,7 @@ import pytest
 
 from cosched.cli import main
 from cosched.daemon import commands
+from tests.test_cli import assert_one_error
 
 
 class Answers:
@@ -197,3 +198,52 @@ def test_cancel_of_a_workflow_cancels_its_stages_that_run_or_wait(monkeypatch, c
     rc, out, _ = run(monkeypatch, capsys, answers, "cancel", "--workflow", "9")
     assert rc == 0
     assert out.splitlines() == ["job 2: was running, cancel requested", "job 3: was pending, cancel requested"]
+
+
+ODD_ANSWERS = [{"odd": 1}, [1, 2], "text", None, 7, [{"id": "x"}], {"id": 1, "state": 5, "start": "x", "walltime": "y"}]
+CLIENT_COMMANDS = [
+    ["submit", "--image", "x", "true"],
+    ["queue"],
+    ["queue", "--user", "a"],
+    ["history"],
+    ["history", "--by", "user"],
+    ["status", "1"],
+    ["cancel", "1"],
+    ["cancel", "--user", "bob"],
+    ["hold", "1"],
+    ["release", "1"],
+    ["logs", "1"],
+    ["requeue", "1"],
+    ["update", "1", "--walltime", "5"],
+    ["nodes"],
+    ["shares"],
+    ["drain", "0", "--reason", "x"],
+    ["resume", "0"],
+    ["explain", "1", "--url", "http://127.0.0.1:1"],
+]
+
+
+@pytest.mark.parametrize("answer", ODD_ANSWERS, ids=repr)
+def test_an_answer_of_another_shape_is_one_line(monkeypatch, capsys, answer: Any) -> None:
+    """A daemon of another version (or another service answering JSON) answers every command
+    with a shape this client does not read: each command ends in one line, never a traceback."""
+    for argv in CLIENT_COMMANDS:
+        rc, _, err = run(monkeypatch, capsys, Answers(_Every(answer)), *argv)
+        if rc == 0:  # an answer a command can take as it is (an empty list, a number as an id)
+            assert "Traceback" not in err, (argv, err)
+            continue
+        if rc == 1:  # read, and said to be a refusal (`cancel` of a job in a state it names)
+            assert len(err.splitlines()) == 1, (argv, err)
+            continue
+        assert_one_error(rc, err, "cannot read the daemon's answer")
+
+
+class _Every(dict):
+    """The same answer to every (method, path)."""
+
+    def __init__(self, answer: Any) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def __missing__(self, key: tuple[str, str]) -> Any:
+        return self.answer

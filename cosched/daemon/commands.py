@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import shlex
 import sys
@@ -15,17 +16,40 @@ import time
 import tomllib
 import unicodedata
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from cosched.daemon import dependencies
 from cosched.daemon.client import ApiError, Client
-from cosched.errors import ConfigError
+from cosched.errors import ConfigError, CoschedError
 from cosched.policies.asax import loss_outcome
 from cosched.reporting.report import format_table
 
 FINAL_STATES = ("done", "failed", "cancelled")
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _reads_answers(handler: Handler) -> Handler:
+    """`handler`, with an answer it cannot read ended in one line rather than a traceback.
+
+    Why: the commands read the answers of this version's daemon; a daemon of another version,
+    or another service answering JSON on its port, gives them other shapes.
+    """
+
+    @functools.wraps(handler)
+    def reading(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except CoschedError:  # said on purpose, some of them ValueErrors
+            raise
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise ApiError(
+                f"cannot read the daemon's answer ({type(exc).__name__}: {exc}): is it another version of cosched?"
+            ) from None
+
+    return reading
 
 
 def add_commands(commands: Any, parser_class: type) -> None:
@@ -292,6 +316,7 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _submit(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.workflow is not None:
@@ -433,6 +458,7 @@ def _when(stamp: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp)) if stamp else "N/A"
 
 
+@_reads_answers
 def _queue(args: argparse.Namespace) -> int:
     rows = _client(args).call("GET", "/v1/queue")
     if args.user is not None:
@@ -459,6 +485,7 @@ def _queue(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _history(args: argparse.Namespace) -> int:
     now = time.time()
     query = {"since": now - args.since, "until": now - (args.until or 0.0), "limit": args.limit}
@@ -542,6 +569,7 @@ def _hms(seconds: float) -> str:
     return f"{days}-{text}" if days else text
 
 
+@_reads_answers
 def _status(args: argparse.Namespace) -> int:
     path = f"/v1/workflows/{args.id}" if args.workflow else f"/v1/jobs/{args.id}"
     status = _client(args).call("GET", path)
@@ -573,6 +601,7 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _cancel(args: argparse.Namespace) -> int:
     """Like scancel: a job that already ended is an error (exit 1), the others are cancelled."""
     client = _client(args)
@@ -598,12 +627,14 @@ def _cancel(args: argparse.Namespace) -> int:
     return status
 
 
+@_reads_answers
 def _hold(args: argparse.Namespace) -> int:
     """Like scontrol hold/release."""
     verb = "hold" if args.held else "release"
     return _each_job(args, "POST", f"/{verb}", None, "held" if args.held else "released")
 
 
+@_reads_answers
 def _logs(args: argparse.Namespace) -> int:
     answer = _client(args).call("GET", f"/v1/jobs/{args.id}/log?lines={args.lines}")
     if args.json:
@@ -615,11 +646,13 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _requeue(args: argparse.Namespace) -> int:
     """Like scontrol requeue."""
     return _each_job(args, "POST", "/requeue", None, "requeue asked (killed, then queued)")
 
 
+@_reads_answers
 def _update(args: argparse.Namespace) -> int:
     """Like scontrol update TimeLimit."""
     return _each_job(args, "PATCH", "", {"walltime": args.walltime}, f"walltime {args.walltime:g} s")
@@ -670,6 +703,7 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
     return lines
 
 
+@_reads_answers
 def _nodes(args: argparse.Namespace) -> int:
     rows = _client(args).call("GET", "/v1/nodes")
     if args.json:
@@ -704,6 +738,7 @@ def _nodes(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _shares(args: argparse.Namespace) -> int:
     rows = _client(args).call("GET", "/v1/shares")
     if args.json:
@@ -734,6 +769,7 @@ def _node_state(row: dict[str, Any]) -> str:
     return state
 
 
+@_reads_answers
 def _drain(args: argparse.Namespace) -> int:
     client = _client(args)
     for node in _node_numbers(client, args.nodes):
@@ -742,6 +778,7 @@ def _drain(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reads_answers
 def _resume(args: argparse.Namespace) -> int:
     client = _client(args)
     for node in _node_numbers(client, args.nodes):
@@ -767,6 +804,7 @@ def _node_numbers(client: Client, names: list[str]) -> list[int]:
     return numbers
 
 
+@_reads_answers
 def explain_live(args: argparse.Namespace) -> int:
     decisions = _client(args).call("GET", f"/v1/jobs/{args.job}/explain")
     if args.json:
