@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from cosched.daemon.config import from_dict
-from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable
+from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, RunLost
+from cosched.daemon.ends import MAX_LOST_RUNS
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec
 
@@ -286,4 +287,38 @@ def test_a_job_accepted_after_a_pass_read_its_clock_never_starts_before_its_subm
     daemon.schedule()
     job = daemon.store.job(job_id)
     assert job["state"] == "running" and job["start"] == job["submit"] == 100.0
+    daemon.close()
+
+
+def test_runs_lost_before_a_restart_count_toward_the_jobs_failure(tmp_path: Path) -> None:
+    """Every launch of job 1 is lost to its machine (`RunLost`, as a Mesos agent gone or an engine's
+    5xx). Two lost runs, a restart, and the third fails it, `ends.MAX_LOST_RUNS`: the count is in the
+    state file, or a daemon restarted often enough would requeue that job for ever."""
+    assert MAX_LOST_RUNS == 3
+    engine = _SlowEngine(refuse={1: RunLost("agent1 is gone")})
+    tried: list[int] = []
+    launch = engine.launch
+    engine.launch = lambda job_id, *args, **kwargs: tried.append(job_id) or launch(job_id, *args, **kwargs)  # type: ignore[method-assign]
+    daemon = _daemon(tmp_path, engine, workers=1)
+    [job] = _submit(daemon, 1)
+    for _ in range(20):
+        if daemon.lost_runs.get(job) == 2:
+            break
+        daemon.schedule()
+    assert daemon.store.job(job)["lost_runs"] == 2
+    assert daemon.store.job(job)["state"] in ("pending", "launching")
+    daemon.close()
+
+    daemon = _daemon(tmp_path, engine, workers=1)
+    for _ in range(20):
+        if daemon.store.job(job)["state"] == "failed":
+            break
+        daemon.schedule()
+    record = daemon.store.job(job)
+    assert record["state"] == "failed", record
+    assert record["reason"].endswith("(3 runs lost to their machines)"), record["reason"]
+    # Two runs lost and counted, a third started by the pass that queued the second again (its loss
+    # went with the first daemon, never collected), and one after the restart: not three more.
+    assert tried == [job] * 4
+    assert job not in daemon.lost_runs  # forgotten with the job's end
     daemon.close()

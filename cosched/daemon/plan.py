@@ -54,6 +54,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                     container=None,
                     reason=f"requeued: {end.reason}",
                     requeue=None,
+                    lost_runs=daemon.lost_runs.get(job.id, 0),
                 )
                 continue
             state = job.state.value if job.state is not JobState.RUNNING else "failed"

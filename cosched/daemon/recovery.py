@@ -39,6 +39,8 @@ def recover(daemon: Daemon) -> None:
     live = store.jobs(("pending", "launching", "running"))
     adopted, queued, lost = [], [], []
     for record in live:
+        if record["lost_runs"]:
+            daemon.lost_runs[record["id"]] = record["lost_runs"]
         info = listed.pop(record["id"], None)
         if record["state"] == "pending":
             queued.append(record)
@@ -86,7 +88,7 @@ def recover(daemon: Daemon) -> None:
         jobs[job.id] = job
         daemon.specs[job.id] = record["spec"]
         daemon.containers[job.id] = container
-        if record["requeue"]:  # asked before the daemon stopped: the next review kills it
+        if record["requeue"]:  # asked before the daemon stopped: the first review kills it
             daemon.requeue_asked[job.id] = record["requeue"]
         daemon.cpus_of[job.id] = list(record["cpus"])
         daemon.cpu_map.claim(daemon.cpus_of[job.id])

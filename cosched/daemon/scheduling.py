@@ -99,6 +99,7 @@ def _pass(daemon: Daemon) -> bool:
                 continue
             journal.ended(end.job, end.exit_code, end.reason)
             daemon.specs.pop(end.job.id, None)
+            daemon.lost_runs.pop(end.job.id, None)
         dropped = [(job.id, plan.cancel_reason(daemon, job.id)) for job in cancels if job.state is JobState.CANCELLED]
         journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
         for job_id, _ in dropped:

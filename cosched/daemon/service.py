@@ -115,7 +115,8 @@ class Daemon:
         self.failed_launches: dict[int, str] = {}
         self.lost_launches: dict[int, str] = {}
         self.lost_runs: dict[int, int] = {}
-        """Runs lost to their machines, per job, since this start (`ends.MAX_LOST_RUNS`)."""
+        """Runs lost to their machines, per live job (`ends.MAX_LOST_RUNS`); from the state file, so a
+        job whose runs its machines keep losing fails however often the daemon restarts."""
         self.down: set[int] = set()
         """Nodes whose machine is gone (a Mesos agent): out of the core's pool until it is back."""
         self.drained: dict[int, drain.Drain] = drain.load(self.store)
@@ -269,7 +270,7 @@ class Daemon:
         wait([parked.future for parked in self.launching.values()])  # what they started, recovery adopts
         self.launching.clear()
         held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
-        for held in (*held_maps, self.lost_launches, self.waiting, self.requeue_asked):
+        for held in (*held_maps, self.lost_launches, self.lost_runs, self.waiting, self.requeue_asked):
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0

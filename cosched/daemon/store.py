@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     user TEXT NOT NULL DEFAULT '',
     held INTEGER NOT NULL DEFAULT 0,
     cpu_seconds REAL,
-    requeue TEXT
+    requeue TEXT,
+    lost_runs INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow);
@@ -88,6 +89,7 @@ ADDED_COLUMNS = {
     ("jobs", "held"): "INTEGER NOT NULL DEFAULT 0",
     ("jobs", "cpu_seconds"): "REAL",
     ("jobs", "requeue"): "TEXT",
+    ("jobs", "lost_runs"): "INTEGER NOT NULL DEFAULT 0",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
