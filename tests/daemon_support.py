@@ -14,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ def require_engine() -> Any:
             pytest.fail("no Docker engine under CI: .ci/run should have started dockerd")
         pytest.skip("no Docker engine running (CI starts one)")
     return client
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.1)
+    return result
 
 
 def free_port() -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from daemon_support import wait_until
 
 from cosched.mesos import EventHandler, SchedulerClient, SchedulerConfig
 
@@ -184,15 +185,6 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except (OSError, IndexError):
         return True
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll `predicate` until it is truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def start_cluster(

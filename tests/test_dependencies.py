@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from daemon_support import DaemonProcess, require_engine
+from daemon_support import DaemonProcess, require_engine, wait_until
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -102,10 +102,8 @@ def test_chains_cascades_and_refusals(tmp_path: Path) -> None:
         assert daemon.job(b)["state"] == "pending" and daemon.job(b)["reason"] == "Dependency"
         assert f"{b:>6}" in daemon.cli("queue") and "Dependency" in daemon.cli("queue")
         assert f"after: afterok:{a}" in daemon.cli("status", str(b))
-        with urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10) as answer:
-            lines = answer.read().decode().splitlines()
-        [gauge] = [line for line in lines if line.startswith("cosched_jobs_waiting_dependency ")]
-        assert float(gauge.split()[1]) >= 1  # b at least
+        # b at least; gauges are set when a pass ends, and a pass waits on its launches (a's, c's)
+        wait_until(lambda: _waiting_gauge(daemon) >= 1, 30, "cosched_jobs_waiting_dependency >= 1")
         ended = daemon.wait_final([a, b, c, d, e, f, g], 60)
         assert [ended[i]["state"] for i in (a, b, c, d, e, f, g)] == [
             "done",
@@ -188,3 +186,10 @@ def test_singleton_jobs_of_one_name_run_one_after_another(tmp_path: Path) -> Non
     for before, after in itertools.pairwise(steps):
         assert ended[after]["start"] >= ended[before]["end"] - 0.5, ended
     assert ended[other]["start"] < ended[steps[0]]["end"]
+
+
+def _waiting_gauge(daemon: DaemonProcess) -> float:
+    with urllib.request.urlopen(daemon.client.url + "/metrics", timeout=10) as answer:
+        lines = answer.read().decode().splitlines()
+    [gauge] = [line for line in lines if line.startswith("cosched_jobs_waiting_dependency ")]
+    return float(gauge.split()[1])
