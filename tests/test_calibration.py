@@ -8,6 +8,8 @@ recovered values would differ.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +36,7 @@ from cosched.workflows.interference import (
     runtime_alone,
     speed,
 )
-from workloads.images import DEBIAN_PACKAGES, IMAGE_ENV
+from workloads.images import DEBIAN_PACKAGES, IMAGE_ENV, one_builder
 from workloads.real import real_workflow, spec_to_toml, stage_dag
 from workloads.workflows import APPS, MIX_CORES
 
@@ -179,6 +181,24 @@ def test_the_dockerfile_installs_what_the_debootstrap_image_has() -> None:
     assert "FROM debian:bookworm-slim" in text
     for entry in IMAGE_ENV[1:]:
         assert entry in text
+
+
+def test_one_image_build_at_a_time_on_the_machine(tmp_path: Path) -> None:
+    """A process building an image holds `one_builder`; another process's build waits until the
+    first is done (then finds the image), rather than running a second debootstrap beside it."""
+    done = tmp_path / "done"
+    script = (
+        "import time; from pathlib import Path; from workloads.images import one_builder\n"
+        f"with one_builder():\n    print('held', flush=True); time.sleep(1); Path({str(done)!r}).touch()\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with one_builder():
+            assert done.exists(), "got the lock while another process held it"
+    finally:
+        holder.wait(30)
 
 
 def test_predict_without_lending_gives_each_workflow_its_runtime_alone() -> None:

@@ -19,6 +19,8 @@ them changed, and changing a stage program costs a second, not a debootstrap.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import io
 import os
@@ -26,7 +28,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -106,7 +108,13 @@ def workflow_image(
     tag = f"{WORKFLOW_REPOSITORY}:{_stages_digest()}"
     if _have(client, tag):
         return tag
-    base = debian_base_image(client, mirror=mirror, log=log)
+    with one_builder():
+        if _have(client, tag):  # another process built it while this one waited
+            return tag
+        return _add_stages(client, tag, _debian_base(client, mirror, log), log)
+
+
+def _add_stages(client: docker.DockerClient, tag: str, base: str, log: Callable[[str], None]) -> str:
     log(f"adding the stage programs to {base}")
     container = client.containers.create(base, ["true"], network_disabled=True)
     try:
@@ -118,14 +126,9 @@ def workflow_image(
     return tag
 
 
-def debian_base_image(
-    client: docker.DockerClient | None = None,
-    *,
-    mirror: str | None = None,
-    log: Callable[[str], None] = lambda _: None,
-) -> str:
-    """Import (once) a Debian minbase root filesystem with DEBIAN_PACKAGES; returns its tag."""
-    client = client or docker.from_env()
+def _debian_base(client: docker.DockerClient, mirror: str | None, log: Callable[[str], None]) -> str:
+    """Import (once) a Debian minbase root filesystem with DEBIAN_PACKAGES; returns its tag. The
+    caller holds `one_builder`."""
     digest = hashlib.sha256(f"{DEBIAN_SUITE} {' '.join(DEBIAN_PACKAGES)}".encode()).hexdigest()[:12]
     tag = f"{DEBIAN_REPOSITORY}:{digest}"
     if _have(client, tag):
@@ -155,6 +158,26 @@ def debian_base_image(
         log(f"importing {archive.stat().st_size >> 20} MiB as {tag}")
         client.api.import_image_from_file(str(archive), repository=DEBIAN_REPOSITORY, tag=digest)
     return tag
+
+
+BUILD_LOCK = Path(tempfile.gettempdir()) / "cosched-image-build.lock"
+
+
+@contextlib.contextmanager
+def one_builder() -> Iterator[None]:
+    """Held while an image is built: one build at a time on this machine.
+
+    Why: two processes needing the workflow image at once (two pytest workers, two
+    `cosched workloads image`) would each run an 80 s debootstrap on the same cores.
+    The second waits here, then finds the image the first built. A lock of the kernel
+    (flock), so a builder that dies releases it.
+    """
+    fd = os.open(BUILD_LOCK, os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _have(client: docker.DockerClient, tag: str) -> bool:
