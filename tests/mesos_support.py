@@ -8,6 +8,7 @@ installed to /opt/mesos (as root) when absent, as on a fresh CI machine.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import math
@@ -18,6 +19,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -37,6 +39,7 @@ SCRIPT = SHARED_MESOS / "local-cluster.sh"
 MESOS_HOME = Path(os.environ.get("MESOS_HOME", "/opt/mesos"))
 AGENTS = 2
 ZOOKEEPER = Path("/usr/share/zookeeper/bin/zkServer.sh")
+INSTALL_LOCK = Path(tempfile.gettempdir()) / "cosched-mesos-install.lock"
 
 
 def unavailable(reason: str) -> None:
@@ -205,17 +208,26 @@ def start_cluster(
     env.update({f"MESOS_{flag.upper()}": value for flag, value in (master or {}).items()})
     if zookeeper:
         env.update(MESOS_ZK="1", ZK_PORT=str(free_port_run(1)))
-    missing = not (MESOS_HOME / "sbin" / "mesos-master").exists() or (zookeeper and not ZOOKEEPER.exists())
-    if missing:
+    _install_once(env, zookeeper)
+    env["MESOS_PORT"] = str(free_port_run(agents + 1))
+    subprocess.run(["bash", str(SCRIPT), "start", str(agents), str(cpus), str(mem)], env=env, check=True, timeout=120)
+    return Cluster(int(env["MESOS_PORT"]), run_dir, env)
+
+
+def _install_once(env: dict[str, str], zookeeper: bool) -> None:
+    """Install Mesos (and ZooKeeper) when absent, one installer at a time on the machine: on a
+    fresh machine both pytest workers reach their first Mesos test together, and two installs at
+    once would fight over dpkg's lock and unpack one tarball over the other's."""
+    with open(INSTALL_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if (MESOS_HOME / "sbin" / "mesos-master").exists() and (not zookeeper or ZOOKEEPER.exists()):
+            return
         if os.geteuid() != 0:
             unavailable(f"Mesos (or ZooKeeper) is not installed in {MESOS_HOME} and installing it needs root")
         done = subprocess.run(["bash", str(SCRIPT), "install"], env=env, timeout=900, capture_output=True, text=True)
         if done.returncode:
             last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             pytest.fail(f"{SCRIPT} install failed ({done.returncode}): {last[0]}")
-    env["MESOS_PORT"] = str(free_port_run(agents + 1))
-    subprocess.run(["bash", str(SCRIPT), "start", str(agents), str(cpus), str(mem)], env=env, check=True, timeout=120)
-    return Cluster(int(env["MESOS_PORT"]), run_dir, env)
 
 
 def stop_cluster(cluster: Cluster) -> None:
