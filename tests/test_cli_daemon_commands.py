@@ -15,6 +15,7 @@ import pytest
 
 from cosched.cli import main
 from cosched.daemon import commands
+from cosched.daemon.client import ApiError
 from tests.test_cli import assert_one_error
 
 
@@ -56,6 +57,27 @@ def test_cancel_of_a_running_job_and_a_finished_one(monkeypatch, capsys) -> None
     assert out.strip() == "job 1: was running, cancel requested"
     assert "job 2 already failed" in err
     assert answers.calls == [("DELETE", "/v1/jobs/1"), ("DELETE", "/v1/jobs/2")]
+
+
+class _Refusing(Answers):
+    """Answers, where a missing (method, path) is the daemon's 404."""
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        if (method, path) not in self.table:
+            self.calls.append((method, path))
+            raise ApiError(f"job {path.rsplit('/', 1)[-1]}: no such job (HTTP 404)")
+        return super().call(method, path, body)
+
+
+def test_cancel_goes_on_past_a_refused_id(monkeypatch, capsys) -> None:
+    """As scancel: a mistyped id is an error (exit 1), and the jobs after it are still cancelled
+    (`cosched cancel 99999 71` left 71 queued)."""
+    answers = _Refusing({("DELETE", "/v1/jobs/71"): {"id": 71, "state": "pending"}})
+    rc, out, err = run(monkeypatch, capsys, answers, "cancel", "99999", "71")
+    assert rc == 1
+    assert err.strip() == "cosched: error: job 99999: no such job (HTTP 404)"
+    assert out.strip() == "job 71: was pending, cancel requested"
+    assert answers.calls == [("DELETE", "/v1/jobs/99999"), ("DELETE", "/v1/jobs/71")]
 
 
 def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
@@ -116,6 +138,31 @@ def test_non_utf8_workflow_file_is_one_line(tmp_path: Path, capsys) -> None:
     assert rc == 2
     assert err.strip() == f"cosched: error: {path}: not UTF-8 text (byte 22); TOML files are UTF-8"
     assert "Traceback" not in err
+
+
+WORKFLOW = '[workflow]\nname = "w"\nimage = "x"\ncores = 1\nwalltime = 30\n[[stage]]\nname = "a"\ncommand = ["true"]\n'
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--begin", "+3600"], "not --begin:"),  # was submitted to start at once
+        (["--array", "0-3%2", "--cores", "2"], "not --cores, --array:"),  # one workflow, not an array
+        (["--", "echo", "hi"], "not a command:"),
+    ],
+)
+def test_job_options_beside_a_workflow_file_are_refused_not_dropped(
+    monkeypatch, capsys, tmp_path: Path, options: list[str], named: str
+) -> None:
+    path = tmp_path / "wf.toml"
+    path.write_text(WORKFLOW)
+    answers = Answers({("POST", "/v1/workflows"): {"id": 1, "jobs": [1]}})
+    rc, _, err = run(monkeypatch, capsys, answers, "submit", "--workflow", str(path), *options)
+    assert_one_error(rc, err, named, "[workflow]")
+    assert answers.calls == []  # nothing submitted
+    # what does apply to a workflow still goes through, and the defaults are no option given
+    rc, out, _ = run(monkeypatch, capsys, answers, "submit", "--workflow", str(path), "--no-cosched")
+    assert (rc, out.strip()) == (0, "Submitted workflow 1 (first jobs [1])")
 
 
 def test_a_jobs_own_words_never_reach_the_terminal_raw(monkeypatch, capsys) -> None:

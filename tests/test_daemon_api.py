@@ -156,6 +156,9 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         ({"data_dirs": ["/\x00"]}, "data_dirs", "must not contain a NUL character"),
         ({"env": {"1BAD": "x"}}, "env", ""),
         ({"colour": "blue"}, "colour", "Extra inputs"),
+        # past SQLite's integers: was a 500 (OverflowError) when the dependency was looked up
+        ({"after": [{"kind": "afterok", "job": 1 << 64}]}, "after.0.job", "less than or equal"),
+        ({"after": [{"kind": "afterany", "workflow": 1 << 63}]}, "after.0.workflow", "less than or equal"),
     ],
 )
 def test_bad_job_is_refused_naming_the_field(

@@ -7,16 +7,19 @@ The real engine's throughput is `benchmarks/daemon.py --only launch`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cosched.daemon.config import from_dict
-from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, RunLost
+from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, RunLost
 from cosched.daemon.ends import MAX_LOST_RUNS
 from cosched.daemon.service import Daemon
-from cosched.daemon.specs import JobSpec
+from cosched.daemon.specs import JobSpec, WorkflowSpec
 
 DELAY = 0.3
 
@@ -321,4 +324,76 @@ def test_runs_lost_before_a_restart_count_toward_the_jobs_failure(tmp_path: Path
     # went with the first daemon, never collected), and one after the restart: not three more.
     assert tried == [job] * 4
     assert job not in daemon.lost_runs  # forgotten with the job's end
+    daemon.close()
+
+
+class _QuickEngine(_SlowEngine):
+    """Containers that have exited by the next pass, their end stamped a little before their start,
+    as Docker stamps a `true`: StartedAt once runc's start returned, FinishedAt from the exit event."""
+
+    def launch(
+        self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
+    ) -> tuple[str, float]:
+        self.running[job_id] = f"c{job_id}"
+        return f"c{job_id}", 1000.0
+
+    def containers(self) -> dict[int, ContainerInfo]:
+        return {job_id: ContainerInfo(c, job_id, "exited") for job_id, c in self.running.items()}
+
+    def exit_of(self, container: str) -> Exit:
+        return Exit(code=0, started=1000.0, finished=999.992, oom=False, cpu_seconds=None)
+
+    def logs(self, container: str, lines: int = 20) -> str:
+        return ""
+
+
+def test_a_job_that_exits_at_once_never_ends_before_it_started(tmp_path: Path) -> None:
+    """A job's end is never before its start: history showed `elapsed` -0.0078 s (and negative
+    core-seconds, summed into its user's totals) for a `true` that Docker stamped so."""
+    daemon = _daemon(tmp_path, _QuickEngine(), workers=1)
+    daemon.clock = lambda: 1001.0  # type: ignore[method-assign]
+    [job_id] = _submit(daemon, 1)
+    for _ in range(5):
+        daemon.schedule()
+    job = daemon.store.job(job_id)
+    assert job["state"] == "done" and job["start"] == 1000.0
+    assert job["end"] >= job["start"], job
+    daemon.close()
+
+
+class _EndingEngine(_SlowEngine):
+    """Containers exit 0 once `finish` names them (a stage that ran and succeeded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: set[int] = set()
+
+    def containers(self) -> dict[int, ContainerInfo]:
+        return {j: ContainerInfo(c, j, "exited" if j in self.finished else "running") for j, c in self.running.items()}
+
+    def exit_of(self, container: str) -> Exit:
+        return Exit(0, 0.0, time.time(), False)
+
+    def logs(self, container: str) -> str:
+        return ""
+
+
+def test_every_stage_of_a_users_workflow_is_journaled_with_its_user(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The journal (`cosched.jobs`) names the submitter on each stage's `accepted` line, the stages
+    released after others ended too, so `grep user=alice` finds all of her work."""
+    engine = _EndingEngine()
+    daemon = _daemon(tmp_path, engine, workers=1)
+    stage = {"image": "x", "command": ["true"], "walltime": 60}
+    spec = WorkflowSpec(name="w", cores=1, stages=[{"name": "a", **stage}, {"name": "b", "depends": ["a"], **stage}])
+    with caplog.at_level(logging.INFO, logger="cosched.jobs"):
+        _, [first] = daemon.submit_workflow(spec, user="alice")
+        daemon.schedule()
+        engine.finished.add(first)
+        for _ in range(5):
+            daemon.schedule()
+    accepted = [r.getMessage() for r in caplog.records if "event=accepted" in r.getMessage()]
+    assert len(accepted) == 2, accepted
+    assert all("user=alice" in line for line in accepted), accepted
     daemon.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.server
 import json
 import math
+import os
 import re
 import socket
 import threading
@@ -34,7 +35,7 @@ from cosched.daemon.config import DaemonConfig, DockerSection, from_dict, load_c
 from cosched.daemon.cpus import CpuMap, share_of
 from cosched.daemon.docker_backend import _refused, data_dirs_allowed
 from cosched.daemon.identity import load_key
-from cosched.daemon.run import bind, serve
+from cosched.daemon.run import bind, hold_state_dir, serve
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import Store
 from cosched.errors import ConfigError, SchedulingError
@@ -243,6 +244,30 @@ def test_a_daemon_refused_for_a_taken_port_creates_no_state_file(tmp_path: Path)
     assert not (tmp_path / "state").exists()
 
 
+def test_a_second_daemon_on_one_state_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Two daemons on one state directory (two configs, two ports) each adopted the other's
+    containers: every job the first ran was recorded failed by the second, `container disappeared`.
+    The second stops at its start, before it opens the state file; the first's end lets go."""
+    state = tmp_path / "state"
+    held = hold_state_dir(state)
+    assert held is not None
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = tmp_path / "cosched.toml"
+        config.write_text(f'[daemon]\nstate_dir = "{state}"\n[api]\nport = {port}\n')
+        with pytest.raises(ConfigError, match=rf"^state directory {state} is in use by another cosched daemon: "):
+            serve(load_config(config))
+        assert not (state / "state.sqlite").exists()
+        bind("127.0.0.1", port).close()  # the refused start let its port go
+    finally:
+        os.close(held)
+    again = hold_state_dir(state)  # the first one gone, its directory is free
+    assert again is not None
+    os.close(again)
+
+
 def test_bind_on_a_free_port_listens() -> None:
     sock = bind("127.0.0.1", 0)
     try:
@@ -318,9 +343,11 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def _proc(tmp_path: Path, pid: int, cgroup: str, mountinfo: str) -> Path:
+def _proc(tmp_path: Path, pid: int, cgroup: str, mountinfo: str, state: str = "S", flags: int = 0x400100) -> Path:
+    """A /proc with one process: its cgroup membership, its stat (`state`, `flags`) and our mounts."""
     proc = tmp_path / "proc"
-    _write(proc, {f"{pid}/cgroup": cgroup, "self/mountinfo": mountinfo})
+    stat = f"{pid} (sh -c) {state} 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 1 2 0 0 20 0 1 0 100\n"
+    _write(proc, {f"{pid}/cgroup": cgroup, f"{pid}/stat": stat, "self/mountinfo": mountinfo})
     return proc
 
 
@@ -427,6 +454,20 @@ def test_cgroup_v2_without_usage_is_an_oserror(tmp_path: Path) -> None:
         files.cpu_seconds()
 
 
+@pytest.mark.parametrize(("state", "flags"), [("Z", 0x40400104), ("R", 0x40400104), ("D", 0x400104)])
+def test_cgroup_of_an_exiting_process_is_not_the_root_groups(tmp_path: Path, state: str, flags: int) -> None:
+    # cgroup v1 shows an exiting task (PF_EXITING, zombie or not) in every hierarchy's root: a
+    # container read just after its process exited got the host's unlimited quota (an ERROR, applied
+    # again) and the host's CPU seconds since boot as its own (41,160 s for a 0.01 s `true`)
+    mount = tmp_path / "cpu"
+    mountinfo = (
+        f"35 25 0:30 / {mount} rw - cgroup cgroup rw,cpu,cpuacct\n36 25 0:31 / {mount} rw - cgroup cgroup rw,memory\n"
+    )
+    proc = _proc(tmp_path, 7, "4:memory:/\n2:cpu,cpuacct:/\n", mountinfo, state, flags)
+    _write(mount, {"cpu.cfs_quota_us": "-1\n", "cpu.cfs_period_us": "100000\n", "cpuacct.usage": "41160104927444\n"})
+    assert CgroupFiles.of_pid(7, proc=proc) is None
+
+
 def test_cgroup_of_a_gone_process_or_without_mounts(tmp_path: Path) -> None:
     proc = _proc(tmp_path, 1, "0::/a\n", "25 1 8:1 / / rw - ext4 /dev/sda1 rw\n")
     assert CgroupFiles.of_pid(2, proc=proc) is None  # no /proc/2
@@ -466,6 +507,15 @@ def test_cpu_map_claim_and_node_of() -> None:
         cpus.take(((2, 1),))
     cpus.give([4, 5])
     assert cpus.free_count(2) == 2
+
+
+def test_a_job_adopted_on_cores_the_cluster_no_longer_has_is_one_line() -> None:
+    """A daemon restarted with `cluster.cores = 1` while a 2-core job ran died in its recovery with
+    `KeyError: 1` and a traceback; now one line names the cores, and nothing is claimed."""
+    cpus = CpuMap([0], 1)
+    with pytest.raises(ConfigError, match=r"^a running job holds cores 0-1, and this cluster has cores 0 only: "):
+        cpus.claim([0, 1])
+    assert cpus.free_count(0) == 1
 
 
 def test_cpu_map_cores_run_on_the_host_cpus_given() -> None:

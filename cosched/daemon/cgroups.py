@@ -30,11 +30,13 @@ class CgroupFiles:
 
     @classmethod
     def of_pid(cls, pid: int, proc: Path = PROC) -> CgroupFiles | None:
-        """The cgroup directories of `pid`, or None if they cannot be found (process gone)."""
+        """The cgroup directories of `pid`, or None if they cannot be found (process gone, or exiting)."""
         try:
             membership = (proc / str(pid) / "cgroup").read_text()
             mounts = (proc / "self" / "mountinfo").read_text()
         except OSError:
+            return None
+        if _exiting(proc, pid):  # read after the membership: not exiting now, it was not then either
             return None
         v1: dict[str, str] = {}
         v2 = None
@@ -108,6 +110,26 @@ def _mounts(mountinfo: str) -> tuple[dict[str, tuple[str, str]], tuple[str, str]
             for option in options.split(","):
                 v1.setdefault(option, (mount_point, root))
     return v1, v2
+
+
+PF_EXITING = 0x4
+"""The kernel's flag of a task that has begun to exit (`/proc/PID/stat`'s ninth field); never cleared."""
+
+
+def _exiting(proc: Path, pid: int) -> bool:
+    """Whether `pid` has begun to exit, zombies included (or is gone). On cgroup v1 the kernel shows
+    such a task in the root cgroup of every hierarchy, so a container whose process had just exited
+    was read as the host's own group: its quota 'unlimited' (a mismatch, applied again) and its
+    CPU seconds those of the whole host since boot, kept as the job's in its history."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return True
+    fields = stat.rpartition(")")[2].split()  # the name in parentheses may hold spaces
+    try:
+        return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+    except (IndexError, ValueError):
+        return True
 
 
 def _relative(path: str, root: str) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 
 from cosched.daemon import dependencies
 from cosched.daemon.client import ApiError, Client
+from cosched.daemon.cpus import ranges
 from cosched.errors import ConfigError, CoschedError
 from cosched.policies.asax import loss_outcome
 from cosched.reporting.report import format_table
@@ -117,7 +118,7 @@ def add_commands(commands: Any, parser_class: type) -> None:
     sp.add_argument("--data-dir", action="append", default=[], help="host directory to mount (under a data root)")
     sp.add_argument("command", nargs="*", help="command and arguments (after --)")
     common(sp)
-    sp.set_defaults(handler=_submit)
+    sp.set_defaults(handler=_submit, job_defaults={dest: sp.get_default(dest) for dest in JOB_ONLY})
 
     qp = commands.add_parser("queue", help="pending and running jobs, with pending reason and expected start")
     qp.add_argument("--user", "-u", help="only this user's jobs (as squeue -u)")
@@ -316,10 +317,45 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+JOB_ONLY = {
+    "image": "--image",
+    "cores": "--cores",
+    "memory": "--memory",
+    "walltime": "--walltime",
+    "app_class": "--app-class",
+    "tasks": "--tasks",
+    "serial": "--serial",
+    "span": "--span",
+    "begin": "--begin",
+    "latest_start": "--latest-start",
+    "array": "--array",
+    "name": "--name",
+    "env": "--env",
+    "data_dir": "--data-dir",
+    "command": "a command",
+}
+"""`cosched submit`'s options for a single job, which a workflow takes from its file instead."""
+
+
+def _ignored_by_a_workflow(args: argparse.Namespace) -> list[str]:
+    """The job options given beside --workflow: the file's tables say what its stages run, so
+    these were dropped without a word (`--begin +3600` started the workflow at once)."""
+    defaults = getattr(args, "job_defaults", {})
+    given = {dest: getattr(args, dest) for dest in JOB_ONLY if dest in defaults}
+    # a positional's default is None where argparse gives []: neither was typed
+    return [JOB_ONLY[dest] for dest, value in given.items() if value != defaults[dest] and (value or defaults[dest])]
+
+
 @_reads_answers
 def _submit(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.workflow is not None:
+        ignored = _ignored_by_a_workflow(args)
+        if ignored:
+            raise ConfigError(
+                f"submit --workflow takes its jobs' settings from its file, not {', '.join(ignored)}: "
+                "put them in its [workflow] or [[stage]] tables (--dependency and --no-cosched apply)"
+            )
         try:
             document = tomllib.loads(args.workflow.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
@@ -603,7 +639,8 @@ def _status(args: argparse.Namespace) -> int:
 
 @_reads_answers
 def _cancel(args: argparse.Namespace) -> int:
-    """Like scancel: a job that already ended is an error (exit 1), the others are cancelled."""
+    """Like scancel: a job that already ended, or one refused (no such job, another user's), is an
+    error (exit 1), and the others are cancelled: one mistyped id left every job after it running."""
     client = _client(args)
     ids = list(args.ids)
     if args.user is not None:
@@ -615,7 +652,12 @@ def _cancel(args: argparse.Namespace) -> int:
         raise ConfigError("cancel needs job ids, --user USER or --workflow ID")
     status = 0
     for job_id in ids:
-        answer = client.call("DELETE", f"/v1/jobs/{job_id}")
+        try:
+            answer = client.call("DELETE", f"/v1/jobs/{job_id}")
+        except ApiError as exc:
+            print(f"cosched: error: {exc}", file=sys.stderr)
+            status = 1
+            continue
         if args.json:
             print(json.dumps(answer))
         elif answer["state"] in FINAL_STATES:
@@ -683,7 +725,7 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
         if key == "command":
             value = shlex.join(value)
         elif key == "cpus":
-            value = _ranges(value)
+            value = ranges(value)
         elif key == "quota":
             value = f"{value:g} CPUs"
         lines.append(("waits" if key == "pending_reason" else key, str(value)))
@@ -724,7 +766,7 @@ def _nodes(args: argparse.Namespace) -> int:
                     ),
                 }
                 if r.get("hostname") is not None  # a Mesos agent's node ('' while no agent took it)
-                else {"CPUS": _ranges(r["cpus"])}
+                else {"CPUS": ranges(r["cpus"])}
             ),
             "STATE": _node_state(r),
             "ALLOC": f"{r['allocated']}/{r['cores']}",
@@ -828,13 +870,3 @@ def explain_live(args: argparse.Namespace) -> int:
         top = sorted(zip(d["weights"], d["experts"], strict=True), reverse=True)[:3]
         print("    heaviest experts: " + ", ".join(f"{name} {w:.2f}" for w, name in top))
     return 0
-
-
-def _ranges(cpus: list[int]) -> str:
-    if not cpus:
-        return "-"
-    return (
-        f"{cpus[0]}-{cpus[-1]}"
-        if cpus == list(range(cpus[0], cpus[-1] + 1)) and len(cpus) > 1
-        else ",".join(map(str, cpus))
-    )

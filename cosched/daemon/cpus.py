@@ -11,7 +11,7 @@ the core gives it (`_share`), so slots and cpusets always agree.
 from __future__ import annotations
 
 from cosched.core.events import Slots
-from cosched.errors import SchedulingError
+from cosched.errors import ConfigError, SchedulingError
 
 
 class CpuMap:
@@ -37,7 +37,15 @@ class CpuMap:
         return chosen
 
     def claim(self, cpus: list[int]) -> None:
-        """Mark exactly these CPUs used (a job adopted after a restart)."""
+        """Mark exactly these CPUs used (a job adopted after a restart). Cores this map has not
+        (`cluster.cores` or `nodes` made smaller while the job ran) stop the start with one line,
+        not a KeyError's traceback."""
+        missing = sorted(set(cpus) - self._node_of.keys())
+        if missing:
+            raise ConfigError(
+                f"a running job holds cores {ranges(cpus)}, and this cluster has cores {ranges(list(self._node_of))} "
+                "only: start with the cluster.cores and cluster.nodes it was started under, and let it end first"
+            )
         for cpu in cpus:
             self._free[self._node_of[cpu]].discard(cpu)
 
@@ -62,3 +70,16 @@ def share_of(host_cpus: list[int], share: Slots, cpu_map: CpuMap) -> list[int]:
     for node, cores in share:
         chosen.extend([cpu for cpu in host_cpus if cpu_map.node_of(cpu) == node][:cores])
     return chosen
+
+
+def ranges(cores: list[int]) -> str:
+    """Core numbers as an operator reads them, as Slurm writes a cpuset: `0-3,6` ('-' for none)."""
+    if not cores:
+        return "-"
+    spans: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if spans and core == spans[-1][1] + 1:
+            spans[-1][1] = core
+        else:
+            spans.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)

@@ -84,7 +84,9 @@ def collect(daemon: Daemon, now: float) -> list[End]:
             reason = ""  # it finished before a kill took effect
         else:
             reason = daemon.kill_reason.get(job.id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
-        at = exit.finished if exit.finished > 0 else now
+        # never before its start: Docker stamps a container's start once runc's start returned,
+        # and its end from the exit event, so a job that exits at once 'ends before it starts'
+        at = max(exit.finished, job.start) if exit.finished > 0 else now
         ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container, cpu_seconds=exit.cpu_seconds))
     return ends
 

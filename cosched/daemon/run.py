@@ -2,21 +2,24 @@
 
 The checks run in the order an operator fixes them, each failing with one line:
 a bad config key, a port in use (checked before the state file is created, so
-a refused start leaves nothing behind), a state directory that cannot be
-written, an engine that does not answer. The periodic work (scheduling pass, usage
-sampling, review of walltimes and quotas, reconciliation with Docker) runs on
-APScheduler in background threads; the HTTP API runs on uvicorn in the main
-thread, which turns SIGTERM and SIGINT into a graceful stop. Running
-containers are left running: the next start adopts them.
+a refused start leaves nothing behind), a state directory another daemon holds,
+a state directory that cannot be written, an engine that does not answer. The
+periodic work (scheduling pass, usage sampling, review of walltimes and quotas,
+reconciliation with Docker) runs on APScheduler in background threads; the HTTP
+API runs on uvicorn in the main thread, which turns SIGTERM and SIGINT into a
+graceful stop. Running containers are left running: the next start adopts them.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import fcntl
 import logging
+import os
 import signal
 import socket
 from datetime import datetime
+from pathlib import Path
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -50,6 +53,30 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def hold_state_dir(state_dir: Path) -> int | None:
+    """Lock the state directory for this daemon's life (the descriptor returned; the kernel lets
+    go when the process ends, however it ends). A second daemon on one state directory (another
+    config, another port) adopted the first one's containers and recorded each job that ended
+    under the other as failed, `container disappeared`: it is refused with one line instead.
+    None when the directory cannot be made or opened: the state file's own check names that."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"state directory {state_dir} is in use by another cosched daemon: stop that one, "
+            "or give this one a daemon.state_dir of its own"
+        ) from None
+    except OSError:  # a file system without locks: nothing to refuse on
+        pass
+    return fd
+
+
 def _stopping(sig: int, frame: object) -> None:
     log.info("cosched daemon stopping (%s)", signal.Signals(sig).name)
 
@@ -78,11 +105,15 @@ def serve(config: DaemonConfig) -> None:
     faulthandler.enable()
     https = tls.server_context(config.api)  # before anything: a bad key file stops it with nothing bound
     sock = bind(config.api.host, config.api.port)  # before the state file: a taken port leaves nothing behind
+    held = None
     try:
+        held = hold_state_dir(config.state_dir)
         daemon = Daemon(config)
         app = create_app(daemon)  # before the start: a bad api.key_file stops it with nothing launched
     except BaseException:
         sock.close()
+        if held is not None:
+            os.close(held)
         raise
     daemon.start()
     scheduler = periodic(daemon)
@@ -120,4 +151,6 @@ def serve(config: DaemonConfig) -> None:
     finally:
         scheduler.shutdown(wait=True)
         daemon.close()
+        if held is not None:
+            os.close(held)
         log.info("cosched daemon stopped; running containers keep running")

@@ -113,7 +113,7 @@ def _pass(daemon: Daemon) -> bool:
             record = daemon.store.job(job_id)
             user, workflow = (record["user"], record["workflow"]) if record else ("", None)
             submissions.queue(daemon, job_id, document, now, user, workflow)
-            journal.accepted(job_id, document, workflow)
+            journal.accepted(job_id, document, workflow, user=user)
         daemon.metrics.submitted.inc(len(planned.submitted))
         daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
         if daemon.asax is not None:  # saved and counted: memory holds only recent decisions

@@ -25,6 +25,8 @@ Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9
 MAX_WALLTIME = 366 * 86400.0
 MIN_MEMORY_MIB = 6
 """The least memory limit Docker sets: a job asking less would be refused at its launch."""
+MAX_ID = (1 << 63) - 1
+"""The largest job or workflow id SQLite can hold: a dependency naming a larger one was a 500."""
 
 
 class _Strict(BaseModel):
@@ -105,8 +107,8 @@ class Dependency(_Strict):
     names nothing: once no earlier job of its user with its name is queued or running."""
 
     kind: Literal["afterok", "afternotok", "afterany", "singleton"]
-    job: int | None = Field(None, gt=0)
-    workflow: int | None = Field(None, gt=0)
+    job: int | None = Field(None, gt=0, le=MAX_ID)
+    workflow: int | None = Field(None, gt=0, le=MAX_ID)
 
     @model_validator(mode="after")
     def _one_target(self) -> Dependency:
