@@ -294,3 +294,12 @@ class _Every(dict):
 
     def __missing__(self, key: tuple[str, str]) -> Any:
         return self.answer
+
+
+def test_a_history_window_that_ends_before_it_begins_is_refused(monkeypatch, capsys) -> None:
+    """`--since 1h --until 2h` asked for jobs that ended less than an hour ago and more than two: it
+    was an empty table, as if nothing had run."""
+    answers = Answers({})
+    rc, _, err = run(monkeypatch, capsys, answers, "history", "--since", "1h", "--until", "2h")
+    assert_one_error(rc, err, "--until 7200 s ago is not after --since 3600 s ago")
+    assert answers.calls == []

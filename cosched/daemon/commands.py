@@ -523,6 +523,11 @@ def _queue(args: argparse.Namespace) -> int:
 
 @_reads_answers
 def _history(args: argparse.Namespace) -> int:
+    if args.until is not None and args.until >= args.since:  # sacct refuses an empty window too
+        raise ConfigError(
+            f"history: --until {args.until:g} s ago is not after --since {args.since:g} s ago: no job can have ended "
+            "between them (--since is the older bound)"
+        )
     now = time.time()
     query = {"since": now - args.since, "until": now - (args.until or 0.0), "limit": args.limit}
     query |= {key: getattr(args, key) for key in ("user", "state") if getattr(args, key) is not None}
