@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 
+from cosched.daemon import views
 from cosched.daemon.config import from_dict
+from cosched.daemon.dependencies import settle
 from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, RunLost
 from cosched.daemon.ends import MAX_LOST_RUNS
+from cosched.daemon.identity import ANONYMOUS
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 
@@ -88,6 +91,9 @@ class _SlowEngine:
 
     def unsized(self) -> list[tuple[str, int]]:
         return []
+
+    def waiting(self) -> dict[int, str]:
+        return {}
 
 
 def _daemon(tmp_path: Path, engine: _SlowEngine, workers: int) -> Daemon:
@@ -396,4 +402,28 @@ def test_every_stage_of_a_users_workflow_is_journaled_with_its_user(
     accepted = [r.getMessage() for r in caplog.records if "event=accepted" in r.getMessage()]
     assert len(accepted) == 2, accepted
     assert all("user=alice" in line for line in accepted), accepted
+    daemon.close()
+
+
+def test_a_job_its_dependency_just_released_is_not_shown_held_by_its_user(tmp_path: Path) -> None:
+    """Between the pass that releases a job whose dependency was met and the next pass, which takes
+    the release (after the first one's launches, up to `launch_wait`), the core still holds it:
+    `cosched queue` showed `JobHeldUser`, a hold nobody made. A job its user holds still shows it."""
+    daemon = _daemon(tmp_path, _SlowEngine(), workers=1)
+
+    def job(**more: Any) -> int:
+        return daemon.submit_job(JobSpec(image="x", command=["true"], cores=1, memory_mib=64, walltime=600, **more))
+
+    first = job()
+    released, held = (job(after=[{"kind": "afterok", "job": first}]) for _ in "ab")
+    daemon.hold(held, ANONYMOUS, True)
+    daemon.schedule()
+    with daemon.lock, daemon.store.transaction() as db:  # first ended: its dependants are settled
+        daemon.store.update_job(db, first, state="done")
+        assert settle(daemon, db, ended=True) == 2
+    reasons = {row["id"]: row["reason"] for row in views.queue(daemon)}
+    assert (reasons[released], reasons[held]) == ("Dependency", "JobHeldUser")
+    assert views.job_status(daemon, released)["pending_reason"] == "Dependency"  # `cosched status` too
+    daemon.schedule()  # takes the release
+    assert daemon.store.job(released)["state"] == "running"
     daemon.close()

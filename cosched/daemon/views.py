@@ -138,10 +138,15 @@ def _not_available(daemon: Daemon, job: Any, out: dict[int, str]) -> str:
 
 def _held_reason(daemon: Daemon, job: Job) -> str:
     """Why a pending job is out of the queue, in Slurm's words: its dependencies, its user's
-    hold, or its begin."""
+    hold, or its begin. A job its dependencies have just released stays held in the core until
+    the next pass takes the release, which may wait on this pass's launches: not the user's hold."""
     if job.id in daemon.waiting:
         return "Dependency"
-    return "JobHeldUser" if daemon.core.is_held(job.id) else begins_at(job.begin)
+    if not daemon.core.is_held(job.id):
+        return begins_at(job.begin)
+    if daemon.specs.get(job.id, {}).get("after") and not (daemon.store.job(job.id) or {}).get("held"):
+        return "Dependency"
+    return "JobHeldUser"
 
 
 def begins_at(stamp: float) -> str:
