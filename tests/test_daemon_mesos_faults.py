@@ -9,6 +9,7 @@ is noticed in seconds, and a 3 s offer timeout so it rescinds offers held longer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -91,7 +92,8 @@ def _kill_node(cluster: Cluster, engine: Any, index: int, framework_id: str, hos
     executors = executor_pids(framework_id, cluster.agent_id(hostname or f"agent{index}"))
     argv = cluster.kill_agent(index)
     for pid in executors:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # one whose tasks had ended may have exited meanwhile
+            os.kill(pid, signal.SIGKILL)
     for executor in set(executors.values()):
         for container in engine.containers.list(all=True, filters={"label": f"cosched.executor={executor}"}):
             container.remove(force=True)

@@ -300,8 +300,12 @@ def test_a_restart_charges_a_lending_as_the_live_daemon_did(tmp_path: Path) -> N
     finally:
         daemon.cleanup(engine)
     ran = {job_id: job["end"] - job["start"] for job_id, job in ended.items()}
-    assert live["bob"] == pytest.approx(lent * ran[guest], abs=0.5)
-    assert live["alice"] == pytest.approx(2 * ran[host] - lent * ran[guest], abs=0.5)
+    # The live charge runs from the pass that started a job to the one that collected its end, the
+    # record from the container's start to its finish: a launch's latency apart (0.57 s once in a
+    # CI run beside another test worker), well under the lent core-seconds (about 3) that Alice would
+    # be charged on top were the lending not taken off her.
+    assert live["bob"] == pytest.approx(lent * ran[guest], abs=1.0)
+    assert live["alice"] == pytest.approx(2 * ran[host] - lent * ran[guest], abs=1.0)
     assert rebuilt == pytest.approx(live, abs=1.0)
 
 
