@@ -90,7 +90,6 @@ def periodic(daemon: Daemon) -> BackgroundScheduler:
     scheduler.add_job(daemon.sample, "interval", seconds=intervals.sample, id="sample", next_run_time=now)
     # At once too: a restart kills what passed its walltime, or was asked to run again, while it was down.
     scheduler.add_job(daemon.review, "interval", seconds=intervals.review, id="review", next_run_time=now)
-    daemon.review_soon = lambda: scheduler.modify_job("review", next_run_time=datetime.now())
     scheduler.add_job(daemon.reconcile, "interval", seconds=intervals.reconcile, id="reconcile")
     if daemon.config.daemon.keep_ended_days > 0 or daemon.config.daemon.keep_decisions_days > 0:
         scheduler.add_job(daemon.purge, "interval", hours=1, id="purge", next_run_time=now)

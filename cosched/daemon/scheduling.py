@@ -14,7 +14,17 @@ import time
 from typing import TYPE_CHECKING
 
 from cosched.core.events import Event, JobCancelled, JobSubmitted
-from cosched.daemon import carry_out, ends, engine_faults, journal, nodes, plan, state_faults, submissions
+from cosched.daemon import (
+    carry_out,
+    ends,
+    engine_faults,
+    journal,
+    monitoring,
+    nodes,
+    plan,
+    state_faults,
+    submissions,
+)
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.store import DECISIONS_KEPT, StateError
 from cosched.model import Job, JobState
@@ -47,8 +57,8 @@ def schedule(daemon: Daemon) -> None:
         except StateError as exc:
             with daemon.lock:
                 state_faults.failed(daemon, exc)
-    if review:
-        daemon.review_soon()
+    if review:  # after `pass_lock` is let go, which the review takes
+        monitoring.review(daemon)
 
 
 def _pass(daemon: Daemon) -> bool:

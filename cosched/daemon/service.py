@@ -110,8 +110,6 @@ class Daemon:
         self.review_due = False
         """A kill was asked through the API (a requeue, a walltime lowered below what the job ran):
         the review, whose kills those are, runs after the next pass rather than at its interval."""
-        self.review_soon: Callable[[], None] = lambda: None
-        """Has the review run now (`run.periodic` sets it)."""
         self.failed_launches: dict[int, str] = {}
         self.lost_launches: dict[int, str] = {}
         self.lost_runs: dict[int, int] = {}
