@@ -89,7 +89,7 @@ def test_core_emits_quota_then_colocate() -> None:
     a, b = job(1, 0, 4, 100), job(2, 0, 1, 50)
     actions = core.step(0.0, [Offer(((0, 4),)), JobSubmitted(a), JobSubmitted(b)]).actions
     # 25% of A's 4 cores is 1 CPU: exactly B's one core.
-    assert actions[1:] == [SetQuota(1, 3.0), Colocate(b, 1, ((0, 1),), 1.0)]
+    assert actions[1:] == [SetQuota(1, 3.0, 0.0), Colocate(b, 1, ((0, 1),), 1.0)]
     assert b.state is JobState.RUNNING and core.guests == {1: [b]}
 
 
@@ -169,7 +169,7 @@ def test_a_requeued_host_leaves_its_guest_running_on_its_share() -> None:
     core.step(0.0, [Offer(((0, 4),)), JobSubmitted(host), JobSubmitted(guest)])
     assert guest.host == 1
     actions = core.step(5.0, [JobRequeued(1)]).actions
-    assert SetQuota(2, 2.0) in actions  # the guest keeps its cores as an ordinary job
+    assert SetQuota(2, 2.0, 5.0) in actions  # the guest keeps its cores as an ordinary job
     assert guest.host == -1 and core.guests == {} and [j.id for j in core.queue] == [1]
     core.step(6.0, [JobRequeued(2)])
     assert [j.id for j in core.queue] == [1, 2] and core.running == []

@@ -266,6 +266,10 @@ def test_a_quota_the_core_changed_while_the_launch_hung_is_applied_once_it_runs(
         daemon.schedule()
         guest = daemon.submit_job(JobSpec(image="x", command=["true"], cores=4, memory_mib=64, walltime=60))
         daemon.schedule()
+        deadline = time.monotonic() + 10  # the guest's launch is quick, but may outlast launch_wait under load
+        while daemon.store.job(guest)["state"] == "launching" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            daemon.schedule()
         assert daemon.store.job(guest)["state"] == "running" and daemon.store.job(guest)["host"] == host
         assert daemon.core.jobs[host].quota == 4.0 and engine.quotas == []
         engine.release.set()

@@ -278,10 +278,12 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
 
 
 def test_a_restart_charges_a_lending_as_the_live_daemon_did(tmp_path: Path) -> None:
-    """Two cores, static lending: Alice's 2-core job lends to Bob's 1-core guest. Once both ended,
-    `cosched shares` says what each was charged; the daemon is SIGKILLed and started again, and
-    the usage it rebuilds from the state file's ended jobs and quota log is the same (a second or
-    two of clock apart), not both jobs' cores. Bob's share is his guest's lent quota only."""
+    """Two cores, static lending: Alice's 2-core job lends one core to Bob's 2-core guest. Once both
+    ended, `cosched shares` says what each was charged; the daemon is SIGKILLed and started again,
+    and the usage it rebuilds from the state file's ended jobs and quota log is the same, not both
+    jobs' cores: Bob is charged his guest's lent core only, Alice her cores less it while it was
+    lent. Both count from the containers' starts and finishes, not from the passes that saw them
+    (a launch's or an end's latency apart, seconds under load)."""
     engine = require_engine()
     image = busybox_image(engine)
     daemon, users = fairshare_daemon(tmp_path, 2, "static", ("alice", "bob"))
@@ -290,23 +292,26 @@ def test_a_restart_charges_a_lending_as_the_live_daemon_did(tmp_path: Path) -> N
         spec = {"image": image, "walltime": 120}
         host = users["alice"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "6"], "cores": 2})["id"]
         daemon.wait_running(host)
-        guest = users["bob"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "3"], "cores": 1})["id"]
+        guest = users["bob"].call("POST", "/v1/jobs", {**spec, "command": ["sleep", "3"], "cores": 2})["id"]
         lent = daemon.wait_running(guest)["quota"]
         ended = daemon.wait_final([host, guest], 60)
+        changes = [(c["at"], c["cpus"]) for c in daemon.client.call("GET", f"/v1/jobs/{host}")["quota_changes"]]
         live = {row["user"]: row["usage"] for row in daemon.client.call("GET", "/v1/shares")}
         daemon.signal(signal.SIGKILL)
         daemon.start()
         rebuilt = {row["user"]: row["usage"] for row in daemon.client.call("GET", "/v1/shares")}
     finally:
         daemon.cleanup(engine)
-    ran = {job_id: job["end"] - job["start"] for job_id, job in ended.items()}
-    # The live charge runs from the pass that started a job to the one that collected its end, the
-    # record from the container's start to its finish: a launch's latency apart (0.57 s once in a
-    # CI run beside another test worker), well under the lent core-seconds (about 3) that Alice would
-    # be charged on top were the lending not taken off her.
-    assert live["bob"] == pytest.approx(lent * ran[guest], abs=1.0)
-    assert live["alice"] == pytest.approx(2 * ran[host] - lent * ran[guest], abs=1.0)
-    assert rebuilt == pytest.approx(live, abs=1.0)
+    start, end = ended[host]["start"], ended[host]["end"]
+    assert lent == 1.0 and [cpus for _, cpus in changes] == [1.0, 2.0]
+    (lent_at, _), (back_at, _) = changes
+    assert start < lent_at < ended[guest]["start"] and back_at == ended[guest]["end"] < end
+    alice = 2 * (lent_at - start) + 1 * (back_at - lent_at) + 2 * (end - back_at)
+    # A week's half-life takes under 1e-5 of these off; the bounds are far under the 3 core-seconds
+    # Bob's guest would add to either of them were the lending charged twice or not at all.
+    bob = lent * (ended[guest]["end"] - ended[guest]["start"])
+    assert live == pytest.approx({"alice": alice, "bob": bob}, abs=0.01)
+    assert rebuilt == pytest.approx(live, abs=0.01)
 
 
 def test_purging_ended_jobs_sooner_than_fair_share_forgets_them_is_refused(tmp_path: Path) -> None:

@@ -143,10 +143,16 @@ class Colocate:
 
 @dataclass(slots=True)
 class SetQuota:
-    """Change a running job's CPU quota (cgroup CPU quota, in CPUs)."""
+    """Change a running job's CPU quota (cgroup CPU quota, in CPUs), counted from `at`.
+
+    Why `at`: the core counts a quota from its own moment (a guest's end is its container's
+    finish, which a daemon collects a pass later), and the daemon logs the change there, so a
+    restart rebuilds the usage fair-share charged (`recovery.quota_stretches`), not another.
+    """
 
     job_id: int
     cpus: float
+    at: float
 
 
 @dataclass(slots=True)

@@ -487,7 +487,7 @@ class Scheduler:
         host = self.jobs.get(guest.host)
         if host is not None:
             self._requota(host, host.quota + guest.quota, end)
-            actions.append(SetQuota(host.id, host.quota))
+            actions.append(SetQuota(host.id, host.quota, host.quota_since))
         self.guests[guest.host].remove(guest)
         if not self.guests[guest.host]:
             del self.guests[guest.host]
@@ -504,7 +504,7 @@ class Scheduler:
         for guest in self.guests.pop(host.id, ()):
             guest.host = -1
             self._requota(guest, float(guest.cores), end)
-            actions.append(SetQuota(guest.id, guest.quota))
+            actions.append(SetQuota(guest.id, guest.quota, guest.quota_since))
             insort(self.running, guest, key=_expected_end)
 
     def _on_offer(self, event: Offer, now: float, actions: list[Action]) -> None:
@@ -712,7 +712,7 @@ class Scheduler:
             self.limit.took(guest)
         self._dequeue(guest)
         self._view.epoch += 1
-        actions.append(SetQuota(host.id, host.quota))
+        actions.append(SetQuota(host.id, host.quota, host.quota_since))
         actions.append(Colocate(guest, host.id, slots, quota))
         return True
 

@@ -103,8 +103,9 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             daemon.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:300]}"
             continue
         container, at = outcome
-        if at > 0:  # the walltime and the runtime count from the container's start, not the decision's
+        if at > 0:  # the walltime, the runtime and the CPU charged count from the container's start
             job.start = at
+            job.quota_since = max(job.quota_since, at)
         started.append((p, container))
     with daemon.lock:
         for p, container in started:
@@ -114,8 +115,8 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             for p, container in started:
                 daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
                 db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (p.job.id,))
-            applied = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
-            daemon.store.quotas_applied(db, applied)
+            lent = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
+            daemon.store.lendings_started(db, lent)
         daemon.metrics.launched.inc(len(started))
     kills = [(container,) for p, container in started if p.job.id in daemon.kill_reason]
     changed = [

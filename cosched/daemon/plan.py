@@ -92,7 +92,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                 seq = store.log_quota(db, action.guest.id, action.quota, now)
                 plan.launches.append((action.guest, cpus, action.quota, seq))
             elif isinstance(action, SetQuota):
-                seq = store.log_quota(db, action.job_id, action.cpus, now)
+                seq = store.log_quota(db, action.job_id, action.cpus, action.at)
                 store.update_job(db, action.job_id, quota=action.cpus)
                 plan.quotas.append((action.job_id, action.cpus, seq))
             elif isinstance(action, Kill):

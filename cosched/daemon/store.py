@@ -442,6 +442,13 @@ class Store:
         """When each logged quota change (by its seq) reached the cgroup."""
         db.executemany("UPDATE quotas SET applied = ? WHERE seq = ?", [(at, seq) for seq, at in applied])
 
+    def lendings_started(self, db: sqlite3.Connection, started: list[tuple[int, float]]) -> None:
+        """Guests' lent quotas (by their log's seq) count from their containers' starts, as their runs
+        do: logged at the decision, before the run's recorded start, a restart's rebuild
+        (`recovery.quota_stretches`) would take them for an earlier run's and charge the guests
+        their cores."""
+        db.executemany("UPDATE quotas SET at = ?, applied = ? WHERE seq = ?", [(at, at, seq) for seq, at in started])
+
     def quota_changes(self, job_id: int) -> list[dict[str, Any]]:
         rows = self._conn().execute("SELECT * FROM quotas WHERE job_id = ? ORDER BY seq", (job_id,))
         return [dict(row) for row in rows]
