@@ -978,6 +978,42 @@ def test_purge_deletes_what_ended_long_ago_never_a_stage_a_workflow_needs(tmp_pa
         store.close()
 
 
+def test_purge_keeps_what_a_live_job_or_running_workflow_depends_on(tmp_path: Path) -> None:
+    """A dependency is judged again from the file (at a restart, or for a workflow's later stage):
+    a target purged would cancel its dependant, `DependencyNeverSatisfied`, however long ago it was
+    met. Targets of live jobs and of running workflows stay; those of ended ones go."""
+    from cosched.daemon.store import Store
+
+    store = Store(tmp_path / "state.sqlite")
+
+    def job(state: str, end: float | None, after: list[dict[str, object]] | None = None) -> int:
+        with store.transaction() as db:
+            job_id = store.add_job(db, {"cores": 1, "after": after or []}, 0.0)
+            store.update_job(db, job_id, state=state, end=end)
+        return job_id
+
+    def workflow(state: str, after: list[dict[str, object]] | None = None) -> int:
+        with store.transaction() as db:
+            workflow_id = store.add_workflow(db, "wf", {"after": after or []}, 0.0)
+            store.update_workflow(db, workflow_id, state)
+        return workflow_id
+
+    old = [job("done", 100.0) for _ in range(5)]
+    old_workflows = [workflow("done"), workflow("done")]
+    job("pending", None, [{"kind": "afterok", "job": old[0]}, {"kind": "afterany", "workflow": old_workflows[0]}])
+    job("running", None, [{"kind": "singleton", "job": None, "workflow": None}])
+    workflow("running", [{"kind": "afterok", "job": old[1]}])
+    job("done", 900.0, [{"kind": "afterok", "job": old[2]}, {"kind": "afterok", "workflow": old_workflows[1]}])
+    workflow("done", [{"kind": "afterok", "job": old[3]}])
+    try:
+        store.purge_ended(1000.0)
+        kept = {j["id"] for j in store.jobs()}
+        assert [j in kept for j in old] == [True, True, False, False, False]
+        assert store.workflow(old_workflows[0]) is not None and store.workflow(old_workflows[1]) is None
+    finally:
+        store.close()
+
+
 def test_purge_decisions_deletes_old_lendings_but_never_one_a_restart_needs(tmp_path: Path) -> None:
     """`daemon.keep_decisions_days`: decisions made before the cut go, except the last `recent`, those
     about a job still live (a loss to resolve), and an executed lending still waiting for its score."""

@@ -94,6 +94,12 @@ ADDED_COLUMNS = {
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
 LIVE = ("pending", "launching", "running")
+_DEPENDED_ON = (
+    "SELECT t FROM (SELECT json_extract(d.value, '$.{target}') AS t FROM jobs j, json_each(j.spec, '$.after') d"
+    f" WHERE j.state IN {LIVE!r} UNION SELECT json_extract(d.value, '$.{{target}}')"
+    " FROM workflows w, json_each(w.spec, '$.after') d WHERE w.state = 'running') WHERE t IS NOT NULL"
+)
+"""The jobs or workflows (`target`) named in the dependencies of live jobs and running workflows."""
 FINAL = ("done", "failed", "cancelled")
 _IS_LIVE = f"state IN ({', '.join('?' * len(LIVE))})"
 """A job row's condition of being live, with `LIVE` as its parameters."""
@@ -383,14 +389,17 @@ class Store:
         Why: the state file keeps every job's environment and log tail, and grows with the
         daemon's history. A workflow's jobs go only once the workflow is over and every one
         of them ended before `before` (its stages' rows are what it released), and the
-        workflow goes with its last job. Lending decisions stay: they are what ASAx learned
+        workflow goes with its last job. A job or workflow a live job or workflow depends on stays:
+        a dependency is judged again from the file (a restart, a workflow's later stage), and one
+        whose target is gone is never met. Lending decisions stay: they are what ASAx learned
         from (`purge_decisions`). `batch` jobs a transaction, so submissions wait for one batch at most.
         """
         final = ", ".join(f"'{state}'" for state in FINAL)
         purgeable = (
             f'SELECT id FROM jobs WHERE state IN ({final}) AND "end" < ? AND (workflow IS NULL OR workflow IN ('
             "SELECT w.id FROM workflows w WHERE w.state != 'running' AND NOT EXISTS (SELECT 1 FROM jobs j"
-            f' WHERE j.workflow = w.id AND (j.state NOT IN ({final}) OR j."end" IS NULL OR j."end" >= ?)))) LIMIT ?'
+            f' WHERE j.workflow = w.id AND (j.state NOT IN ({final}) OR j."end" IS NULL OR j."end" >= ?))))'
+            f" AND id NOT IN ({_DEPENDED_ON.format(target='job')}) LIMIT ?"
         )
         total = 0
         while True:
@@ -402,6 +411,7 @@ class Store:
                 db.execute(
                     "DELETE FROM workflows WHERE state != 'running'"
                     " AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.workflow = workflows.id)"
+                    f" AND id NOT IN ({_DEPENDED_ON.format(target='workflow')})"
                 )
             total += len(ids)
             if len(ids) < batch:
