@@ -152,10 +152,12 @@ def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
 
 
 def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
-    """Decisions come back; a lending whose guest never started is marked not carried out."""
+    """Decisions come back; a lending whose guest never started is marked not carried out, in the
+    state file too (the next pass saves it): the guest may run by the next restart, which would
+    then take the lending for one carried out and score its lender's end."""
     if daemon.asax is None:
         return
-    decisions = []
+    decisions, voided = [], []
     for body in daemon.store.decisions_needed(DECISIONS_KEPT):
         decision = LendingDecision(**body)
         if decision.loss is None and decision.executed and decision.fraction > 0:
@@ -163,8 +165,10 @@ def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
             if guest is None or guest["state"] == "pending":
                 decision.executed = False
                 decision.note = "none: not carried out (the daemon restarted before the guest started)"
+                voided.append(decision)
         decisions.append(decision)
-    daemon.asax.restore(decisions)
+    daemon.asax.restore(decisions, running=adopted)
+    daemon.asax.resolved.extend(voided)
     daemon.saved_decisions = daemon.asax.decided
 
 

@@ -22,7 +22,7 @@ nothing for the lender, so it is logged but not learned from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -363,11 +363,13 @@ class ASAx(CoschedulePolicy):
         paced = paced_runtime_alone(runtime, stretches)
         return degradation_loss(runtime, paced), paced, "its own pace (no run alone of its kind yet)"
 
-    def restore(self, decisions: Sequence[LendingDecision]) -> None:
+    def restore(self, decisions: Sequence[LendingDecision], running: Collection[int] = ()) -> None:
         """Take back the decisions an earlier run of the daemon made (from its store).
 
         An executed lending whose loss is not known yet waits again for its
         lender's end, so a restart loses no learning and asks no pair twice.
+        A guest still `running` that outlived its lender ran shared all the same:
+        its end teaches no runtime alone.
         (Logs from before lenders were scored by their own pace may hold lendings
         whose lender ended unscored: the runtime alone of their kind scores them
         if it is known by now, else they are left without a verdict.)
@@ -377,6 +379,8 @@ class ASAx(CoschedulePolicy):
             self.decided = max(self.decided, decision.seq + 1)
             self._asked.add((decision.guest, decision.host))
             self._asked_by.setdefault(decision.guest, set()).add(decision.host)
+            if decision.executed and decision.fraction > 0 and decision.guest in running:
+                self._shared.add(decision.guest)
             if decision.loss is not None or not decision.executed or decision.fraction == 0 or decision.note:
                 continue
             pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))

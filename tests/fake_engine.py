@@ -1,0 +1,112 @@
+"""An in-process engine the test ends, samples and times, and a daemon on a clock the test sets.
+
+Why: what a restart rebuilds (`Daemon.rebuild`, as `recover` after a SIGKILL) must equal what the
+live daemon held, and that takes many passes at chosen moments; a real engine makes such a test
+slow and its times unrepeatable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cosched.daemon.config import from_dict
+from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable, Exit, Sample
+from cosched.daemon.service import Daemon
+
+
+class Clock:
+    """The daemon's clock: epoch seconds the test moves."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeEngine:
+    """Containers start at the clock's time and run until `finish`; `unavailable` job ids' launches
+    fail as an engine gone; `samples` is what sampling a job's container reads."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.running: dict[int, str] = {}
+        self.exits: dict[int, Exit] = {}
+        self.unavailable: set[int] = set()
+        self.quotas: list[tuple[str, float]] = []
+        self.samples: dict[int, Sample] = {}
+
+    def finish(self, job_id: int, code: int = 0) -> None:
+        self.exits[job_id] = Exit(code, 0.0, self.clock(), False)
+
+    def launch(self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object):
+        if job_id in self.unavailable:
+            raise EngineUnavailable("engine gone")
+        self.running[job_id] = f"c{job_id}"
+        return f"c{job_id}", self.clock()
+
+    def containers(self) -> dict[int, ContainerInfo]:
+        return {j: ContainerInfo(c, j, "exited" if j in self.exits else "running") for j, c in self.running.items()}
+
+    def exit_of(self, container: str) -> Exit:
+        return self.exits[int(container[1:])]
+
+    def kill(self, container: str) -> None:
+        job_id = int(container[1:])
+        if job_id in self.running and job_id not in self.exits:
+            self.finish(job_id, 137)
+
+    def remove(self, container: str) -> None:
+        self.running.pop(int(container[1:]), None)
+        self.exits.pop(int(container[1:]), None)
+
+    def set_quota(self, container: str, cpus: float) -> None:
+        self.quotas.append((container, cpus))
+
+    def sample(self, container: str, quota: float, now: float) -> Sample | None:
+        return self.samples.get(int(container[1:]))
+
+    def logs(self, container: str, lines: int = 20) -> str:
+        return ""
+
+    def verify_quota(self, container: str, cpus: float) -> bool:
+        return True
+
+    def has_image(self, name: str) -> bool:
+        return True
+
+    def ping(self) -> bool:
+        return True
+
+    def connect(self) -> None: ...
+    def adopt(self, container: str) -> None: ...
+    def queued(self, jobs: int) -> None: ...
+    def close(self) -> None: ...
+
+    def nodes_changed(self) -> list[tuple[int, bool]]:
+        return []
+
+    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
+        return {}
+
+    def unsized(self) -> list[tuple[str, int]]:
+        return []
+
+    def waiting(self) -> dict[int, str]:
+        return {}
+
+
+def clocked_daemon(state_dir: Path, clock: Clock, engine: FakeEngine, cores: int = 8, **policies: Any) -> Daemon:
+    """A started daemon of `cores` cores on `engine`, its passes run by the test (`schedule`)."""
+    config = from_dict(
+        {
+            "daemon": {"state_dir": str(state_dir)},
+            "cluster": {"cores": cores, "memory_mib": 8192},
+            "intervals": {"launch_wait": 2.0},
+            "policies": {"cosched": "none", **policies},
+        }
+    )
+    daemon = Daemon(config, backend=engine, clock=clock)  # type: ignore[arg-type]
+    daemon.start()
+    return daemon

@@ -1,0 +1,137 @@
+"""A daemon killed at any moment restarts with what it held: each test runs the same story with a
+restart (`Daemon.rebuild`, the `recover` a SIGKILLed daemon's start runs) and compares what the
+restarted daemon holds, or does next, with the live one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_engine import Clock, FakeEngine, clocked_daemon
+
+from cosched.daemon.docker_backend import Sample
+from cosched.daemon.identity import ANONYMOUS
+from cosched.daemon.service import Daemon
+from cosched.daemon.specs import JobSpec
+from experts.weights import ExponentialWeights
+
+
+@pytest.fixture
+def lend_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every lending decision lends the largest fraction (the experts' draw pinned)."""
+    monkeypatch.setattr(ExponentialWeights, "choose", lambda self, dists, rng: len(dists[0]) - 1)
+
+
+def _spec(cores: int, **more: Any) -> JobSpec:
+    return JobSpec(image="x", command=["true"], cores=cores, memory_mib=64, walltime=6000, **more)
+
+
+def _measured(daemon: Daemon, engine: FakeEngine, *jobs: int) -> None:
+    """ASAx lends only CPU it has seen idle: a sample of each job, 30% busy."""
+    for job_id in jobs:
+        engine.samples[job_id] = Sample(0.3, 0.1, 0, 0)
+    daemon.sample()
+
+
+def _awaiting(daemon: Daemon) -> dict[int, list[int]]:
+    """Lender -> the guests whose lendings wait for its end to be scored."""
+    assert daemon.asax is not None
+    return {host: [p.decision.guest for p in items] for host, items in daemon.asax._awaiting.items()}
+
+
+@pytest.mark.usefixtures("lend_most")
+def test_a_lending_voided_at_a_restart_stays_void_at_the_next(tmp_path: Path) -> None:
+    """H (8 cores) and B (4, lending nothing) fill 12 cores; G (4) is lent CPU of H, and its launch
+    is lost with the engine. The restart queues G again and voids the lending; B ends and G starts
+    alone. A second restart must not take the lending for one carried out: it was void in memory
+    only, and H's end would have scored it, teaching the experts from a lending that never was."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=12, cosched="asax", min_guest_share=0.0)
+    host, blocker = daemon.submit_job(_spec(8)), daemon.submit_job(_spec(4, coschedule=False))
+    daemon.schedule()
+    clock.t = 1010.0
+    _measured(daemon, engine, host, blocker)
+    guest = daemon.submit_job(_spec(4))
+    engine.unavailable.add(guest)
+    daemon.schedule()
+    assert daemon.store.job(guest)["host"] == host and daemon.store.decisions(guest)[0]["executed"]
+    engine.unavailable.clear()
+    clock.t = 1020.0
+    daemon.rebuild()
+    assert _awaiting(daemon) == {}
+    clock.t = 1030.0
+    engine.finish(blocker)
+    daemon.schedule()
+    daemon.schedule()
+    assert daemon.store.job(guest)["state"] == "running" and daemon.store.job(guest)["host"] == -1
+    [stored] = daemon.store.decisions(guest)
+    assert stored["executed"] is False and "not carried out" in stored["note"]
+    clock.t = 1040.0
+    daemon.rebuild()
+    assert _awaiting(daemon) == {}
+    daemon.close()
+
+
+def _guest_outlives_its_lender(state_dir: Path, restart: bool) -> dict[str, Any]:
+    """H (8 cores) lends to G (4); H ends and scores the lending; G runs on, then ends. What ASAx
+    learned of runtimes alone, with or without a restart between H's end and G's."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(state_dir, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
+    host = daemon.submit_job(_spec(8))
+    daemon.schedule()
+    clock.t = 1010.0
+    _measured(daemon, engine, host)
+    guest = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    assert daemon.store.job(guest)["host"] == host
+    clock.t = 1100.0
+    engine.finish(host)
+    daemon.schedule()
+    if restart:
+        daemon.rebuild()
+    clock.t = 1200.0
+    engine.finish(guest)
+    daemon.schedule()
+    assert daemon.store.job(guest)["state"] == "done"
+    assert daemon.asax is not None
+    learned = daemon.asax.baselines.to_state()
+    daemon.close()
+    return learned
+
+
+@pytest.mark.usefixtures("lend_most")
+def test_a_guest_that_outlived_its_lender_teaches_no_runtime_alone_after_a_restart(tmp_path: Path) -> None:
+    """A guest's runtime is no runtime alone of its kind, even once its lender's end scored the
+    lending: after a restart, its end was taken for one, and every later loss of its kind was
+    held against a runtime slowed by the lending."""
+    live = _guest_outlives_its_lender(tmp_path / "live", restart=False)
+    assert live["runtimes"] == []
+    assert _guest_outlives_its_lender(tmp_path / "restarted", restart=True) == live
+
+
+def test_a_met_dependency_survives_its_targets_purge_and_a_restart(tmp_path: Path) -> None:
+    """B waits on afterok:A and its user holds it; A succeeds, then 40 days pass. A restart judges B's
+    dependency again from the state file: had `daemon.keep_ended_days` purged A, B would be cancelled
+    (DependencyNeverSatisfied) where the live daemon runs it once released."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    first = daemon.submit_job(_spec(1))
+    second = daemon.submit_job(_spec(1, after=[{"kind": "afterok", "job": first}]))
+    daemon.hold(second, ANONYMOUS, True)
+    daemon.schedule()
+    clock.t = 1100.0
+    engine.finish(first)
+    daemon.schedule()
+    assert daemon.store.job(first)["state"] == "done" and second not in daemon.waiting
+    clock.t += 40 * 86400
+    assert daemon.store.purge_ended(clock.t - 30 * 86400) == 0
+    daemon.rebuild()
+    daemon.schedule()
+    daemon.hold(second, ANONYMOUS, False)
+    daemon.schedule()
+    assert daemon.store.job(second)["state"] == "running"
+    daemon.close()
