@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fake_engine import Clock, FakeEngine, clocked_daemon
 
+from cosched.daemon import views
 from cosched.daemon.docker_backend import Sample
 from cosched.daemon.identity import ANONYMOUS
 from cosched.daemon.service import Daemon
@@ -134,4 +135,71 @@ def test_a_met_dependency_survives_its_targets_purge_and_a_restart(tmp_path: Pat
     daemon.hold(second, ANONYMOUS, False)
     daemon.schedule()
     assert daemon.store.job(second)["state"] == "running"
+    daemon.close()
+
+
+FAIRSHARE = "fairshare:half_life=1e9,period=0"
+"""A half-life of 30 years: the usages compared are core-seconds, to a thousandth."""
+
+
+def _usage(daemon: Daemon) -> dict[str, float]:
+    return {row["user"]: row["usage"] for row in views.shares(daemon)}
+
+
+def test_a_requeued_runs_usage_is_still_charged_after_a_restart(tmp_path: Path) -> None:
+    """Alice's 2-core job runs from 1000, is requeued (`cosched requeue`) at 1100 and runs again from
+    1101. The live daemon charged the first run (`Scheduler._on_requeued`: it used its cores all the
+    same); the restart rebuilt only ended jobs' last runs, so a requeue shed its user's usage."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2, queue=FAIRSHARE)
+    job = daemon.submit_job(_spec(2), user="alice")
+    daemon.schedule()
+    clock.t = 1100.0
+    daemon.requeue(job, ANONYMOUS)
+    daemon.schedule()  # the review after the pass kills it
+    clock.t = 1101.0
+    daemon.schedule()  # the kill collected: queued again, and started at once
+    assert daemon.store.job(job)["start"] == 1101.0
+    clock.t = 1200.0
+    live = _usage(daemon)
+    assert live["alice"] == pytest.approx(2 * 101 + 2 * 99)  # to the pass that saw the first run's end
+    daemon.rebuild()
+    assert _usage(daemon) == pytest.approx(live)
+    clock.t = 1300.0
+    engine.finish(job)
+    daemon.schedule()
+    ended = _usage(daemon)
+    daemon.rebuild()
+    assert _usage(daemon) == pytest.approx(ended) and ended["alice"] == pytest.approx(2 * 101 + 2 * 199)
+    daemon.close()
+
+
+def test_a_lending_a_restart_ends_is_charged_alike_by_the_next_restart(tmp_path: Path) -> None:
+    """Static lending on 8 cores: Alice's 8-core job lends 4 CPUs to Bob's guest, whose launch the
+    engine loses; the daemon restarts, queues the guest again and gives the host its 8 CPUs back.
+    That change must be logged, or once the host ends, the next restart rebuilds its run at 4 CPUs
+    from the lending on, where the daemon charged 8 from the restart."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, queue=FAIRSHARE, cosched="static", keep_promises=False)
+    host = daemon.submit_job(_spec(8), user="alice")
+    daemon.schedule()
+    clock.t = 1100.0
+    guest = daemon.submit_job(_spec(4), user="bob")
+    engine.unavailable.add(guest)
+    daemon.schedule()
+    assert daemon.store.job(guest)["state"] == "launching" and daemon.store.job(host)["quota"] == 4.0
+    clock.t = 1200.0
+    daemon.rebuild()
+    daemon.cancel(guest, ANONYMOUS)
+    daemon.schedule()
+    assert daemon.core.jobs[host].quota == 8.0
+    clock.t = 2000.0
+    engine.finish(host)
+    daemon.schedule()
+    live = _usage(daemon)
+    assert live["alice"] == pytest.approx(8 * 100 + 4 * 100 + 8 * 800)
+    daemon.rebuild()
+    assert _usage(daemon) == pytest.approx(live)
     daemon.close()

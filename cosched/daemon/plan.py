@@ -42,6 +42,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
         for end in ends:
             job = end.job
             if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
+                store.requeued_run(db, job.id, end.at)
                 store.update_job(
                     db,
                     job.id,

@@ -103,6 +103,12 @@ def recover(daemon: Daemon) -> None:
             job.quota = float(job.cores) - lent
 
     with store.transaction() as db:  # what recovery settled is the store's truth from now on
+        for record, _ in adopted:
+            job = jobs[record["id"]]
+            if job.quota != float(record["quota"] if record["quota"] is not None else job.cores):
+                # a lending that ended while the daemon was down: logged, or the next restart's
+                # rebuild of this run (`_restore_usage`) charges the quota it had before
+                store.log_quota(db, job.id, job.quota, now)
         for job in jobs.values():
             store.update_job(
                 db, job.id, state="running", container=daemon.containers[job.id], quota=job.quota, host=job.host

@@ -90,6 +90,7 @@ ADDED_COLUMNS = {
     ("jobs", "cpu_seconds"): "REAL",
     ("jobs", "requeue"): "TEXT",
     ("jobs", "lost_runs"): "INTEGER NOT NULL DEFAULT 0",
+    ("jobs", "runs_before"): "TEXT",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
@@ -367,13 +368,26 @@ class Store:
         return [_job_row(row) for row in rows]
 
     def runs_since(self, since: float) -> list[tuple[int, str, int, float, float]]:
-        """(job id, user, cores, start, end) of every ended job that ran and ended at `since` or later."""
+        """(job id, user, cores, start, end) of every run that ended at `since` or later: ended jobs'
+        last runs, and the runs before a requeue of any job (`requeued_run`)."""
         rows = self._conn().execute(
             f"SELECT id, user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
-            f' WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" >= ?',
-            (*FINAL, since),
+            f' WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" >= ?'
+            " UNION ALL SELECT j.id, j.user, json_extract(j.spec, '$.cores'), json_extract(r.value, '$[0]'),"
+            " json_extract(r.value, '$[1]') FROM jobs j, json_each(j.runs_before) r"
+            " WHERE json_extract(r.value, '$[1]') >= ?",
+            (*FINAL, since, since),
         )
         return [(job_id, user, int(cores), float(start), float(end)) for job_id, user, cores, start, end in rows]
+
+    def requeued_run(self, db: sqlite3.Connection, job_id: int, end: float) -> None:
+        """Keep the run a requeue ends (its start to `end`), before its start is cleared: fair-share
+        charged it, and a restart charges it again from here (`runs_since`)."""
+        db.execute(
+            "UPDATE jobs SET runs_before = json_insert(COALESCE(runs_before, '[]'), '$[#]', json_array(start, ?))"
+            " WHERE id = ? AND start IS NOT NULL",
+            (end, job_id),
+        )
 
     def quota_logs(self, job_ids: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
         """Each job's logged quota changes, (at, CPUs) in the order they were made."""
