@@ -203,3 +203,75 @@ def test_a_lending_a_restart_ends_is_charged_alike_by_the_next_restart(tmp_path:
     daemon.rebuild()
     assert _usage(daemon) == pytest.approx(live)
     daemon.close()
+
+
+@pytest.mark.usefixtures("lend_most")
+def test_a_requeued_guests_lending_is_still_scored_after_a_restart(tmp_path: Path) -> None:
+    """H (8 cores) lends to G (4), which runs; G is requeued and waits. The live daemon keeps the
+    lending for H's end to score (`ASAx.requeued` ends the guest's side only); the restart took the
+    pending G for a guest that never started and voided it, and H's end scored nothing."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
+    host = daemon.submit_job(_spec(8))
+    daemon.schedule()
+    clock.t = 1010.0
+    _measured(daemon, engine, host)
+    guest = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    assert daemon.store.job(guest)["host"] == host
+    clock.t = 1050.0
+    daemon.requeue(guest, ANONYMOUS)
+    daemon.schedule()  # the review kills it
+    clock.t = 1051.0
+    daemon.schedule()  # collected: queued again
+    assert daemon.store.job(guest)["state"] == "pending" and _awaiting(daemon) == {host: [guest]}
+    daemon.rebuild()
+    assert _awaiting(daemon) == {host: [guest]}
+    clock.t = 1400.0
+    engine.finish(host)
+    daemon.schedule()
+    [decision] = daemon.store.decisions(guest)
+    daemon.close()
+    assert decision["loss"] is not None, decision["note"]
+
+
+def _lenders_loss(state_dir: Path, restart_at: float | None) -> tuple[float | None, float | None, str]:
+    """H (8 cores) lends to G (4) from 1010 and is sampled slowed at 1050, while it does; G ends at
+    1100, H at 1400 (no run alone of its kind yet: its loss is held against its own pace). With a
+    restart at `restart_at` or none: the loss, the runtime alone it was held against, and how it
+    was found."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(state_dir, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
+    host = daemon.submit_job(_spec(8))
+    daemon.schedule()
+    clock.t = 1010.0
+    _measured(daemon, engine, host)
+    guest = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    for moment in (1030.0, 1050.0, 1100.0, 1200.0, 1400.0):
+        clock.t = moment
+        if moment == restart_at:
+            daemon.rebuild()
+        elif moment == 1050.0:
+            engine.samples[host] = Sample(0.2, 0.1, 0, 0)
+            daemon.sample()
+        elif moment == 1100.0:
+            engine.finish(guest)
+        elif moment == 1400.0:
+            engine.finish(host)
+        daemon.schedule()
+    [decision] = daemon.store.decisions(guest)
+    daemon.close()
+    return decision["loss"], decision["baseline"], decision["note"]
+
+
+@pytest.mark.usefixtures("lend_most")
+@pytest.mark.parametrize("restart_at", [1030.0, 1200.0], ids=["while-it-lends", "after-the-guest-ended"])
+def test_a_lenders_loss_is_the_same_with_a_restart_between(tmp_path: Path, restart_at: float) -> None:
+    """A restored lending had no lender to read samples from, no end and no pace while it lent: it
+    was closed at the lender's end at full quota, and scored 0 where the live daemon scored 0.35."""
+    live = _lenders_loss(tmp_path / "live", restart_at=None)
+    assert live[0] is not None and live[0] > 0.1 and live[2].startswith("its own pace")
+    assert _lenders_loss(tmp_path / "restarted", restart_at) == pytest.approx(live)

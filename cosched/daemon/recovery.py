@@ -125,7 +125,7 @@ def recover(daemon: Daemon) -> None:
         if (store.job(job.id) or {}).get("cancel"):
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
-    _restore_learning(daemon, set(jobs))
+    _restore_learning(daemon, jobs)
     _restore_usage(daemon, now, jobs)
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
@@ -157,18 +157,18 @@ def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
     return Offer(tuple(enumerate(cores)), tuple(memory))
 
 
-def _restore_learning(daemon: Daemon, adopted: set[int]) -> None:
-    """Decisions come back; a lending whose guest never started is marked not carried out, in the
-    state file too (the next pass saves it): the guest may run by the next restart, which would
-    then take the lending for one carried out and score its lender's end."""
+def _restore_learning(daemon: Daemon, adopted: dict[int, Job]) -> None:
+    """Decisions come back. A lending whose guest never started is marked not carried out (a
+    requeued guest's ran: it waits for its lender's end), in the state file too, at the next pass:
+    by the next restart the guest may run, and the lending would pass for one carried out."""
     if daemon.asax is None:
         return
     decisions, voided = [], []
     for body in daemon.store.decisions_needed(DECISIONS_KEPT):
         decision = LendingDecision(**body)
-        if decision.loss is None and decision.executed and decision.fraction > 0:
+        if decision.loss is None and decision.executed and decision.fraction > 0 and decision.lent_until is None:
             guest = daemon.store.job(decision.guest)
-            if guest is None or guest["state"] == "pending":
+            if guest is None or guest["state"] == "pending":  # it never ran on the lending
                 decision.executed = False
                 decision.note = "none: not carried out (the daemon restarted before the guest started)"
                 voided.append(decision)

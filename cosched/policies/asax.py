@@ -22,7 +22,7 @@ nothing for the lender, so it is logged but not learned from.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,13 @@ class LendingDecision:
     """The runtime alone the loss compared the lender's runtime with."""
     note: str = ""
     """How the loss was found, or why there is none."""
+    busy_then: float | None = None
+    """CPUs the lender kept busy when the lending was decided (`_Pending.busy_then`)."""
+    lent_until: float | None = None
+    shared_busy: float | None = None
+    shared_quota: float | None = None
+    """When the lending ended, and the lender's pace and quota meanwhile (`_Pending`): saved when
+    its guest ends, so a restart before the lender's end scores it as the live daemon would."""
 
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -153,7 +160,8 @@ class ASAx(CoschedulePolicy):
         self._asked: set[tuple[int, int]] = set()
         self._asked_by: dict[int, set[int]] = {}
         self.resolved: list[LendingDecision] = []
-        """Decisions whose outcome became known, for a caller that persists them (the daemon drains it)."""
+        """Decisions whose outcome, or whose lending's end, became known, for a caller that persists
+        them (the daemon drains it)."""
         self._awaiting: dict[int, list[_Pending]] = {}
         self._lent_to: dict[int, _Pending] = {}
         """Guest id -> its lending, while both run: the guest's end closes the lender's stretch."""
@@ -236,6 +244,7 @@ class ASAx(CoschedulePolicy):
                 weights.observe(dists, action, 0.0)
                 continue
             pending = _Pending(decision, dists, host, busy_cpus(host))
+            decision.busy_then = pending.busy_then
             self._awaiting.setdefault(host.id, []).append(pending)
             self._lent_to[guest.id] = pending
             self._shared.update((host.id, guest.id))
@@ -333,6 +342,9 @@ class ASAx(CoschedulePolicy):
         measured = host is not None and host.usage is not None and host.usage.at > item.decision.time
         item.until, item.shared_quota = end, shared_quota
         item.shared_busy = busy_cpus(host) if measured and host is not None else None
+        decision = item.decision
+        decision.lent_until, decision.shared_busy, decision.shared_quota = end, item.shared_busy, shared_quota
+        self.resolved.append(decision)
 
     def verdict(self, job: Job, runtime: float, stretches: Sequence[Stretch]) -> tuple[float | None, float | None, str]:
         """A lender's loss, the runtime alone it was held against, and how it was found.
@@ -363,17 +375,19 @@ class ASAx(CoschedulePolicy):
         paced = paced_runtime_alone(runtime, stretches)
         return degradation_loss(runtime, paced), paced, "its own pace (no run alone of its kind yet)"
 
-    def restore(self, decisions: Sequence[LendingDecision], running: Collection[int] = ()) -> None:
+    def restore(self, decisions: Sequence[LendingDecision], running: Mapping[int, Job] | None = None) -> None:
         """Take back the decisions an earlier run of the daemon made (from its store).
 
         An executed lending whose loss is not known yet waits again for its
-        lender's end, so a restart loses no learning and asks no pair twice.
-        A guest still `running` that outlived its lender ran shared all the same:
-        its end teaches no runtime alone.
+        lender's end, with what was saved of it (its lender's pace then and while
+        it lent), so a restart loses no learning and asks no pair twice. Its lender,
+        if `running`, is watched again. A guest still running that outlived its
+        lender ran shared all the same: its end teaches no runtime alone.
         (Logs from before lenders were scored by their own pace may hold lendings
         whose lender ended unscored: the runtime alone of their kind scores them
         if it is known by now, else they are left without a verdict.)
         """
+        running = running or {}
         for decision in decisions:
             self.decisions.append(decision)
             self.decided = max(self.decided, decision.seq + 1)
@@ -383,12 +397,21 @@ class ASAx(CoschedulePolicy):
                 self._shared.add(decision.guest)
             if decision.loss is not None or not decision.executed or decision.fraction == 0 or decision.note:
                 continue
-            pending = _Pending(decision, np.asarray(decision.distributions, dtype=float))
-            pending.busy_then = float(decision.features.get("cpu", 1.0)) * decision.host_cores
+            pending = _Pending(decision, np.asarray(decision.distributions, dtype=float), running.get(decision.host))
+            pending.busy_then = (
+                decision.busy_then
+                if decision.busy_then is not None
+                else float(decision.features.get("cpu", 1.0)) * decision.host_cores  # saved before busy_then was
+            )
             if decision.host_runtime is None:
                 self._awaiting.setdefault(decision.host, []).append(pending)
-                self._lent_to[decision.guest] = pending
-                self._shared.update((decision.host, decision.guest))  # neither runtime is one alone
+                self._shared.add(decision.host)  # its runtime is not one alone
+                if decision.lent_until is None:  # the guest runs on it
+                    self._lent_to[decision.guest] = pending
+                    self._shared.add(decision.guest)
+                else:  # the guest's run ended (or was requeued) before the restart
+                    pending.until, pending.shared_busy = decision.lent_until, decision.shared_busy
+                    pending.shared_quota = decision.shared_quota or 0.0
                 continue
             known = self.baselines.expected((decision.app_class, decision.host_cores))
             if known is None:
