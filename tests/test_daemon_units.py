@@ -978,6 +978,35 @@ def test_purge_deletes_what_ended_long_ago_never_a_stage_a_workflow_needs(tmp_pa
         store.close()
 
 
+def test_a_state_file_from_before_charges_were_saved_gets_one_per_ended_run(tmp_path: Path) -> None:
+    """Fair-share is rebuilt from the charges each pass saves; a file an older daemon wrote has none,
+    and starts with each ended job's last run at its cores, or its users' history would be lost."""
+    import sqlite3
+
+    from cosched.daemon.store import Store
+
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        ran = store.add_job(db, {"cores": 4}, 0.0, user="alice")
+        store.update_job(db, ran, state="done", start=100.0, end=160.0)
+        never = store.add_job(db, {"cores": 2}, 0.0, user="bob")
+        store.update_job(db, never, state="cancelled", end=50.0)
+        store.add_job(db, {"cores": 8}, 0.0, user="carol")  # pending
+    store.close()
+    with sqlite3.connect(tmp_path / "state.sqlite") as conn:
+        conn.execute("DROP TABLE charges")
+    older = Store(tmp_path / "state.sqlite")
+    try:
+        assert older.charges_since(0.0) == [(ran, "alice", 4.0, 100.0, 160.0)]
+    finally:
+        older.close()
+    again = Store(tmp_path / "state.sqlite")  # once: the table is there now
+    try:
+        assert len(again.charges_since(0.0)) == 1
+    finally:
+        again.close()
+
+
 def test_purge_keeps_what_a_live_job_or_running_workflow_depends_on(tmp_path: Path) -> None:
     """A dependency is judged again from the file (at a restart, or for a workflow's later stage):
     a target purged would cancel its dependant, `DependencyNeverSatisfied`, however long ago it was

@@ -174,18 +174,6 @@ def test_a_lent_core_is_charged_once_to_whoever_had_it() -> None:
     assert used[2] == pytest.approx(50.0 * lent, rel=1e-5)
 
 
-def test_a_runs_quota_stretches_from_the_state_files_log() -> None:
-    """What a restart replays: a run's cores until its first logged change, then each change's;
-    changes logged for an earlier run of the job (before a requeue) are not this run's."""
-    from cosched.daemon.recovery import quota_stretches
-
-    assert quota_stretches(4, 100.0, 200.0, []) == [(4.0, 100.0, 200.0)]
-    changes = [(50.0, 2.0), (120.0, 3.0), (150.0, 4.0)]
-    assert quota_stretches(4, 100.0, 200.0, changes) == [(4.0, 100.0, 120.0), (3.0, 120.0, 150.0), (4.0, 150.0, 200.0)]
-    guest = [(100.0, 1.0)]  # a guest's lent quota is logged as it starts
-    assert quota_stretches(2, 100.0, 130.0, guest) == [(2.0, 100.0, 100.0), (1.0, 100.0, 130.0)]
-
-
 def test_on_a_real_trace_users_wait_less_on_average() -> None:
     """SDSC-SP2's first 5000 jobs (428 users in the whole trace): against FCFS, with EASY both,
     fair-share lowers the mean over users of each user's mean wait; the heaviest users pay."""

@@ -275,3 +275,31 @@ def test_a_lenders_loss_is_the_same_with_a_restart_between(tmp_path: Path, resta
     live = _lenders_loss(tmp_path / "live", restart_at=None)
     assert live[0] is not None and live[0] > 0.1 and live[2].startswith("its own pace")
     assert _lenders_loss(tmp_path / "restarted", restart_at) == pytest.approx(live)
+
+
+def test_a_guest_and_its_host_that_ended_between_two_passes_are_charged_in_the_order_they_ended(
+    tmp_path: Path,
+) -> None:
+    """Static lending on 4 cores: Alice's host lends 2 CPUs to Bob's guest from 1010. The guest ends
+    at 1060, the host at 1100, and one pass collects both (as after a restart or an engine outage).
+    Taken in launch order, the host's end came first: its guest was adopted at 1100 and charged its
+    lent CPUs until then, its own end (earlier) dropped, and Alice charged 80 core-seconds less."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4, queue=FAIRSHARE, cosched="static", keep_promises=False)
+    host = daemon.submit_job(_spec(4), user="alice")
+    daemon.schedule()
+    clock.t = 1010.0
+    guest = daemon.submit_job(_spec(2), user="bob")
+    daemon.schedule()
+    assert daemon.store.job(guest)["host"] == host and daemon.store.job(host)["quota"] == 2.0
+    clock.t = 1060.0
+    engine.finish(guest)
+    clock.t = 1100.0
+    engine.finish(host)
+    daemon.schedule()
+    live = _usage(daemon)
+    assert live == pytest.approx({"alice": 4 * 10 + 2 * 50 + 4 * 40, "bob": 2 * 50})
+    daemon.rebuild()
+    assert _usage(daemon) == pytest.approx(live)
+    daemon.close()

@@ -146,8 +146,7 @@ class SetQuota:
     """Change a running job's CPU quota (cgroup CPU quota, in CPUs), counted from `at`.
 
     Why `at`: the core counts a quota from its own moment (a guest's end is its container's
-    finish, which a daemon collects a pass later), and the daemon logs the change there, so a
-    restart rebuilds the usage fair-share charged (`recovery.quota_stretches`), not another.
+    finish, which a daemon collects a pass later); the daemon's quota log says that moment.
     """
 
     job_id: int

@@ -164,11 +164,16 @@ class Scheduler:
         self._backfill_ended = _overridden(backfill.ended, BackfillPolicy.ended)
         self._observe = None if cosched is None else _overridden(cosched.observe, CoschedulePolicy.observe)
         self._ran = _overridden(queue_policy.ran, QueuePolicy.ran)
+        self.charged: list[tuple[int, float, float, float]] = []
+        """What each job ran with what quota, as this step found it, (job id, CPUs, since, until): a
+        daemon saves it in the pass's transaction and a restart tells the queue policy again
+        (`QueuePolicy.ran`), so fair-share counts after a restart what it counted live."""
 
     # -- the contract -------------------------------------------------------
     def step(self, now: float, events: list[Event]) -> Decision:
         """Apply what happened, then decide what to do at `now`."""
         actions: list[Action] = []
+        self.charged = []
         sharing = bool(self.guests)  # before the events: a host's end empties `guests`
         if self._period and not self.queue:
             # A window opens with the first job queued: the jobs arriving now start together
@@ -462,8 +467,7 @@ class Scheduler:
         """A run is over at `end`: the queue policy is told (fair-share counts it), its user's cores
         come back under the cap, a guest leaves its host's allocation, a host the running set, and
         a host's guests keep their slots as ordinary jobs."""
-        if self._ran is not None:
-            self._ran(job, job.quota_since, end, job.quota)
+        self._charge(job, end)
         if self.limit is not None:
             self.limit.gave_back(job)
         if job.host >= 0:
@@ -477,10 +481,17 @@ class Scheduler:
         """A running job's CPU quota changes `at` (a lending began or ended): the queue policy is
         told what it had until then (`QueuePolicy.ran`), so fair-share charges each job the CPU it
         was given and a lent core is charged once, to whoever had it."""
-        if self._ran is not None:
-            self._ran(job, job.quota_since, at, job.quota)
+        self._charge(job, at)
         job.quota = quota
         job.quota_since = at
+
+    def _charge(self, job: Job, until: float) -> None:
+        """What `job` ran since its quota last changed: told to the queue policy, if it counts
+        usage, and kept in `charged` whether or not (a daemon that turns fair-share on later
+        counts what ran before)."""
+        if self._ran is not None:
+            self._ran(job, job.quota_since, until, job.quota)
+        self.charged.append((job.id, job.quota, job.quota_since, until))
 
     def _guest_ended(self, guest: Job, end: float, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""

@@ -115,8 +115,8 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             for p, container in started:
                 daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
                 db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (p.job.id,))
-            lent = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
-            daemon.store.lendings_started(db, lent)
+            applied = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
+            daemon.store.quotas_applied(db, applied)
         daemon.metrics.launched.inc(len(started))
     kills = [(container,) for p, container in started if p.job.id in daemon.kill_reason]
     changed = [

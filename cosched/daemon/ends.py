@@ -47,7 +47,10 @@ class End:
 
 
 def collect(daemon: Daemon, now: float) -> list[End]:
-    """Jobs whose containers stopped (or never could start) since the last pass."""
+    """Jobs whose containers stopped (or never could start) since the last pass, in the order they
+    ended, as replay's clock gives them: whether a guest or its host ended first decides what
+    each is charged and what the lending cost (after a restart or an engine outage, one pass
+    collects every end since)."""
     ends: list[End] = []
     for job_id, reason in list(daemon.failed_launches.items()):
         job = daemon.core.jobs.get(job_id)
@@ -88,7 +91,7 @@ def collect(daemon: Daemon, now: float) -> list[End]:
         # and its end from the exit event, so a job that exits at once 'ends before it starts'
         at = max(exit.finished, job.start) if exit.finished > 0 else now
         ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container, cpu_seconds=exit.cpu_seconds))
-    return ends
+    return sorted(ends, key=lambda end: end.at)
 
 
 def _exit_and_logs(daemon: Daemon, container: str) -> tuple[Any, str]:

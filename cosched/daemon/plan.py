@@ -42,7 +42,6 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
         for end in ends:
             job = end.job
             if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
-                store.requeued_run(db, job.id, end.at)
                 store.update_job(
                     db,
                     job.id,
@@ -104,6 +103,7 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
         rejected = any(isinstance(action, Reject) for action in actions)
         plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
         _save_learning(daemon, db, ends)
+        store.charge(db, daemon.core.charged)
     return plan
 
 

@@ -102,12 +102,13 @@ def recover(daemon: Daemon) -> None:
             lent = sum(g.quota for g in jobs.values() if g.host == job.id)
             job.quota = float(job.cores) - lent
 
+    before: dict[int, float] = {}
     with store.transaction() as db:  # what recovery settled is the store's truth from now on
         for record, _ in adopted:
             job = jobs[record["id"]]
-            if job.quota != float(record["quota"] if record["quota"] is not None else job.cores):
-                # a lending that ended while the daemon was down: logged, or the next restart's
-                # rebuild of this run (`_restore_usage`) charges the quota it had before
+            quota = float(record["quota"] if record["quota"] is not None else job.cores)
+            if job.quota != quota:  # a lending that ended while the daemon was down
+                before[job.id] = quota
                 store.log_quota(db, job.id, job.quota, now)
         for job in jobs.values():
             store.update_job(
@@ -126,7 +127,7 @@ def recover(daemon: Daemon) -> None:
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
     _restore_learning(daemon, jobs)
-    _restore_usage(daemon, now, jobs)
+    _restore_usage(daemon, now, jobs, before)
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
@@ -178,38 +179,30 @@ def _restore_learning(daemon: Daemon, adopted: dict[int, Job]) -> None:
     daemon.saved_decisions = daemon.asax.decided
 
 
-def _restore_usage(daemon: Daemon, now: float, adopted: dict[int, Job]) -> None:
-    """A queue policy that counts what users ran (fair-share) is told again of what it still
-    weighs: the ended jobs of the state file and the stretches the adopted ones finished, each
-    at the quota it had (the quota log): its counts are never saved, only derived."""
+def _restore_usage(daemon: Daemon, now: float, adopted: dict[int, Job], before: dict[int, float]) -> None:
+    """A queue policy that counts what users ran (fair-share) is told again what the core told it
+    (`Scheduler.charged`, saved by each pass): its counts are never saved, only what they count.
+    An adopted job's quota counts on from its last charge of this run (or its start); one whose
+    quota recovery changed (`before`: a lending gone while the daemon was down) is charged its
+    old quota until now, as a live daemon is at a change, and that charge is saved too."""
     policy = daemon.core.queue_policy
     if policy.history <= 0:
         return
-    runs = daemon.store.runs_since(now - policy.history)
-    logs = daemon.store.quota_logs([run[0] for run in runs] + list(adopted))
-    for job_id, user, cores, start, end in runs:
+    last: dict[int, float] = {}
+    for job_id, user, cpus, since, until in daemon.store.charges_since(now - policy.history):
         owner = submissions.user_number(daemon, user)
-        job = Job(id=job_id, submit=start, cores=cores, walltime=end - start, user=owner)
-        for cpus, since, until in quota_stretches(cores, start, end, logs.get(job_id, [])):
-            policy.ran(job, since, until, cpus)
+        policy.ran(Job(id=job_id, submit=since, cores=1, walltime=until - since, user=owner), since, until, cpus)
+        last[job_id] = max(last.get(job_id, until), until)
+    charged = []
     for job in adopted.values():
-        *done, (_, job.quota_since, _) = quota_stretches(job.cores, job.start, now, logs.get(job.id, []))
-        for cpus, since, until in done:
-            policy.ran(job, since, until, cpus)
-
-
-def quota_stretches(
-    cores: int, start: float, end: float, changes: list[tuple[float, float]]
-) -> list[tuple[float, float, float]]:
-    """A run's (CPUs, since, until) from `start` to `end`: its cores until the first logged change
-    (at, CPUs) of the run (earlier ones are of runs before a requeue), then each change's."""
-    stretches, cpus, since = [], float(cores), start
-    for at, changed in changes:
-        if start <= at <= end:
-            stretches.append((cpus, since, at))
-            cpus, since = changed, at
-    stretches.append((cpus, since, end))
-    return stretches
+        job.quota_since = max(job.start, last.get(job.id, job.start))
+        if job.id in before:
+            policy.ran(job, job.quota_since, now, before[job.id])
+            charged.append((job.id, before[job.id], job.quota_since, now))
+            job.quota_since = now
+    if charged:
+        with daemon.store.transaction() as db:
+            daemon.store.charge(db, charged)
 
 
 def _resume_workflows(daemon: Daemon, now: float) -> None:

@@ -73,6 +73,13 @@ CREATE TABLE IF NOT EXISTS quotas (
     cpus REAL NOT NULL,
     applied REAL
 );
+CREATE TABLE IF NOT EXISTS charges (
+    job_id INTEGER NOT NULL,
+    cpus REAL NOT NULL,
+    since REAL NOT NULL,
+    until REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS charges_job ON charges(job_id);
 CREATE TABLE IF NOT EXISTS decisions (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     guest INTEGER NOT NULL,
@@ -90,7 +97,6 @@ ADDED_COLUMNS = {
     ("jobs", "cpu_seconds"): "REAL",
     ("jobs", "requeue"): "TEXT",
     ("jobs", "lost_runs"): "INTEGER NOT NULL DEFAULT 0",
-    ("jobs", "runs_before"): "TEXT",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
@@ -136,8 +142,9 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._keep_private()
+            tables = {row[0] for row in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             self._conn().executescript(SCHEMA)
-            self._upgrade()
+            self._upgrade(charged="charges" in tables or "jobs" not in tables)
             self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
@@ -160,9 +167,19 @@ class Store:
                 if os.stat(path).st_mode & 0o077:
                     os.chmod(path, 0o600)
 
-    def _upgrade(self) -> None:
-        """Bring a state file from an older daemon up to this schema, in place, keeping every row."""
+    def _upgrade(self, charged: bool) -> None:
+        """Bring a state file from an older daemon up to this schema, in place, keeping every row.
+
+        A file from before charges were saved (`charged` False) gets one per ended job's last run,
+        at its cores: fair-share's counts, once, without the lendings' shifts between jobs.
+        """
         conn = self._conn()
+        if not charged:
+            conn.execute(
+                "INSERT INTO charges(job_id, cpus, since, until) SELECT id, json_extract(spec, '$.cores'), start,"
+                f' "end" FROM jobs WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" > start',
+                FINAL,
+            )
         for (table, column), declaration in ADDED_COLUMNS.items():
             present = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
             if column not in present:
@@ -367,35 +384,21 @@ class Store:
         rows = self._conn().execute(sql + ' ORDER BY "end", id LIMIT ?', (*args, limit))
         return [_job_row(row) for row in rows]
 
-    def runs_since(self, since: float) -> list[tuple[int, str, int, float, float]]:
-        """(job id, user, cores, start, end) of every run that ended at `since` or later: ended jobs'
-        last runs, and the runs before a requeue of any job (`requeued_run`)."""
+    def charge(self, db: sqlite3.Connection, charged: Iterable[tuple[int, float, float, float]]) -> None:
+        """What the core told the queue policy a pass's jobs ran, (job id, CPUs, since, until)."""
+        db.executemany(
+            "INSERT INTO charges(job_id, cpus, since, until) VALUES (?, ?, ?, ?)",
+            [row for row in charged if row[3] > row[2]],
+        )
+
+    def charges_since(self, since: float) -> list[tuple[int, str, float, float, float]]:
+        """(job id, user, CPUs, since, until) of every charge that ended at `since` or later."""
         rows = self._conn().execute(
-            f"SELECT id, user, json_extract(spec, '$.cores'), start, \"end\" FROM jobs"
-            f' WHERE {_IS_FINAL} AND start IS NOT NULL AND "end" >= ?'
-            " UNION ALL SELECT j.id, j.user, json_extract(j.spec, '$.cores'), json_extract(r.value, '$[0]'),"
-            " json_extract(r.value, '$[1]') FROM jobs j, json_each(j.runs_before) r"
-            " WHERE json_extract(r.value, '$[1]') >= ?",
-            (*FINAL, since, since),
+            "SELECT c.job_id, j.user, c.cpus, c.since, c.until FROM charges c JOIN jobs j ON j.id = c.job_id"
+            " WHERE c.until >= ?",
+            (since,),
         )
-        return [(job_id, user, int(cores), float(start), float(end)) for job_id, user, cores, start, end in rows]
-
-    def requeued_run(self, db: sqlite3.Connection, job_id: int, end: float) -> None:
-        """Keep the run a requeue ends (its start to `end`), before its start is cleared: fair-share
-        charged it, and a restart charges it again from here (`runs_since`)."""
-        db.execute(
-            "UPDATE jobs SET runs_before = json_insert(COALESCE(runs_before, '[]'), '$[#]', json_array(start, ?))"
-            " WHERE id = ? AND start IS NOT NULL",
-            (end, job_id),
-        )
-
-    def quota_logs(self, job_ids: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
-        """Each job's logged quota changes, (at, CPUs) in the order they were made."""
-        logs: dict[int, list[tuple[float, float]]] = {}
-        sql = "SELECT job_id, at, cpus FROM quotas WHERE job_id IN ({}) ORDER BY seq"
-        for job_id, at, cpus in _in_chunks(self._conn(), sql, job_ids):
-            logs.setdefault(job_id, []).append((float(at), float(cpus)))
-        return logs
+        return [(job_id, user, float(cpus), float(a), float(b)) for job_id, user, cpus, a, b in rows]
 
     def purge_ended(self, before: float, batch: int = 5000) -> int:
         """Delete the jobs that ended before `before` (epoch s), with their quota log; how many.
@@ -421,6 +424,7 @@ class Store:
                 ids = [row[0] for row in db.execute(purgeable, (before, before, batch))]
                 marks = ", ".join("?" * len(ids))
                 db.execute(f"DELETE FROM quotas WHERE job_id IN ({marks})", ids)
+                db.execute(f"DELETE FROM charges WHERE job_id IN ({marks})", ids)
                 db.execute(f"DELETE FROM jobs WHERE id IN ({marks})", ids)
                 db.execute(
                     "DELETE FROM workflows WHERE state != 'running'"
@@ -465,13 +469,6 @@ class Store:
     def quotas_applied(self, db: sqlite3.Connection, applied: list[tuple[int, float]]) -> None:
         """When each logged quota change (by its seq) reached the cgroup."""
         db.executemany("UPDATE quotas SET applied = ? WHERE seq = ?", [(at, seq) for seq, at in applied])
-
-    def lendings_started(self, db: sqlite3.Connection, started: list[tuple[int, float]]) -> None:
-        """Guests' lent quotas (by their log's seq) count from their containers' starts, as their runs
-        do: logged at the decision, before the run's recorded start, a restart's rebuild
-        (`recovery.quota_stretches`) would take them for an earlier run's and charge the guests
-        their cores."""
-        db.executemany("UPDATE quotas SET at = ?, applied = ? WHERE seq = ?", [(at, at, seq) for seq, at in started])
 
     def quota_changes(self, job_id: int) -> list[dict[str, Any]]:
         rows = self._conn().execute("SELECT * FROM quotas WHERE job_id = ? ORDER BY seq", (job_id,))
