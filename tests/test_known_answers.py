@@ -156,6 +156,8 @@ def test_runs_last_their_runtime_cut_at_walltime() -> None:
     result = replay(jobs((0, 1, 50, 20), (0, 1, 5, 20)), Cluster(nodes=2), validate=True)
     ends = {j.id: j.end - j.start for j in result.jobs}
     assert ends == {1: 20, 2: 5}  # job 1 is killed at its walltime
+    # and fails, as the daemon's review kills it: a workflow stops there, ASAx scores the kill 1
+    assert {j.id: j.state for j in result.jobs} == {1: JobState.FAILED, 2: JobState.DONE}
 
 
 def core(cluster: Cluster) -> Scheduler:

@@ -232,8 +232,8 @@ class SimulatedBackend:
                 self._ended.append(job)
             if self.account:
                 self.accounts[job.id].close(at)
-            if not shared:
-                events.append(JobEnded(job.id))
+            if not shared:  # killed at its walltime if it would have run longer: failed, as the daemon's review
+                events.append(JobEnded(job.id, failed=(job.runtime or 0.0) > job.walltime))
                 events.append(Offer(job.slots, memory_of(self.cluster, job, job.slots) if memory_of else None))
                 continue
             killed = self._natural_end.get(job.id, at) > at + 1e-9
