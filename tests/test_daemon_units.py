@@ -819,6 +819,40 @@ def test_quota_update_refused_mid_exit_is_an_end_not_an_engine_failure(running: 
         backend.set_quota("abc", 0.5)
 
 
+class _CgroupReadings:
+    """A container's cgroup as `DockerBackend.sample` reads it: CPU seconds the test adds to."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.used = 100.0
+        self.cpu = tmp_path  # exists
+
+    def cpu_seconds(self) -> float:
+        return self.used
+
+    def memory_bytes(self) -> tuple[int, int]:
+        return 10, 100
+
+
+def test_a_cpu_sample_is_a_rate_under_one_quota_never_a_first_reading_or_one_across_a_change(tmp_path: Path) -> None:
+    """CPU% is CPU used between two readings over the quota granted. A container's first reading
+    has no interval: it read 0 (idle), and ASAx tries the least busy lender first. An interval
+    across a quota change read a share of neither (a fully busy job 0.75 or 1.5): each is
+    labelled with the current quota and judged as one taken under it. Neither is a sample."""
+    from cosched.daemon.docker_backend import DockerBackend
+
+    backend = DockerBackend("x", DockerSection())
+    cgroup = _CgroupReadings(tmp_path)
+    backend._cgroups["c"], backend._pids["c"] = cgroup, 1  # type: ignore[assignment]
+    backend._progress = lambda container: (0, 0)  # type: ignore[method-assign]
+    assert backend.sample("c", 4.0, 2.0) is None  # busy on 4 CPUs since its start: not known yet
+    cgroup.used += 8.0
+    assert backend.sample("c", 4.0, 4.0).cpu == pytest.approx(1.0)  # type: ignore[union-attr]
+    cgroup.used += 4.0 + 2.0  # 1 s on 4 CPUs, then it lent half: 1 s on 2
+    assert backend.sample("c", 2.0, 6.0) is None
+    cgroup.used += 4.0
+    assert backend.sample("c", 2.0, 8.0).cpu == pytest.approx(1.0)  # type: ignore[union-attr]
+
+
 def test_the_shipped_configs_are_the_defaults_and_a_valid_mesos_example() -> None:
     """deploy/cosched.toml lists every key at its default; deploy/mesos/cosched-mesos.toml loads."""
     import dataclasses

@@ -146,7 +146,8 @@ class DockerBackend:
         self._starts: dict[str, int] = {}
         """Container -> its process's start time, which with the pid names that process (`process_start`)."""
         self._cgroups: dict[str, CgroupFiles] = {}
-        self._last_cpu: dict[str, tuple[float, float]] = {}
+        self._last_cpu: dict[str, tuple[float, float, float]] = {}
+        """Container -> (when, cgroup CPU seconds, quota) at its last sample."""
 
     # -- connection ---------------------------------------------------------
     @property
@@ -474,7 +475,13 @@ class DockerBackend:
 
     # -- monitoring ---------------------------------------------------------
     def sample(self, container_id: str, quota: float, now: float) -> Sample | None:
-        """CPU used over the quota granted since the last sample, memory over limit, progress."""
+        """CPU used over the quota granted since the last sample, memory over limit, progress.
+
+        None at a container's first sample, and for one since which its quota changed: CPU is a
+        rate between two readings, and one of a busy job's first interval would read 0 (idle, the
+        first to lend), one across a lending's start or end a share of neither quota. Replay's
+        samples are a rate under the quota of the moment; the next one here is again.
+        """
         files = self._files(container_id)
         if files is None:
             return None
@@ -485,10 +492,10 @@ class DockerBackend:
             return None
         previous = self._last_cpu.get(container_id)
         if container_id in self._pids:  # sampled off the daemon's lock: not after the pass forgot it
-            self._last_cpu[container_id] = (now, used)
-        cpu = 0.0
-        if previous is not None and now > previous[0] and quota > 0:
-            cpu = (used - previous[1]) / ((now - previous[0]) * quota)
+            self._last_cpu[container_id] = (now, used, quota)
+        if previous is None or not now > previous[0] or previous[2] != quota or quota <= 0:
+            return None
+        cpu = (used - previous[1]) / ((now - previous[0]) * quota)
         mem = memory / limit if limit > 0 else 0.0
         done, total = self._progress(container_id)
         return Sample(max(0.0, cpu), min(1.0, mem), done, total)
