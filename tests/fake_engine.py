@@ -36,6 +36,8 @@ class FakeEngine:
         self.unavailable: set[int] = set()
         self.quotas: list[tuple[str, float]] = []
         self.samples: dict[int, Sample] = {}
+        self.start_delay = 0.0
+        """Seconds from a launch's decision to its container's start (a launch's latency)."""
 
     def finish(self, job_id: int, code: int = 0) -> None:
         self.exits[job_id] = Exit(code, 0.0, self.clock(), False)
@@ -44,7 +46,7 @@ class FakeEngine:
         if job_id in self.unavailable:
             raise EngineUnavailable("engine gone")
         self.running[job_id] = f"c{job_id}"
-        return f"c{job_id}", self.clock()
+        return f"c{job_id}", self.clock() + self.start_delay
 
     def containers(self) -> dict[int, ContainerInfo]:
         return {j: ContainerInfo(c, j, "exited" if j in self.exits else "running") for j, c in self.running.items()}

@@ -1,6 +1,8 @@
-"""A daemon killed at any moment restarts with what it held: each test runs the same story with a
-restart (`Daemon.rebuild`, the `recover` a SIGKILLed daemon's start runs) and compares what the
-restarted daemon holds, or does next, with the live one."""
+"""A daemon killed at any moment restarts with what it held: most tests run one story with a
+restart (`Daemon.rebuild`, the `recover` a SIGKILLed daemon's start runs) and compare what the
+restarted daemon holds, or does next, with the live one. The last ones hold the live daemon to
+the core's model, as replay runs it: ends in the order they happened, a run from its container's
+start. In process, on an engine and a clock the test drives (`fake_engine`)."""
 
 from __future__ import annotations
 
@@ -302,4 +304,25 @@ def test_a_guest_and_its_host_that_ended_between_two_passes_are_charged_in_the_o
     assert live == pytest.approx({"alice": 4 * 10 + 2 * 50 + 4 * 40, "bob": 2 * 50})
     daemon.rebuild()
     assert _usage(daemon) == pytest.approx(live)
+    daemon.close()
+
+
+def test_a_reservation_counts_on_a_jobs_cores_from_its_containers_start(tmp_path: Path) -> None:
+    """A (4 of 8 cores, 100 s) is launched at 1000 and its container starts 20 s later (a slow
+    launch, as a Mesos agent's); B needs all 8 and is reserved at A's expected end, 1120. C (4
+    cores, 80 s) asked at 1030 ends by then and backfills. Counted from A's launch decision, the
+    reservation was 1100, C was kept waiting, and a job ending at 1105 would have delayed B."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    engine.start_delay = 20.0
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, backfill="easy")
+    first = daemon.submit_job(JobSpec(image="x", command=["true"], cores=4, memory_mib=64, walltime=100))
+    daemon.schedule()
+    assert daemon.store.job(first)["start"] == 1020.0
+    clock.t = 1030.0
+    whole = daemon.submit_job(JobSpec(image="x", command=["true"], cores=8, memory_mib=64, walltime=100))
+    short = daemon.submit_job(JobSpec(image="x", command=["true"], cores=4, memory_mib=64, walltime=80))
+    daemon.schedule()
+    assert daemon.reservations == {whole: 1120.0}
+    assert daemon.store.job(short)["state"] == "running"
     daemon.close()

@@ -463,6 +463,23 @@ class Scheduler:
         self.windows.watch(job)  # it must still start by its latest start, or fail
         self._view.epoch += 1
 
+    def started(self, job_id: int, at: float) -> None:
+        """A backend says when a launched job's container started, a launch's latency after the
+        decision (seconds on Mesos): its runtime, its quota and its expected end count from there,
+        so a reservation does not count on its cores before its end can free them."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state is not JobState.RUNNING or at == job.start:
+            return
+        listed = job.host < 0  # hosts and ordinary jobs are in `running`, guests with their host
+        if listed:
+            self._remove_running(job)
+        job.start = at
+        job.quota_since = max(job.quota_since, at)
+        job.expected_end = at + job.estimate
+        if listed:
+            insort(self.running, job, key=_expected_end)
+        self._view.epoch += 1
+
     def _leave_running(self, job: Job, end: float, now: float, actions: list[Action]) -> None:
         """A run is over at `end`: the queue policy is told (fair-share counts it), its user's cores
         come back under the cap, a guest leaves its host's allocation, a host the running set, and

@@ -103,25 +103,24 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             daemon.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:300]}"
             continue
         container, at = outcome
-        if at > 0:  # the walltime, the runtime and the CPU charged count from the container's start
-            job.start = at
-            job.quota_since = max(job.quota_since, at)
-        started.append((p, container))
+        started.append((p, container, at))
     with daemon.lock:
-        for p, container in started:
+        for p, container, at in started:
             daemon.containers[p.job.id] = container
+            if at > 0:  # the walltime, the runtime and the CPU charged count from the container's start
+                daemon.core.started(p.job.id, at)
     if started:
         with daemon.store.transaction() as db:
-            for p, container in started:
+            for p, container, _ in started:
                 daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
                 db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (p.job.id,))
-            applied = [(p.quota_seq, p.job.start) for p, _ in started if p.quota_seq is not None]
+            applied = [(p.quota_seq, p.job.start) for p, _, _ in started if p.quota_seq is not None]
             daemon.store.quotas_applied(db, applied)
         daemon.metrics.launched.inc(len(started))
-    kills = [(container,) for p, container in started if p.job.id in daemon.kill_reason]
+    kills = [(container,) for p, container, _ in started if p.job.id in daemon.kill_reason]
     changed = [
         (p.job.id, p.job.quota, None)
-        for p, _ in started
+        for p, _, _ in started
         if p.job.id not in daemon.kill_reason and abs(p.job.quota - p.quota) > 1e-9
     ]
     killed = daemon.engine.each(daemon.backend.kill, kills)
