@@ -675,7 +675,7 @@ def test_data_dirs_allowed(tmp_path: Path) -> None:
     (tmp_path / "outside").mkdir()
     (root / "escape").symlink_to(tmp_path / "outside")
     roots = (str(root),)
-    assert data_dirs_allowed([str(root), str(root / "in")], roots) == ""
+    assert data_dirs_allowed([str(root)], roots) == "" and data_dirs_allowed([str(root / "in")], roots) == ""
     assert "is not an absolute path" in data_dirs_allowed(["data/in"], roots)
     assert "not under a configured data root" in data_dirs_allowed([str(tmp_path / "outside")], roots)
     assert "not under a configured data root" in data_dirs_allowed([str(root / "escape")], roots)  # via a link
@@ -684,6 +684,68 @@ def test_data_dirs_allowed(tmp_path: Path) -> None:
     # paths the OS refuses to look at are a refusal too, not an exception (a 500 in the API)
     assert "not a usable path: embedded null byte" in data_dirs_allowed([f"{root}/in\x00"], roots)
     assert "not a usable path" in data_dirs_allowed([str(root / ("n" * 300))], roots)
+
+
+@pytest.mark.parametrize("spelled", ["{root}/in/../in", "{root}/in/./x", "{root}/in/", "/{root}/in", "{root}//in"])
+def test_a_data_dir_is_a_plain_path_at_submission_and_at_launch(tmp_path: Path, spelled: str) -> None:
+    """A '..' is no link: O_NOFOLLOW let the launch walk climb it from wherever it was, and a job
+    renaming one of its own directories between two steps got the walk past '/' to any host
+    directory, mounted read-write (a helper's audit: host /etc read by job 61 of 60 tries). Only a
+    plain path is accepted, and one accepted before is refused at launch."""
+    from cosched.daemon.sandbox import SandboxRefused, open_data_dir
+
+    root = tmp_path / "data"
+    (root / "in" / "x").mkdir(parents=True)
+    path = spelled.format(root=root)
+    assert "is not a plain absolute path" in data_dirs_allowed([path], (str(root),))
+    with pytest.raises(SandboxRefused, match="is not a plain absolute path"):
+        open_data_dir(path, (str(root),))
+
+
+def test_data_dirs_that_nest_are_refused_at_submission_and_at_launch(tmp_path: Path) -> None:
+    """A mount's target is its path, resolved in the container through the mounts before it: with
+    `/d` and `/d/x`, a job that swapped its own `x` for a link got its data mounted over its `/etc`
+    (a helper's audit, 8 of 30 tries). Data dirs may not nest, nor be given twice."""
+    from cosched.daemon.docker_backend import DockerBackend
+    from cosched.daemon.sandbox import SandboxRefused
+
+    root = tmp_path / "data"
+    (root / "d" / "x").mkdir(parents=True)
+    (root / "e").mkdir()
+    roots = (str(root),)
+    assert data_dirs_allowed([str(root / "d"), str(root / "e")], roots) == ""
+    inside = f"data dir {str(root / 'd' / 'x')!r} is inside {str(root / 'd')!r}: give data dirs that do not nest"
+    assert data_dirs_allowed([str(root / "d" / "x"), str(root / "d")], roots) == inside
+    assert "is given twice" in data_dirs_allowed([str(root / "e"), str(root / "e")], roots)
+    backend = DockerBackend("x", DockerSection(data_roots=[str(root)]))
+    spec = {"cores": 1, "data_dirs": [str(root / "d"), str(root / "d" / "x")]}
+    with pytest.raises(SandboxRefused, match="is inside"):
+        backend.launch(1, spec, "0", 1.0, 64)
+
+
+def test_a_refused_data_dir_says_nothing_of_what_lies_past_a_directory_its_submitter_may_not_pass() -> None:
+    """Checked as root, the path's existence, kind and link target were told before the parents'
+    permissions: a probe of another user's 0700 directory learned what it held. The walk checks
+    each directory before looking into it: every path past one gets the same refusal."""
+    import tempfile
+
+    from cosched.daemon.accounts import Account
+    from cosched.daemon.sandbox import data_dir_problem
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as open_to_all:  # pytest's own tmp_path is 0700
+        root = Path(open_to_all) / "data"
+        private = root / "bob"
+        (private / "payroll").mkdir(parents=True)
+        (private / "latest").symlink_to(private / "payroll")
+        for directory in (Path(open_to_all), root):
+            directory.chmod(0o755)
+        private.chmod(0o700)
+        os.chown(private, 1, 1)
+        nobody = Account(65534, 65534)
+        for name in ("payroll", "missing", "latest"):
+            path = str(private / name)
+            blocked = f"{path!r}: {str(private)!r} above it does not let uid 65534 (its submitter) pass"
+            assert data_dir_problem(path, (str(root),), nobody) == blocked
 
 
 # -- the queue view ----------------------------------------------------------------

@@ -156,6 +156,21 @@ def test_a_path_through_a_symlink_is_refused_at_submission_with_its_real_path(da
         daemon.submit(image=daemon.image, command=["true"], cores=1, walltime=10, data_dirs=[str(link)])
 
 
+def test_a_data_dir_with_dot_dot_parts_or_nested_in_another_is_refused_at_submission(daemon: DaemonProcess) -> None:
+    """A `..` climbs wherever the launch walk is (a job renaming its own directory between two
+    steps got host `/etc` mounted); a nested data dir's mount target resolves through the job's
+    own files. Both are refused by the API, before anything runs."""
+    outer = make_data_dir(daemon.root / "outer")
+    inner = make_data_dir(outer / "inner")
+    climbing = f"{inner}/../inner"
+    for data_dirs, refusal in (
+        ([climbing], f"'{climbing}' is not a plain absolute path"),
+        ([str(outer), str(inner)], f"data dir '{inner}' is inside '{outer}': give data dirs that do not nest"),
+    ):
+        with pytest.raises(ApiError, match=re.escape(refusal)):
+            daemon.submit(image=daemon.image, command=["true"], cores=1, walltime=10, data_dirs=data_dirs)
+
+
 def _progress_seen(daemon: DaemonProcess, job_id: int, seconds: float) -> set[tuple[int, int]]:
     seen = set()
     deadline = time.monotonic() + seconds

@@ -33,7 +33,15 @@ import requests.exceptions
 from cosched.daemon.accounts import Account, account_in
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
-from cosched.daemon.sandbox import StagingMounts, data_dir_problem, open_data_dir, process_start, read_progress
+from cosched.daemon.sandbox import (
+    SandboxRefused,
+    StagingMounts,
+    data_dir_problem,
+    nesting_problem,
+    open_data_dir,
+    process_start,
+    read_progress,
+)
 from cosched.errors import CoschedError
 
 if TYPE_CHECKING:
@@ -247,6 +255,8 @@ class DockerBackend:
         account = account_in(spec)
         fds: list[int] = []
         try:
+            if nested := nesting_problem(data_dirs):  # accepted before nesting was refused
+                raise SandboxRefused(nested)
             for path in data_dirs:
                 fds.append(open_data_dir(path, self.settings.data_roots, account))
             staged = self.staging.pin(job_id, fds) if self.staging and fds else data_dirs
@@ -575,8 +585,9 @@ def _reason(exc: BaseException) -> str:
 
 def data_dirs_allowed(paths: list[str], roots: tuple[str, ...], account: Account | None = None) -> str:
     """'' if every path is an existing directory under one of `roots`, reached through no link (and
-    through directories `account` may pass, if given), else the problem."""
-    return next((problem for path in paths if (problem := data_dir_problem(path, roots, account))), "")
+    through directories `account` may pass, if given), and none nests in another, else the problem."""
+    problem = next((problem for path in paths if (problem := data_dir_problem(path, roots, account))), "")
+    return problem or nesting_problem(paths)
 
 
 def _refuse_volumes(container: Any, image: str) -> None:

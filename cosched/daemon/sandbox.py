@@ -63,31 +63,43 @@ class SandboxRefused(CoschedError):
 
 
 def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None = None) -> str:
-    """'' if `path` is an existing directory under a data root reached through no link (and, with
-    `account`, through directories that let it pass: `open_data_dir`), else the problem.
+    """'' if `path` is a plain path to an existing directory under a data root, reached through
+    no link (and, with `account`, through directories that let it pass), else the problem.
 
-    A path through a symlink is refused with its real path to give instead:
-    the path accepted is then exactly the one walked, link-free, at launch.
+    It is walked as `open_data_dir` walks it at launch, each directory's permission checked
+    before anything in it is looked at, so a refusal says nothing about what lies past a
+    directory the submitter may not pass. Without `account` (jobs run as `docker.job_user`, the
+    roots shared), a path through a symlink is refused with its real path to give instead.
     """
-    if not os.path.isabs(path):
-        return f"{path!r} is not an absolute path"
     try:
-        real = os.path.realpath(path)
-        if not _under(real, roots):
-            return f"{path!r} is not under a configured data root ({', '.join(roots) or 'none configured'})"
-        if real != os.path.normpath(path):
+        os.close(_walk(path, roots, account))
+    except _Stopped as stop:
+        if stop.why == "link" and account is None:
+            real = os.path.realpath(path)
+            if not _under(real, roots):
+                return _Stopped(path, "root", ", ".join(roots)).submitted
             return f"{path!r} leads through a symlink; give its real path {real!r}"
-        if not stat.S_ISDIR(os.stat(real).st_mode):
-            return f"{path!r} is not an existing directory"
-        if account is not None:
-            parents = [str(parent) for parent in reversed(Path(real).parents)]
-            blocked = next((parent for parent in parents if not may_search(os.stat(parent), account)), None)
-            if blocked is not None:
-                return _unreachable(path, blocked, account)
-    except (FileNotFoundError, NotADirectoryError):
-        return f"{path!r} is not an existing directory"
-    except (OSError, ValueError) as exc:  # a NUL byte, a name longer than the filesystem allows
+        return stop.submitted
+    except ValueError as exc:  # a NUL byte
         return f"{path!r} is not a usable path: {str(exc).splitlines()[0][:200]}"
+    return ""
+
+
+def nesting_problem(paths: list[str]) -> str:
+    """'' if no data dir is another or inside another, else the pair.
+
+    Why: only a mount's source is opened link-free; its target is the path itself, which the
+    container's runtime resolves inside the container, through the mounts made before it. With
+    `/d` and `/d/x`, a job whose `/d/x` was swapped for a symlink after the walk (its own files,
+    from a running job) had its data mounted over its own `/etc`: nothing of the host, but a
+    hand on its container while the runtime still sets it up, which runtime escapes have used.
+    """
+    plain = sorted((Path(os.path.normpath(p)) for p in paths), key=lambda p: len(p.parts))
+    for i, outer in enumerate(plain):
+        for inner in plain[i + 1 :]:
+            if inner == outer or outer in inner.parents:
+                where = "given twice" if inner == outer else f"inside {str(outer)!r}"
+                return f"data dir {str(inner)!r} is {where}: give data dirs that do not nest"
     return ""
 
 
@@ -107,22 +119,67 @@ def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = N
     the kernel never checks the parents the submitter's own `cd` would have to
     pass (another user's 0700 home) unless this does.
     """
-    if not _under(os.path.normpath(path), roots):
-        raise SandboxRefused(f"data dir {path!r} is no longer under a configured data root")
+    try:
+        return _walk(path, roots, account)
+    except _Stopped as stop:
+        raise SandboxRefused(stop.launched) from None
+
+
+class _Stopped(Exception):
+    """Why a walk to a data dir stopped (`why`), worded for a submission and for a launch."""
+
+    def __init__(self, path: str, why: str, detail: str = "") -> None:
+        self.why = why
+        self.submitted = {
+            "relative": f"{path!r} is not an absolute path",
+            "plain": f"{path!r} is not a plain absolute path: give it without '.' or '..' parts and"
+            " without repeated or trailing '/'",
+            "root": f"{path!r} is not under a configured data root ({detail})",
+            "pass": detail,
+            "link": f"{path!r} leads through a symlink; give its real path",
+            "missing": f"{path!r} is not an existing directory",
+            "other": f"{path!r} is not a usable path: {detail}",
+        }[why]
+        self.launched = {
+            "relative": f"data dir {path!r} is not an absolute path",
+            "plain": f"data dir {path!r} is not a plain absolute path",
+            "root": f"data dir {path!r} is no longer under a configured data root",
+            "pass": f"data dir {detail}",
+            "link": f"data dir {path!r} changed since the job was accepted ({detail!r} is now a symlink)",
+            "missing": f"data dir {path!r} changed since the job was accepted ({detail!r} is now missing)",
+            "other": f"data dir {path!r} changed since the job was accepted ({detail})",
+        }[why]
+
+
+def _walk(path: str, roots: tuple[str, ...], account: Account | None) -> int:
+    """Open `path` from `/` one component at a time, never following a link, never going up.
+
+    Why no '.' or '..': a '..' is not a link, so O_NOFOLLOW lets it through, and it climbs from
+    wherever the walk is: a job renaming a directory of its own between two steps walked the
+    daemon past `/` to any host directory, mounted read-write. Only a plain path is walked, and
+    downwards only, each step from the descriptor of the directory before it.
+    """
+    if not os.path.isabs(path):
+        raise _Stopped(path, "relative")
+    if path != os.path.normpath(path) or path.startswith("//"):
+        raise _Stopped(path, "plain")
+    if not _under(path, roots):
+        raise _Stopped(path, "root", ", ".join(roots) or "none configured")
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         walked = "/"
         for part in Path(path).parts[1:]:
             if account is not None and not may_search(os.fstat(fd), account):
-                raise SandboxRefused(f"data dir {_unreachable(path, walked, account)}")
+                raise _Stopped(path, "pass", _unreachable(path, walked, account))
             walked = os.path.join(walked, part)
             try:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
-                why = "a symlink" if exc.errno in (errno.ELOOP, errno.ENOTDIR) else os.strerror(exc.errno or 0)
-                raise SandboxRefused(
-                    f"data dir {path!r} changed since the job was accepted ({part!r} is now {why})"
-                ) from None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _Stopped(path, "link" if os.path.islink(walked) else "missing", part) from None
+                if exc.errno == errno.ENOENT:
+                    raise _Stopped(path, "missing", part) from None
+                raise _Stopped(path, "other", os.strerror(exc.errno or 0)) from None
             os.close(fd)
             fd = child
         return fd
