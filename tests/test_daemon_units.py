@@ -26,6 +26,7 @@ from types import SimpleNamespace
 import docker.errors
 import pytest
 import requests
+from conftest import missing
 from pydantic import ValidationError
 
 from cosched.daemon.cgroups import CgroupFiles
@@ -678,7 +679,7 @@ def test_data_dirs_allowed(tmp_path: Path) -> None:
     assert data_dirs_allowed([str(root)], roots) == "" and data_dirs_allowed([str(root / "in")], roots) == ""
     assert "is not an absolute path" in data_dirs_allowed(["data/in"], roots)
     assert "not under a configured data root" in data_dirs_allowed([str(tmp_path / "outside")], roots)
-    assert "not under a configured data root" in data_dirs_allowed([str(root / "escape")], roots)  # via a link
+    assert "leads through a symlink" in data_dirs_allowed([str(root / "escape")], roots)  # to outside
     assert "none configured" in data_dirs_allowed([str(root)], ())
     assert "is not an existing directory" in data_dirs_allowed([str(root / "missing")], roots)
     # paths the OS refuses to look at are a refusal too, not an exception (a 500 in the API)
@@ -700,6 +701,94 @@ def test_a_data_dir_is_a_plain_path_at_submission_and_at_launch(tmp_path: Path, 
     assert "is not a plain absolute path" in data_dirs_allowed([path], (str(root),))
     with pytest.raises(SandboxRefused, match="is not a plain absolute path"):
         open_data_dir(path, (str(root),))
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    """A `system.posix_acl_access` value: version 2, then (tag, permissions, id) entries."""
+    import struct
+
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, who) for tag, perm, who in entries)
+
+
+ANY = 0xFFFFFFFF
+USER_OBJ, USER, GROUP_OBJ, GROUP, MASK, OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+
+
+@pytest.mark.parametrize(
+    ("entries", "groups"),
+    [
+        ([(USER_OBJ, 7, ANY), (USER, 0, 65534), (GROUP_OBJ, 5, ANY), (MASK, 5, ANY), (OTHER, 5, ANY)], ()),
+        ([(USER_OBJ, 7, ANY), (GROUP_OBJ, 0, ANY), (MASK, 5, ANY), (OTHER, 5, ANY)], (4242,)),
+        ([(USER_OBJ, 7, ANY), (GROUP_OBJ, 5, ANY), (GROUP, 0, 4243), (MASK, 5, ANY), (OTHER, 5, ANY)], (4243,)),
+        ([(USER_OBJ, 7, ANY), (USER, 5, 65534), (GROUP_OBJ, 0, ANY), (MASK, 5, ANY), (OTHER, 0, ANY)], ()),
+        ([(USER_OBJ, 7, ANY), (USER, 5, 65534), (GROUP_OBJ, 0, ANY), (MASK, 0, ANY), (OTHER, 5, ANY)], ()),
+    ],
+    ids=["named-user-denied", "owning-group-denied-under-mask", "named-group-denied", "named-user-let", "masked-out"],
+)
+def test_a_directorys_acl_decides_who_passes_as_the_kernel_decides(
+    entries: list[tuple[int, int, int]], groups: tuple[int, ...]
+) -> None:
+    """With `run_as = "submitter"` each directory above a data dir must let its submitter pass.
+    The mode bits alone let pass whom an ACL entry refuses (the mode's group bits are the mask):
+    a helper's audit mounted such directories. The kernel is the oracle here: a process of the
+    account stats a file inside."""
+    import subprocess
+    import tempfile
+
+    from cosched.daemon.accounts import Account
+    from cosched.daemon.sandbox import may_search
+
+    if os.geteuid() != 0:
+        missing("setting another owner, an ACL and running as another uid need root")
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        directory = Path(top) / "d"
+        (directory / "inside").mkdir(parents=True)
+        Path(top).chmod(0o755)
+        os.chown(directory, 0, 4242)
+        os.setxattr(directory, "system.posix_acl_access", _acl(*entries))
+        account = Account(65534, 65534, groups)
+        probe = ["/bin/sh", "-c", 'test -e "$1"', "sh", str(directory / "inside")]  # stat: needs search on d
+        kernel = subprocess.run(probe, user=65534, group=65534, extra_groups=list(groups), capture_output=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            assert may_search(fd, account) == (kernel.returncode == 0), kernel.stderr
+        finally:
+            os.close(fd)
+
+
+def test_a_data_root_must_be_real_and_only_root_may_replace_it_or_what_lies_above(tmp_path: Path) -> None:
+    """A data dir is judged by its path under a root: a user who could make a root (or a directory
+    above it) a link to `/` made every host directory a data dir (a helper's audit: host /etc in a
+    job). The daemon and each Mesos executor refuse such roots at start."""
+    import tempfile
+
+    from cosched.daemon.sandbox import data_dir_problem, root_problem
+
+    if os.geteuid() != 0:
+        missing("giving a directory to another owner needs root")
+    real = tmp_path / "data"
+    real.mkdir()
+    assert root_problem(str(real)) == ""  # under /tmp, sticky, and pytest's 0700 directories, root's
+    (tmp_path / "link").symlink_to("/")
+    assert "is or goes through a symlink" in root_problem(str(tmp_path / "link"))
+    assert "is not an existing directory" in root_problem(str(tmp_path / "missing"))
+    assert "is not a plain absolute path" in root_problem(f"{real}/")
+    assert data_dir_problem("/etc", (str(tmp_path / "link"),)).endswith(
+        "is not under a configured data root ({})".format(tmp_path / "link")
+    )
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        shared = Path(top) / "scratch"
+        (shared / "data").mkdir(parents=True)
+        shared.chmod(0o777)
+        assert (
+            root_problem(str(shared / "data"))
+            == f"{str(shared / 'data')!r}: {str(shared)!r} above it is writable by others, who could replace it"
+        )
+        shared.chmod(0o1777)  # sticky, as /tmp: others may not replace root's entries
+        assert root_problem(str(shared / "data")) == ""
+        os.chown(shared, 65534, 65534)
+        assert "above it is owned by uid 65534" in root_problem(str(shared / "data"))
 
 
 def test_data_dirs_that_nest_are_refused_at_submission_and_at_launch(tmp_path: Path) -> None:
@@ -732,6 +821,8 @@ def test_a_refused_data_dir_says_nothing_of_what_lies_past_a_directory_its_submi
     from cosched.daemon.accounts import Account
     from cosched.daemon.sandbox import data_dir_problem
 
+    if os.geteuid() != 0:
+        missing("giving a directory to another owner needs root")
     with tempfile.TemporaryDirectory(dir="/tmp") as open_to_all:  # pytest's own tmp_path is 0700
         root = Path(open_to_all) / "data"
         private = root / "bob"

@@ -256,9 +256,14 @@ def test_an_executor_given_data_roots_pins_them_or_refuses_to_run(tmp_path: Path
     """As the local daemon: a data dir is mounted from the directory checked, never bound by its path,
     and only root can mount, so a non-root executor with data roots starts no job at all."""
     assert staging_for((), tmp_path, 1000) is None  # no data dirs can be asked for
-    assert isinstance(staging_for(("/srv",), tmp_path, 0), StagingMounts)
+    root = tmp_path / "data"
+    root.mkdir()
+    assert isinstance(staging_for((str(root),), tmp_path, 0), StagingMounts)
     with pytest.raises(ConfigError, match="needs the executor to run as root"):
-        staging_for(("/srv",), tmp_path, 1000)
+        staging_for((str(root),), tmp_path, 1000)
+    (tmp_path / "link").symlink_to("/")  # a root that leads elsewhere makes anything a data dir
+    with pytest.raises(ConfigError, match="docker.data_roots: .* is or goes through a symlink"):
+        staging_for((str(tmp_path / "link"),), tmp_path, 0)
 
 
 @pytest.mark.parametrize(

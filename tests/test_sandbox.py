@@ -148,12 +148,17 @@ def test_a_data_dir_swapped_for_a_symlink_after_acceptance_is_refused_at_launch(
     assert run(daemon, "true")["state"] == "done"  # the others are still scheduled
 
 
-def test_a_path_through_a_symlink_is_refused_at_submission_with_its_real_path(daemon: DaemonProcess) -> None:
+def test_a_path_through_a_symlink_is_refused_at_submission_without_saying_where_it_leads(
+    daemon: DaemonProcess,
+) -> None:
+    """Where a link leads may be inside a directory its submitter may not pass (a helper's audit
+    read a name in another user's 0700 home that way): the refusal does not say."""
     real = make_data_dir(daemon.root / "real")
     link = daemon.root / "link"
     link.symlink_to(real)
-    with pytest.raises(ApiError, match=re.escape(f"leads through a symlink; give its real path '{real}'")):
+    with pytest.raises(ApiError, match=re.escape(f"'{link}' leads through a symlink; give its real path")) as refused:
         daemon.submit(image=daemon.image, command=["true"], cores=1, walltime=10, data_dirs=[str(link)])
+    assert str(real) not in str(refused.value)
 
 
 def test_a_data_dir_with_dot_dot_parts_or_nested_in_another_is_refused_at_submission(daemon: DaemonProcess) -> None:

@@ -25,6 +25,7 @@ import ctypes
 import errno
 import os
 import stat
+import struct
 from pathlib import Path
 
 from cosched.daemon.accounts import Account
@@ -68,17 +69,12 @@ def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None 
 
     It is walked as `open_data_dir` walks it at launch, each directory's permission checked
     before anything in it is looked at, so a refusal says nothing about what lies past a
-    directory the submitter may not pass. Without `account` (jobs run as `docker.job_user`, the
-    roots shared), a path through a symlink is refused with its real path to give instead.
+    directory the submitter may not pass; a path through a symlink is refused without saying
+    where the link leads (it may lead into a directory the submitter may not pass).
     """
     try:
         os.close(_walk(path, roots, account))
     except _Stopped as stop:
-        if stop.why == "link" and account is None:
-            real = os.path.realpath(path)
-            if not _under(real, roots):
-                return _Stopped(path, "root", ", ".join(roots)).submitted
-            return f"{path!r} leads through a symlink; give its real path {real!r}"
         return stop.submitted
     except ValueError as exc:  # a NUL byte
         return f"{path!r} is not a usable path: {str(exc).splitlines()[0][:200]}"
@@ -103,9 +99,38 @@ def nesting_problem(paths: list[str]) -> str:
     return ""
 
 
-def _under(real: str, roots: tuple[str, ...]) -> bool:
-    path = Path(real)
-    return any(path == Path(root) or Path(root) in path.parents for root in map(os.path.realpath, roots))
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    """Whether `path` is a root or inside one, as written: the walk then passes through the root's
+    own components, link-free (`root_problem` refused roots that are, or go through, links)."""
+    plain = Path(path)
+    return any(plain == root or root in plain.parents for root in map(Path, roots))
+
+
+def root_problem(root: str) -> str:
+    """'' if `root` can serve as a data root, else why not, for the operator.
+
+    A data root must be an existing directory reached through no link, and no one but root may
+    replace it or a directory above it: a data dir is judged by its path under the root, so a
+    user who made a root (or its parent) a link to `/` made every host directory a data dir.
+    A directory above it writable by others must be sticky (as /tmp) with the next one root's.
+    """
+    if not os.path.isabs(root) or root != os.path.normpath(root) or root.startswith("//"):
+        return f"{root!r} is not a plain absolute path"
+    if os.path.realpath(root) != root:
+        return f"{root!r} is or goes through a symlink: give its real path {os.path.realpath(root)!r}"
+    if not os.path.isdir(root):
+        return f"{root!r} is not an existing directory"
+    parts = Path(root).parts
+    for depth in range(1, len(parts)):
+        above, below = Path(*parts[:depth]), Path(*parts[: depth + 1])
+        info = os.stat(above)
+        if info.st_uid != 0:
+            return f"{root!r}: {str(above)!r} above it is owned by uid {info.st_uid}, who could replace it"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (
+            info.st_mode & stat.S_ISVTX and os.lstat(below).st_uid == 0
+        ):
+            return f"{root!r}: {str(above)!r} above it is writable by others, who could replace it"
+    return ""
 
 
 def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = None) -> int:
@@ -169,14 +194,15 @@ def _walk(path: str, roots: tuple[str, ...], account: Account | None) -> int:
     try:
         walked = "/"
         for part in Path(path).parts[1:]:
-            if account is not None and not may_search(os.fstat(fd), account):
+            if account is not None and not may_search(fd, account):
                 raise _Stopped(path, "pass", _unreachable(path, walked, account))
             walked = os.path.join(walked, part)
             try:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
-                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _Stopped(path, "link" if os.path.islink(walked) else "missing", part) from None
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):  # what it is, asked of the directory held
+                    link = _is_link(part, fd)
+                    raise _Stopped(path, "link" if link else "missing", part) from None
                 if exc.errno == errno.ENOENT:
                     raise _Stopped(path, "missing", part) from None
                 raise _Stopped(path, "other", os.strerror(exc.errno or 0)) from None
@@ -188,14 +214,64 @@ def _walk(path: str, roots: tuple[str, ...], account: Account | None) -> int:
         raise
 
 
-def may_search(info: os.stat_result, account: Account) -> bool:
-    """Whether `account`'s processes may pass through the directory `info` describes, by its mode
-    bits as the kernel applies them (owner, else group, else others; ACLs are not read)."""
+def _is_link(name: str, directory: int) -> bool:
+    """Whether `name` in the open `directory` is a symlink, looked at through the descriptor: a
+    path would be resolved again, through whatever a race swapped in above it."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def may_search(directory: int, account: Account) -> bool:
+    """Whether `account`'s processes may pass through the open `directory`, as the kernel decides:
+    by its access ACL when it has one (POSIX.1e, `posix_acl_permission`), else by its mode bits
+    (owner, else group, else others). Why the ACL: with one, the mode's group bits are its mask,
+    and a named entry (`user:65534:---`) refuses what the mode bits would let pass."""
+    info = os.fstat(directory)
+    acl = _access_acl(directory)
+    if acl is None or not info.st_mode & stat.S_IRWXG:  # Linux reads no ACL whose mask is empty
+        if info.st_uid == account.uid:
+            return bool(info.st_mode & stat.S_IXUSR)
+        if info.st_gid == account.gid or info.st_gid in account.groups:
+            return bool(info.st_mode & stat.S_IXGRP)
+        return bool(info.st_mode & stat.S_IXOTH)
+    perms = {tag: perm for tag, perm, _ in acl if tag in (_ACL_USER_OBJ, _ACL_MASK, _ACL_OTHER)}
+    mask = perms.get(_ACL_MASK, 0o7)
     if info.st_uid == account.uid:
-        return bool(info.st_mode & stat.S_IXUSR)
-    if info.st_gid == account.gid or info.st_gid in account.groups:
-        return bool(info.st_mode & stat.S_IXGRP)
-    return bool(info.st_mode & stat.S_IXOTH)
+        return bool(perms.get(_ACL_USER_OBJ, 0) & _SEARCH)
+    named = [perm for tag, perm, who in acl if tag == _ACL_USER and who == account.uid]
+    if named:
+        return bool(named[0] & mask & _SEARCH)
+    groups = {account.gid, *account.groups}
+    matched = [
+        perm
+        for tag, perm, who in acl
+        if (tag == _ACL_GROUP_OBJ and info.st_gid in groups) or (tag == _ACL_GROUP and who in groups)
+    ]
+    if matched:
+        return any(perm & mask & _SEARCH for perm in matched)
+    return bool(perms.get(_ACL_OTHER, 0) & _SEARCH)
+
+
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+_SEARCH = 0o1
+
+
+def _access_acl(directory: int) -> list[tuple[int, int, int]] | None:
+    """The (tag, permissions, id) entries of the open `directory`'s access ACL; None if it has none.
+    One that cannot be read is an ACL that lets nobody pass (only the owner's entry, empty)."""
+    try:
+        raw = os.getxattr(directory, _ACL_XATTR)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.EOPNOTSUPP, errno.ENOTSUP):
+            return None
+        return [(_ACL_USER_OBJ, 0, 0)]
+    body = raw[4:]
+    if raw[:4] != struct.pack("<I", 2) or len(body) % 8:
+        return [(_ACL_USER_OBJ, 0, 0)]
+    return [struct.unpack_from("<HHI", body, offset) for offset in range(0, len(body), 8)]
 
 
 def _unreachable(path: str, parent: str, account: Account) -> str:

@@ -49,7 +49,7 @@ from cosched.daemon.docker_backend import DockerBackend
 from cosched.daemon.engine_calls import EngineCalls
 from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.metrics import DaemonMetrics
-from cosched.daemon.sandbox import StagingMounts
+from cosched.daemon.sandbox import StagingMounts, root_problem
 from cosched.daemon.specs import JobSpec, WorkflowSpec
 from cosched.daemon.store import DECISIONS_KEPT, StateError, Store
 from cosched.errors import ConfigError
@@ -254,6 +254,9 @@ class Daemon:
                 "config key docker.data_roots: jobs' data dirs are bind-mounted nosuid,nodev at launch, "
                 "which needs the daemon to run as root (or leave data_roots empty)"
             )
+        for root in config.docker.data_roots:
+            if problem := root_problem(root):
+                raise ConfigError(f"config key docker.data_roots: {problem}")
         staging = StagingMounts(config.state_dir / "mounts")
         staging.release_all()  # a daemon killed mid-launch may have left some
         return staging

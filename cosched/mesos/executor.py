@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
-from cosched.daemon.sandbox import StagingMounts
+from cosched.daemon.sandbox import StagingMounts, root_problem
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -536,6 +536,9 @@ def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMoun
             "docker.data_roots: jobs' data dirs are bind-mounted nosuid,nodev at launch, which needs the "
             "executor to run as root (mesos.user = 'root'), or leave data_roots empty"
         )
+    for root in roots:
+        if problem := root_problem(root):
+            raise ConfigError(f"docker.data_roots: {problem}")
     return StagingMounts(sandbox / "mounts")
 
 
