@@ -791,6 +791,17 @@ def test_a_data_root_must_be_real_and_only_root_may_replace_it_or_what_lies_abov
         assert "above it is owned by uid 65534" in root_problem(str(shared / "data"))
 
 
+def test_an_images_volume_inside_a_data_dir_is_refused_at_launch() -> None:
+    """Its tmpfs target would be resolved through the data dir, which the job's user can change
+    while the runtime sets the container up (as nested data dirs: a redirect of the job's own
+    mounts). A volume that holds a data dir resolves through a fresh tmpfs: it is kept."""
+    from cosched.daemon.docker_backend import LaunchRefused, _refuse_volumes_in_data_dirs
+
+    with pytest.raises(LaunchRefused, match=r"declares VOLUME '/d/x/cache' inside data dir '/d/x'"):
+        _refuse_volumes_in_data_dirs("img", {"/d/x/cache/": {}}, {"/d/x"})
+    _refuse_volumes_in_data_dirs("img", {"/d": {}, "/d/x": {}, "/e": {}}, {"/d/x"})  # around it, the same, apart
+
+
 def test_data_dirs_that_nest_are_refused_at_submission_and_at_launch(tmp_path: Path) -> None:
     """A mount's target is its path, resolved in the container through the mounts before it: with
     `/d` and `/d/x`, a job that swapped its own `x` for a link got its data mounted over its `/etc`

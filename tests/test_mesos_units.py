@@ -262,7 +262,7 @@ def test_an_executor_given_data_roots_pins_them_or_refuses_to_run(tmp_path: Path
     with pytest.raises(ConfigError, match="needs the executor to run as root"):
         staging_for((str(root),), tmp_path, 1000)
     (tmp_path / "link").symlink_to("/")  # a root that leads elsewhere makes anything a data dir
-    with pytest.raises(ConfigError, match="docker.data_roots: .* is or goes through a symlink"):
+    with pytest.raises(ConfigError, match=r"docker\.data_roots: .* is or goes through a symlink"):
         staging_for((str(tmp_path / "link"),), tmp_path, 0)
 
 

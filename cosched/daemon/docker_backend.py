@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -294,6 +295,7 @@ class DockerBackend:
         try:
             try:
                 declared = self.client.api.inspect_image(spec["image"])["Config"].get("Volumes") or {}
+                _refuse_volumes_in_data_dirs(spec["image"], declared, bound)
                 container = self.client.containers.create(
                     spec["image"],
                     spec["command"],
@@ -588,6 +590,19 @@ def data_dirs_allowed(paths: list[str], roots: tuple[str, ...], account: Account
     through directories `account` may pass, if given), and none nests in another, else the problem."""
     problem = next((problem for path in paths if (problem := data_dir_problem(path, roots, account))), "")
     return problem or nesting_problem(paths)
+
+
+def _refuse_volumes_in_data_dirs(image: str, declared: Iterable[str], bound: set[str]) -> None:
+    """A VOLUME of the image inside a data dir gets a tmpfs whose target the runtime resolves
+    through that data dir, files the job's user can change while it sets the container up (the
+    redirect `sandbox.nesting_problem` keeps data dirs from): refused, with both named."""
+    for volume in map(Path, map(os.path.normpath, declared)):
+        inside = next((data for data in map(Path, bound) if data in volume.parents), None)
+        if inside is not None:
+            raise LaunchRefused(
+                f"image {image!r} declares VOLUME {str(volume)!r} inside data dir {str(inside)!r}: "
+                "give a data dir that does not hold it"
+            )
 
 
 def _refuse_volumes(container: Any, image: str) -> None:
