@@ -77,9 +77,8 @@ def test_a_lending_voided_at_a_restart_stays_void_at_the_next(tmp_path: Path) ->
     daemon.close()
 
 
-def _guest_outlives_its_lender(state_dir: Path, restart: bool) -> dict[str, Any]:
-    """H (8 cores) lends to G (4); H ends and scores the lending; G runs on, then ends. What ASAx
-    learned of runtimes alone, with or without a restart between H's end and G's."""
+def _lending(state_dir: Path) -> tuple[Daemon, Clock, FakeEngine, int, int]:
+    """ASAx on 8 cores: H (8 cores), sampled 30% busy at 1010, lends to G (4 cores) from 1010."""
     clock = Clock()
     engine = FakeEngine(clock)
     daemon = clocked_daemon(state_dir, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
@@ -90,6 +89,13 @@ def _guest_outlives_its_lender(state_dir: Path, restart: bool) -> dict[str, Any]
     guest = daemon.submit_job(_spec(4))
     daemon.schedule()
     assert daemon.store.job(guest)["host"] == host
+    return daemon, clock, engine, host, guest
+
+
+def _guest_outlives_its_lender(state_dir: Path, restart: bool) -> dict[str, Any]:
+    """H (8 cores) lends to G (4); H ends and scores the lending; G runs on, then ends. What ASAx
+    learned of runtimes alone, with or without a restart between H's end and G's."""
+    daemon, clock, engine, host, guest = _lending(state_dir)
     clock.t = 1100.0
     engine.finish(host)
     daemon.schedule()
@@ -212,16 +218,7 @@ def test_a_requeued_guests_lending_is_still_scored_after_a_restart(tmp_path: Pat
     """H (8 cores) lends to G (4), which runs; G is requeued and waits. The live daemon keeps the
     lending for H's end to score (`ASAx.requeued` ends the guest's side only); the restart took the
     pending G for a guest that never started and voided it, and H's end scored nothing."""
-    clock = Clock()
-    engine = FakeEngine(clock)
-    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
-    host = daemon.submit_job(_spec(8))
-    daemon.schedule()
-    clock.t = 1010.0
-    _measured(daemon, engine, host)
-    guest = daemon.submit_job(_spec(4))
-    daemon.schedule()
-    assert daemon.store.job(guest)["host"] == host
+    daemon, clock, engine, host, guest = _lending(tmp_path)
     clock.t = 1050.0
     daemon.requeue(guest, ANONYMOUS)
     daemon.schedule()  # the review kills it
@@ -243,15 +240,7 @@ def _lenders_loss(state_dir: Path, restart_at: float | None) -> tuple[float | No
     1100, H at 1400 (no run alone of its kind yet: its loss is held against its own pace). With a
     restart at `restart_at` or none: the loss, the runtime alone it was held against, and how it
     was found."""
-    clock = Clock()
-    engine = FakeEngine(clock)
-    daemon = clocked_daemon(state_dir, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
-    host = daemon.submit_job(_spec(8))
-    daemon.schedule()
-    clock.t = 1010.0
-    _measured(daemon, engine, host)
-    guest = daemon.submit_job(_spec(4))
-    daemon.schedule()
+    daemon, clock, engine, host, guest = _lending(state_dir)
     for moment in (1030.0, 1050.0, 1100.0, 1200.0, 1400.0):
         clock.t = moment
         if moment == restart_at:
