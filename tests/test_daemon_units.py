@@ -783,12 +783,23 @@ def test_a_data_root_must_be_real_and_only_root_may_replace_it_or_what_lies_abov
         shared.chmod(0o777)
         assert (
             root_problem(str(shared / "data"))
-            == f"{str(shared / 'data')!r}: {str(shared)!r} above it is writable by others, who could replace it"
+            == f"{str(shared / 'data')!r}: {str(shared)!r} above it is writable by others, who could replace what lies in it"
         )
         shared.chmod(0o1777)  # sticky, as /tmp: others may not replace root's entries
         assert root_problem(str(shared / "data")) == ""
         os.chown(shared, 65534, 65534)
         assert "above it is owned by uid 65534" in root_problem(str(shared / "data"))
+        os.chown(shared, 0, 0)
+        shared.chmod(0o755)
+        data = shared / "data"
+        os.chown(data, 65534, 65534)  # its owner could mount something of theirs over it
+        assert root_problem(str(data)) == f"{str(data)!r}: it is owned by uid 65534, who could replace it"
+        os.chown(data, 0, 0)
+        data.chmod(0o777)
+        assert root_problem(str(data)) == f"{str(data)!r}: it is writable by others, who could replace what lies in it"
+        data.chmod(0o1777)  # a shared scratch root, as /tmp
+        assert root_problem(str(data)) == ""
+    assert root_problem("/") == "'/' would make the host's own files data dirs"
 
 
 def test_an_images_volume_inside_a_data_dir_is_refused_at_launch() -> None:

@@ -120,17 +120,24 @@ def root_problem(root: str) -> str:
         return f"{root!r} is or goes through a symlink: give its real path {os.path.realpath(root)!r}"
     if not os.path.isdir(root):
         return f"{root!r} is not an existing directory"
+    if root in _HOST_TREES:
+        return f"{root!r} would make the host's own files data dirs"
     parts = Path(root).parts
-    for depth in range(1, len(parts)):
-        above, below = Path(*parts[:depth]), Path(*parts[: depth + 1])
-        info = os.stat(above)
-        if info.st_uid != 0:
-            return f"{root!r}: {str(above)!r} above it is owned by uid {info.st_uid}, who could replace it"
+    for depth in range(1, len(parts) + 1):
+        here, below = Path(*parts[:depth]), Path(*parts[: depth + 1])
+        info = os.stat(here)
+        where = "it" if depth == len(parts) else f"{str(here)!r} above it"
+        if info.st_uid != 0:  # its owner could replace it, or mount something of theirs over it
+            return f"{root!r}: {where} is owned by uid {info.st_uid}, who could replace it"
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (
-            info.st_mode & stat.S_ISVTX and os.lstat(below).st_uid == 0
+            info.st_mode & stat.S_ISVTX and (depth == len(parts) or os.lstat(below).st_uid == 0)
         ):
-            return f"{root!r}: {str(above)!r} above it is writable by others, who could replace it"
+            return f"{root!r}: {where} is writable by others, who could replace what lies in it"
     return ""
+
+
+_HOST_TREES = frozenset({"/", "/proc", "/sys", "/dev", "/etc", "/boot", "/run", "/usr", "/var"})
+"""Roots that would hand jobs the host itself, refused whatever their owner and mode."""
 
 
 def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = None) -> int:
