@@ -781,10 +781,8 @@ def test_a_data_root_must_be_real_and_only_root_may_replace_it_or_what_lies_abov
         shared = Path(top) / "scratch"
         (shared / "data").mkdir(parents=True)
         shared.chmod(0o777)
-        assert (
-            root_problem(str(shared / "data"))
-            == f"{str(shared / 'data')!r}: {str(shared)!r} above it is writable by others, who could replace what lies in it"
-        )
+        writable = f"{str(shared)!r} above it is writable by others, who could replace what lies in it"
+        assert root_problem(str(shared / "data")) == f"{str(shared / 'data')!r}: {writable}"
         shared.chmod(0o1777)  # sticky, as /tmp: others may not replace root's entries
         assert root_problem(str(shared / "data")) == ""
         os.chown(shared, 65534, 65534)

@@ -155,6 +155,20 @@ def test_a_window_wakes_the_replay_with_nothing_else_happening() -> None:
     assert min(tree.slots_cost(job.slots, False) for job in done) == 2.0
 
 
+def test_a_job_that_arrives_after_a_boundary_no_core_served_waits_for_its_own() -> None:
+    """Windows of 10 s on 2 one-core nodes: A holds both until 25; B arrives at 1, C at 21. No core
+    was free at 10 or 20, so the queue waits for 30: started at 25, the first pass with a core,
+    C (arrived after 20) started before its window's boundary (seen in CI, in the daemon)."""
+    cluster = Cluster(2, allocation=Allocation.NODE, nodes_per_switch=2, switches_per_pod=1)
+    jobs = [
+        Job(0, 0.0, 2, walltime=25, runtime=25, nodes=2),
+        Job(1, 1.0, 1, walltime=5, runtime=5, nodes=1),
+        Job(2, 21.0, 1, walltime=5, runtime=5, nodes=1),
+    ]
+    done = replay(jobs, cluster, PolicySet("fcfs", "easy", placement="sa:iterations=10,period=10"), validate=True).jobs
+    assert [job.start for job in done] == [0.0, 30.0, 30.0]
+
+
 def test_core_allocation_places_ranks_and_keeps_memory_whole() -> None:
     """Nodes of 8 cores with memory tracked (the daemon's shape): ranks on one node cost no hop,
     and no placement takes memory a node does not have."""

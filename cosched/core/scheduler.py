@@ -209,6 +209,11 @@ class Scheduler:
             self._expire(now, actions, at_now=False)  # a pass late for a latest start never starts it
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         wake = windows.next_time(now) if windows.watching or windows.held else math.inf
+        if self._period and not busy and self.queue and now >= self._next_window:
+            # A boundary passed with no core to serve its window: the queue waits for the next
+            # one, not for the first pass mid-window that finds a core (which started a job that
+            # arrived after the boundary before its own: seen in CI).
+            self._next_window = (math.floor(now / self._period) + 1) * self._period
         if self._period and busy and now < self._next_window:
             if windows.watching:
                 self._expire(now, actions, at_now=True)
