@@ -315,3 +315,28 @@ def test_a_reservation_counts_on_a_jobs_cores_from_its_containers_start(tmp_path
     assert daemon.reservations == {whole: 1120.0}
     assert daemon.store.job(short)["state"] == "running"
     daemon.close()
+
+
+def test_charges_are_kept_alike_across_a_restart_whatever_the_queue_policy(tmp_path: Path) -> None:
+    """Charges are saved whatever the queue policy (a daemon that turns fair-share on later counts
+    what ran before): under FCFS, a host lending from 1010 restarted at 1050 was charged again from
+    its start at its end, the first 10 s twice."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, cosched="static", keep_promises=False)
+    host = daemon.submit_job(_spec(8))
+    daemon.schedule()
+    clock.t = 1010.0
+    guest = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    assert daemon.store.job(guest)["host"] == host
+    clock.t = 1050.0
+    daemon.rebuild()
+    clock.t = 1100.0
+    engine.finish(host)
+    daemon.schedule()
+    charged = [
+        (cpus, since, until) for job_id, _, cpus, since, until in daemon.store.charges_since(0.0) if job_id == host
+    ]
+    daemon.close()
+    assert sorted(charged) == [(4.0, 1010.0, 1100.0), (8.0, 1000.0, 1010.0)]

@@ -182,17 +182,16 @@ def _restore_learning(daemon: Daemon, adopted: dict[int, Job]) -> None:
 def _restore_usage(daemon: Daemon, now: float, adopted: dict[int, Job], before: dict[int, float]) -> None:
     """A queue policy that counts what users ran (fair-share) is told again what the core told it
     (`Scheduler.charged`, saved by each pass): its counts are never saved, only what they count.
-    An adopted job's quota counts on from its last charge of this run (or its start); one whose
-    quota recovery changed (`before`: a lending gone while the daemon was down) is charged its
-    old quota until now, as a live daemon is at a change, and that charge is saved too."""
+    An adopted job's quota counts on from its last charge of this run (or its start), whatever the
+    policy, since the charges are kept for any; one whose quota recovery changed (`before`: a
+    lending gone while the daemon was down) is charged its old quota until now, as a live daemon
+    is at a change, and that charge is saved too."""
     policy = daemon.core.queue_policy
-    if policy.history <= 0:
-        return
-    last: dict[int, float] = {}
-    for job_id, user, cpus, since, until in daemon.store.charges_since(now - policy.history):
-        owner = submissions.user_number(daemon, user)
-        policy.ran(Job(id=job_id, submit=since, cores=1, walltime=until - since, user=owner), since, until, cpus)
-        last[job_id] = max(last.get(job_id, until), until)
+    if policy.history > 0:
+        for job_id, user, cpus, since, until in daemon.store.charges_since(now - policy.history):
+            owner = submissions.user_number(daemon, user)
+            policy.ran(Job(id=job_id, submit=since, cores=1, walltime=until - since, user=owner), since, until, cpus)
+    last = daemon.store.last_charged(adopted)
     charged = []
     for job in adopted.values():
         job.quota_since = max(job.start, last.get(job.id, job.start))

@@ -400,6 +400,11 @@ class Store:
         )
         return [(job_id, user, float(cpus), float(a), float(b)) for job_id, user, cpus, a, b in rows]
 
+    def last_charged(self, job_ids: Iterable[int]) -> dict[int, float]:
+        """Each of these jobs' latest charge's end, for those charged at all."""
+        sql = "SELECT job_id, MAX(until) FROM charges WHERE job_id IN ({}) GROUP BY job_id"
+        return {job_id: float(until) for job_id, until in _in_chunks(self._conn(), sql, job_ids)}
+
     def purge_ended(self, before: float, batch: int = 5000) -> int:
         """Delete the jobs that ended before `before` (epoch s), with their quota log; how many.
 
