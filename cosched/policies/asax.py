@@ -90,12 +90,15 @@ class LendingDecision:
     note: str = ""
     """How the loss was found, or why there is none."""
     busy_then: float | None = None
-    """CPUs the lender kept busy when the lending was decided (`_Pending.busy_then`)."""
+    """CPUs the lender kept busy when the lending was decided: its pace alone, if it was never
+    measured alone at full quota (a former guest)."""
     lent_until: float | None = None
+    """When the lending ended (its guest's end, or its lender's)."""
     shared_busy: float | None = None
+    """CPUs the lender kept busy while it lent (None: no sample fell in the lending)."""
     shared_quota: float | None = None
-    """When the lending ended, and the lender's pace and quota meanwhile (`_Pending`): saved when
-    its guest ends, so a restart before the lender's end scores it as the live daemon would."""
+    """The quota the lender kept while it lent. These four are what its loss needs: saved with the
+    decision, so a restart before the lender's end scores it as the live daemon would."""
 
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -105,19 +108,12 @@ class LendingDecision:
 
 @dataclass(slots=True)
 class _Pending:
-    """A lending carried out, waiting for its lender's end; and how fast the lender ran meanwhile."""
+    """A lending carried out, waiting for its lender's end (how fast the lender ran meanwhile is
+    on its decision: `busy_then`, `lent_until`, `shared_busy`, `shared_quota`)."""
 
     decision: LendingDecision
     dists: np.ndarray = field(repr=False)
     host: Job | None = field(default=None, repr=False)
-    busy_then: float = 0.0
-    """CPUs the lender kept busy when the lending was decided: its pace alone, if it was never
-    measured alone at full quota (a former guest)."""
-    until: float | None = None
-    """When the lending ended (its guest's end, or its lender's)."""
-    shared_busy: float | None = None
-    """CPUs the lender kept busy while it lent (None: no sample fell in the lending)."""
-    shared_quota: float = 0.0
 
 
 class ASAx(CoschedulePolicy):
@@ -243,8 +239,8 @@ class ASAx(CoschedulePolicy):
                 decision.note = "nothing lent"
                 weights.observe(dists, action, 0.0)
                 continue
-            pending = _Pending(decision, dists, host, busy_cpus(host))
-            decision.busy_then = pending.busy_then
+            decision.busy_then = busy_cpus(host)
+            pending = _Pending(decision, dists, host)
             self._awaiting.setdefault(host.id, []).append(pending)
             self._lent_to[guest.id] = pending
             self._shared.update((host.id, guest.id))
@@ -293,13 +289,16 @@ class ASAx(CoschedulePolicy):
             item.decision.host_runtime = runtime
         stretches = [
             Stretch(
-                item.decision.time,
-                item.until or job.end,
+                lent.time,
+                lent.lent_until or job.end,
                 shared_speed(
-                    item.busy_then if alone is None else alone, item.shared_busy, item.shared_quota, job.cores
+                    (lent.busy_then or 0.0) if alone is None else alone,
+                    lent.shared_busy,
+                    lent.shared_quota or 0.0,
+                    job.cores,
                 ),
             )
-            for item in pending
+            for lent in (item.decision for item in pending)
         ]
         loss, baseline, note = self.verdict(job, runtime, stretches)
         weights = self.book.get(pending[0].decision.learner or pending[0].decision.app_class)
@@ -336,14 +335,13 @@ class ASAx(CoschedulePolicy):
 
     def _close(self, item: _Pending, end: float, shared_quota: float) -> None:
         """The lending ended (its guest or its lender did): what did the lender use meanwhile?"""
-        if item.until is not None:
+        decision = item.decision
+        if decision.lent_until is not None:
             return
         host = item.host
         measured = host is not None and host.usage is not None and host.usage.at > item.decision.time
-        item.until, item.shared_quota = end, shared_quota
-        item.shared_busy = busy_cpus(host) if measured and host is not None else None
-        decision = item.decision
-        decision.lent_until, decision.shared_busy, decision.shared_quota = end, item.shared_busy, shared_quota
+        decision.lent_until, decision.shared_quota = end, shared_quota
+        decision.shared_busy = busy_cpus(host) if measured and host is not None else None
         self.resolved.append(decision)
 
     def verdict(self, job: Job, runtime: float, stretches: Sequence[Stretch]) -> tuple[float | None, float | None, str]:
@@ -398,20 +396,14 @@ class ASAx(CoschedulePolicy):
             if decision.loss is not None or not decision.executed or decision.fraction == 0 or decision.note:
                 continue
             pending = _Pending(decision, np.asarray(decision.distributions, dtype=float), running.get(decision.host))
-            pending.busy_then = (
-                decision.busy_then
-                if decision.busy_then is not None
-                else float(decision.features.get("cpu", 1.0)) * decision.host_cores  # saved before busy_then was
-            )
+            if decision.busy_then is None:  # saved before busy_then was
+                decision.busy_then = float(decision.features.get("cpu", 1.0)) * decision.host_cores
             if decision.host_runtime is None:
                 self._awaiting.setdefault(decision.host, []).append(pending)
                 self._shared.add(decision.host)  # its runtime is not one alone
                 if decision.lent_until is None:  # the guest runs on it
                     self._lent_to[decision.guest] = pending
                     self._shared.add(decision.guest)
-                else:  # the guest's run ended (or was requeued) before the restart
-                    pending.until, pending.shared_busy = decision.lent_until, decision.shared_busy
-                    pending.shared_quota = decision.shared_quota or 0.0
                 continue
             known = self.baselines.expected((decision.app_class, decision.host_cores))
             if known is None:
