@@ -161,7 +161,6 @@ class _Stopped(Exception):
     """Why a walk to a data dir stopped (`why`), worded for a submission and for a launch."""
 
     def __init__(self, path: str, why: str, detail: str = "") -> None:
-        self.why = why
         self.submitted = {
             "relative": f"{path!r} is not an absolute path",
             "plain": f"{path!r} is not a plain absolute path: give it without '.' or '..' parts and"
