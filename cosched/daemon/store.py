@@ -385,7 +385,7 @@ class Store:
         return [_job_row(row) for row in rows]
 
     def charge(self, db: sqlite3.Connection, charged: Iterable[tuple[int, float, float, float]]) -> None:
-        """What the core told the queue policy a pass's jobs ran, (job id, CPUs, since, until)."""
+        """What a pass found its jobs ran, with what quota (`Scheduler.charged`: job id, CPUs, since, until)."""
         db.executemany(
             "INSERT INTO charges(job_id, cpus, since, until) VALUES (?, ?, ?, ?)",
             [row for row in charged if row[3] > row[2]],
