@@ -340,3 +340,21 @@ def test_charges_are_kept_alike_across_a_restart_whatever_the_queue_policy(tmp_p
     ]
     daemon.close()
     assert sorted(charged) == [(4.0, 1010.0, 1100.0), (8.0, 1000.0, 1010.0)]
+
+
+def test_a_walltime_kill_a_restart_collects_is_still_a_walltime_kill(tmp_path: Path) -> None:
+    """A job of walltime 100 is killed by the review at 1150; the daemon dies before a pass collects
+    the kill. The reason lived in memory only, so the restart read the exit as `exit code 137`."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, memory_mib=64, walltime=100))
+    daemon.schedule()
+    clock.t = 1150.0
+    daemon.review()
+    assert job in engine.exits  # killed, not yet collected
+    daemon.rebuild()
+    daemon.schedule()
+    ended = daemon.store.job(job)
+    assert (ended["state"], ended["reason"]) == ("failed", "walltime exceeded")
+    daemon.close()

@@ -20,6 +20,7 @@ from cosched.daemon.engine_calls import raise_failures
 from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
+    from cosched.daemon.docker_backend import Exit
     from cosched.daemon.service import Daemon
 
 MAX_LOST_RUNS = 3
@@ -83,15 +84,24 @@ def collect(daemon: Daemon, now: float) -> list[End]:
         if exit.code != 0 and job.id in daemon.requeue_asked:  # killed to run again (`cosched requeue`)
             ends.append(End(job, False, now, exit.code, daemon.requeue_asked[job.id], logs, container, lost=True))
             continue
-        if exit.code == 0:
-            reason = ""  # it finished before a kill took effect
-        else:
-            reason = daemon.kill_reason.get(job.id) or ("out of memory" if exit.oom else f"exit code {exit.code}")
+        # a code 0 finished before any kill took effect
+        reason = "" if exit.code == 0 else daemon.kill_reason.get(job.id) or _own_failure(job, exit)
         # never before its start: Docker stamps a container's start once runc's start returned,
         # and its end from the exit event, so a job that exits at once 'ends before it starts'
         at = max(exit.finished, job.start) if exit.finished > 0 else now
         ends.append(End(job, exit.code != 0, at, exit.code, reason, logs, container, cpu_seconds=exit.cpu_seconds))
     return sorted(ends, key=lambda end: end.at)
+
+
+def _own_failure(job: Job, exit: Exit) -> str:
+    """Why a run failed when no kill of ours is remembered. A kill's reason lives in memory, so a
+    walltime kill a crash left uncollected comes back as a plain SIGKILL: a run that lasted its
+    walltime is taken for that kill (one that failed on its own past it would have been killed)."""
+    if exit.oom:
+        return "out of memory"
+    if exit.finished > 0 and exit.finished >= job.start + job.walltime:
+        return "walltime exceeded"
+    return f"exit code {exit.code}"
 
 
 def _exit_and_logs(daemon: Daemon, container: str) -> tuple[Any, str]:
