@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import signal
 import socket
 import threading
 import tomllib
@@ -267,6 +268,82 @@ def test_a_second_daemon_on_one_state_directory_is_refused_in_one_line(tmp_path:
     again = hold_state_dir(state)  # the first one gone, its directory is free
     assert again is not None
     os.close(again)
+
+
+def test_a_user_who_can_read_the_state_directory_cannot_keep_the_daemon_from_starting() -> None:
+    """The lock was the directory itself, which any user who may read it can `flock`: one did, and
+    every start of the daemon after was refused as `in use by another cosched daemon`."""
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        missing("running a process as another uid needs root")
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        Path(top).chmod(0o755)
+        state = Path(top) / "state"
+        state.mkdir(mode=0o755)  # readable by all, as an operator may make it
+        holder = subprocess.Popen(  # flock(1) locks a directory as the daemon did, through O_RDONLY
+            ["flock", "--exclusive", str(state), "--command", "echo held; exec sleep 60"],
+            user=65534,
+            group=65534,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            held = hold_state_dir(state)
+            assert held is not None
+            os.close(held)
+        finally:
+            os.killpg(holder.pid, signal.SIGKILL)
+            holder.wait()
+        assert (state / "lock").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_state_directory_another_user_could_replace_is_refused(tmp_path: Path) -> None:
+    """A state directory another user made (`/tmp/cosched`) let them link `state.sqlite-wal` to a
+    host file, which the root daemon made 0600 (a link to /etc/passwd breaks every other user's
+    name lookup), or `mounts` to a host directory, where the daemon mounted a job's data dir; or
+    give it a state file of their own. The daemon refuses such a directory at its start."""
+    import tempfile
+
+    from cosched.daemon.sandbox import StagingMounts
+    from cosched.daemon.store import Store
+
+    if os.geteuid() != 0:
+        missing("giving a directory to another owner needs root")
+    owned = tmp_path / "theirs"
+    owned.mkdir()
+    os.chown(owned, 65534, 65534)
+    with pytest.raises(ConfigError, match=rf"^daemon.state_dir '{owned}': it is owned by uid 65534, who could"):
+        hold_state_dir(owned)
+    with tempfile.TemporaryDirectory(dir="/tmp") as top:
+        shared = Path(top) / "shared"
+        shared.mkdir()
+        shared.chmod(0o777)  # writable by all, not sticky
+        with pytest.raises(ConfigError, match=rf"^daemon.state_dir '{shared}/state': '{shared}' above it is writable"):
+            hold_state_dir(shared / "state")
+    # Behind the check, neither the state file's modes nor the staging mounts follow a link.
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o755)
+    (victim / "passwd").write_text("root:x:0:0\n")
+    (victim / "passwd").chmod(0o644)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.sqlite").touch(mode=0o600)
+    (state / "state.sqlite-wal").symlink_to(victim / "passwd")
+    with pytest.raises(ConfigError, match=r"state file .* is not usable"):
+        Store(state / "state.sqlite")
+    assert (victim / "passwd").stat().st_mode & 0o777 == 0o644
+    (state / "mounts").symlink_to(victim)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError, match="is not a directory of the daemon's own"):
+            StagingMounts(state / "mounts").pin(7, [fd])
+    finally:
+        os.close(fd)
+    assert victim.stat().st_mode & 0o777 == 0o755 and sorted(p.name for p in victim.iterdir()) == ["passwd"]
 
 
 def test_bind_on_a_free_port_listens() -> None:

@@ -28,6 +28,7 @@ from cosched.daemon import tls
 from cosched.daemon.api import create_app
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.http_protocol import guarded_protocol
+from cosched.daemon.sandbox import state_dir_problem
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 
@@ -58,10 +59,19 @@ def hold_state_dir(state_dir: Path) -> int | None:
     go when the process ends, however it ends). A second daemon on one state directory (another
     config, another port) adopted the first one's containers and recorded each job that ended
     under the other as failed, `container disappeared`: it is refused with one line instead.
-    None when the directory cannot be made or opened: the state file's own check names that."""
+
+    The lock is a file only the daemon's user may open: any user who could read the directory
+    could lock the directory itself and keep the daemon from starting again. A directory another
+    user could replace is refused first (`sandbox.state_dir_problem`). None when the directory
+    cannot be made or opened: the state file's own check names that."""
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    if problem := state_dir_problem(os.path.abspath(state_dir)):
+        raise ConfigError(f"daemon.state_dir {problem}")
+    try:
+        fd = os.open(state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError:
         return None
     try:

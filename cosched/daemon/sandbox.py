@@ -112,27 +112,48 @@ def root_problem(root: str) -> str:
     A data root must be an existing directory reached through no link, and no one but root may
     replace it or a directory above it: a data dir is judged by its path under the root, so a
     user who made a root (or its parent) a link to `/` made every host directory a data dir.
-    A directory above it writable by others must be sticky (as /tmp) with the next one root's.
     """
-    if not os.path.isabs(root) or root != os.path.normpath(root) or root.startswith("//"):
-        return f"{root!r} is not a plain absolute path"
-    if os.path.realpath(root) != root:
-        return f"{root!r} is or goes through a symlink: give its real path {os.path.realpath(root)!r}"
-    if not os.path.isdir(root):
-        return f"{root!r} is not an existing directory"
+    if problem := _link_problem(root):
+        return problem
     if root in _HOST_TREES:
         return f"{root!r} would make the host's own files data dirs"
-    parts = Path(root).parts
+    return replaceable_problem(root, frozenset({0}))
+
+
+def _link_problem(path: str) -> str:
+    if not os.path.isabs(path) or path != os.path.normpath(path) or path.startswith("//"):
+        return f"{path!r} is not a plain absolute path"
+    if os.path.realpath(path) != path:
+        return f"{path!r} is or goes through a symlink: give its real path {os.path.realpath(path)!r}"
+    if not os.path.isdir(path):
+        return f"{path!r} is not an existing directory"
+    return ""
+
+
+def state_dir_problem(path: str) -> str:
+    """'' if no one but the daemon's own user (or root) can replace the state directory or what
+    it holds, else why not. The daemon, root, writes its state file, locks and staging mounts
+    there: a directory another user made (`/tmp/cosched`) let them link those names to host files,
+    which the daemon then chmodded or mounted over, or hand it a state file of their own."""
+    return _link_problem(path) or replaceable_problem(path, frozenset({0, os.geteuid()}))
+
+
+def replaceable_problem(path: str, owners: frozenset[int]) -> str:
+    """'' if only `owners` can replace the directory `path` or one above it, else why not.
+
+    A directory above it writable by others must be sticky (as /tmp) with the next one an owner's.
+    """
+    parts = Path(path).parts
     for depth in range(1, len(parts) + 1):
         here, below = Path(*parts[:depth]), Path(*parts[: depth + 1])
         info = os.stat(here)
         where = "it" if depth == len(parts) else f"{str(here)!r} above it"
-        if info.st_uid != 0:  # its owner could replace it, or mount something of theirs over it
-            return f"{root!r}: {where} is owned by uid {info.st_uid}, who could replace it"
+        if info.st_uid not in owners:  # its owner could replace it, or mount something of theirs over it
+            return f"{path!r}: {where} is owned by uid {info.st_uid}, who could replace it"
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (
-            info.st_mode & stat.S_ISVTX and (depth == len(parts) or os.lstat(below).st_uid == 0)
+            info.st_mode & stat.S_ISVTX and (depth == len(parts) or os.lstat(below).st_uid in owners)
         ):
-            return f"{root!r}: {where} is writable by others, who could replace what lies in it"
+            return f"{path!r}: {where} is writable by others, who could replace what lies in it"
     return ""
 
 
@@ -296,6 +317,9 @@ class StagingMounts:
         self.release(job_id)
         folder = self.root / str(job_id)
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(self.root)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():  # mounts never land elsewhere
+            raise OSError(errno.EPERM, f"{self.root} is not a directory of the daemon's own")
         os.chmod(self.root, 0o700)
         folder.mkdir(mode=0o700)
         staged = []

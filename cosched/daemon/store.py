@@ -164,8 +164,12 @@ class Store:
             self.path.with_name(self.path.name + "-shm"),
         ):
             with suppress(FileNotFoundError):
-                if os.stat(path).st_mode & 0o077:
-                    os.chmod(path, 0o600)
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # a link's target is not ours
+                try:
+                    if os.fstat(fd).st_mode & 0o077:
+                        os.fchmod(fd, 0o600)
+                finally:
+                    os.close(fd)
 
     def _upgrade(self, charged: bool) -> None:
         """Bring a state file from an older daemon up to this schema, in place, keeping every row.
