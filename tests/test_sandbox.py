@@ -36,6 +36,9 @@ from cosched.errors import ConfigError
 from workloads.images import busybox_image
 from workloads.real import make_data_dir
 
+PROXY = "http://svc-cosched:S3cret@proxy.example:3128"
+"""The daemon's engine client's proxy: its credentials are the site's, never a job's."""
+
 
 @pytest.fixture(scope="module")
 def image() -> str:
@@ -46,10 +49,14 @@ def image() -> str:
 def daemon(tmp_path_factory: pytest.TempPathFactory, image: str):
     """No co-scheduling, so a queued job stays queued until the cores are free."""
     client = require_engine()
+    root = tmp_path_factory.mktemp("sandbox")
+    (root / "docker-client").mkdir()  # the engine client's own config, with a proxy, as on many sites
+    (root / "docker-client" / "config.json").write_text(f'{{"proxies": {{"default": {{"httpProxy": "{PROXY}"}}}}}}')
     process = DaemonProcess(
-        tmp_path_factory.mktemp("sandbox"),
+        root,
         docker="pids_limit = 64\nlog_max_mib = 1",
         extra='[policies]\ncosched = "none"\n',
+        env={**os.environ, "DOCKER_CONFIG": str(root / "docker-client")},
     )
     process.start()
     process.image = image
@@ -463,6 +470,47 @@ def test_an_images_own_volumes_are_memory_not_the_engines_disk(daemon: DaemonPro
     assert job["state"] == "done", job
     assert (data / "mount").read_text().split()[2] == "tmpfs"
     assert {volume.name for volume in client.volumes.list()} == before
+
+
+def test_the_engine_clients_proxy_and_an_images_healthcheck_stay_out_of_the_job(daemon: DaemonProcess) -> None:
+    """The SDK copied the daemon's own Docker client proxies (credentials and all) into every job's
+    environment; and an image's HEALTHCHECK, every millisecond, had the engine run probes outside
+    the job's cgroup, slowing every launch (a helper's audit: 4 such jobs, launches 0.3 s to 0.9 s)."""
+    client = require_engine()
+    probe = {"Test": ["CMD", "true"], "Interval": 10_000_000}  # nanoseconds
+    image = _image_with(client, daemon.image, "cosched/healthcheck-test", conf={"Healthcheck": probe})
+    data = make_data_dir(daemon.root / "proxy")
+    job_id = daemon.submit(
+        image=image, command=sh(f"env > {data}/env; sleep 3"), cores=1, walltime=60, data_dirs=[str(data)]
+    )
+    daemon.wait_running(job_id)
+    (container,) = client.containers.list(filters={"label": f"{LABEL_JOB}={job_id}"})
+    time.sleep(0.5)
+    container.reload()
+    assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
+    assert "Health" not in container.attrs["State"] or container.attrs["State"]["Health"] is None
+    assert daemon.wait_final([job_id], 60)[job_id]["state"] == "done"
+    environment = (data / "env").read_text()
+    assert "S3cret" not in environment and "proxy" not in environment.lower(), environment
+
+
+def test_an_images_workdir_inside_a_data_dir_is_refused_and_nothing_is_made_there(daemon: DaemonProcess) -> None:
+    """runc makes a missing WORKDIR as root after the mounts: a job's link in its data dir
+    (`work -> ../bob/results`) had root-owned directories made in another user's data dir."""
+    client = require_engine()
+    data = make_data_dir(daemon.root / "workdir")
+    image = f"cosched/workdir-test:{daemon.root.name}"
+    container = client.containers.create(daemon.image, ["true"])
+    try:
+        container.commit(*image.split(":"), conf={"WorkingDir": f"{data}/work/sub"})
+    finally:
+        container.remove(force=True)
+    try:
+        job = run(daemon, "pwd", image=image, data_dirs=[str(data)])
+    finally:
+        client.images.remove(image, force=True)
+    assert job["state"] == "failed" and f"has WORKDIR '{data}/work/sub' inside data dir '{data}'" in job["reason"]
+    assert not (data / "work").exists()
 
 
 def _image_with_a_volume(client: Any, base: str, path: str) -> str:

@@ -294,8 +294,10 @@ class DockerBackend:
         bound = {mount["Target"] for mount in mounts}
         try:
             try:
-                declared = self.client.api.inspect_image(spec["image"])["Config"].get("Volumes") or {}
+                image = self.client.api.inspect_image(spec["image"])["Config"]
+                declared = image.get("Volumes") or {}
                 _refuse_volumes_in_data_dirs(spec["image"], declared, bound)
+                workdir = _workdir_outside_data_dirs(spec["image"], image.get("WorkingDir") or "/", bound)
                 container = self.client.containers.create(
                     spec["image"],
                     spec["command"],
@@ -324,6 +326,9 @@ class DockerBackend:
                     network_mode="none",
                     read_only=True,
                     tmpfs=scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
+                    working_dir=workdir,  # the one checked, whatever the image is by the create
+                    healthcheck={"test": ["NONE"]},  # an image's probe every millisecond loads the engine, not the job
+                    use_config_proxy=False,  # the SDK copies the engine client's proxies, credentials and all, into env
                     detach=True,
                 )
             except docker.errors.ImageNotFound:
@@ -596,13 +601,30 @@ def _refuse_volumes_in_data_dirs(image: str, declared: Iterable[str], bound: set
     """A VOLUME of the image inside a data dir gets a tmpfs whose target the runtime resolves
     through that data dir, files the job's user can change while it sets the container up (the
     redirect `sandbox.nesting_problem` keeps data dirs from): refused, with both named."""
-    for volume in map(Path, map(os.path.normpath, declared)):
-        inside = next((data for data in map(Path, bound) if data in volume.parents), None)
-        if inside is not None:
+    for volume in declared:
+        if (inside := _data_dir_holding(volume, bound)) is not None:
             raise LaunchRefused(
-                f"image {image!r} declares VOLUME {str(volume)!r} inside data dir {str(inside)!r}: "
+                f"image {image!r} declares VOLUME {os.path.normpath(volume)!r} inside data dir {inside!r}: "
                 "give a data dir that does not hold it"
             )
+
+
+def _workdir_outside_data_dirs(image: str, workdir: str, bound: set[str]) -> str:
+    """The image's WORKDIR, refused inside a data dir: runc makes a missing one, as root with every
+    capability, after the mounts, so a job's link in its data dir (`work -> ../bob/results`) had
+    root-owned directories made in another user's data dir."""
+    if (inside := _data_dir_holding(workdir, bound)) is not None:
+        raise LaunchRefused(
+            f"image {image!r} has WORKDIR {os.path.normpath(workdir)!r} inside data dir {inside!r}: "
+            "give a data dir that does not hold it"
+        )
+    return workdir
+
+
+def _data_dir_holding(path: str, bound: set[str]) -> str | None:
+    """The data dir (a mount target) strictly above `path` in the container, if any."""
+    parents = Path(os.path.normpath(path)).parents
+    return next((data for data in bound if Path(data) in parents), None)
 
 
 def _refuse_volumes(container: Any, image: str) -> None:
