@@ -83,7 +83,9 @@ def test_oversized_headers_get_431(port: int) -> None:
         assert answer_of(sock, 0.4).startswith(b"HTTP/1.1 431")  # at once, not at the header timeout
 
 
-def test_connections_beyond_the_cap_get_503(port: int) -> None:
+def test_connections_beyond_the_cap_close_those_that_waited_longest(port: int) -> None:
+    """Of 20 silent connections to a cap of 8, each newcomer closes the one that waited longest
+    (503): the last 8 stay until their headers time out (408)."""
     sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
     try:
         answers = [answer_of(sock) for sock in sockets]
@@ -91,5 +93,20 @@ def test_connections_beyond_the_cap_get_503(port: int) -> None:
         for sock in sockets:
             sock.close()
     statuses = [a[9:12] for a in answers]
-    assert statuses.count(b"503") == 20 - 8, statuses
-    assert statuses.count(b"408") == 8, statuses
+    assert statuses == [b"503"] * (20 - 8) + [b"408"] * 8, statuses
+
+
+def test_silent_connections_holding_every_place_do_not_keep_a_request_out(port: int) -> None:
+    """Any local user could hold all `max_connections` places with sockets that send nothing,
+    reopened as each closed: every request of the operator got 503. A newcomer now takes the place
+    of the connection that waited longest without a request; one serving a request keeps its own."""
+    silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    try:
+        time.sleep(0.1)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert answer_of(sock).startswith(b"HTTP/1.1 200")
+        assert answer_of(silent[0], 1.0).startswith(b"HTTP/1.1 503")
+    finally:
+        for sock in silent:
+            sock.close()
