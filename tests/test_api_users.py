@@ -273,6 +273,11 @@ def test_tokens_name_posix_users_and_keys_are_private(tmp_path: Path) -> None:
     link.symlink_to(short)
     with pytest.raises(ConfigError, match="cannot open"):
         load_key(link)
+    if os.geteuid() == 0:  # a key another user owns, 0600: they read it, and mint an operator's token
+        path.chmod(0o600)
+        os.chown(path, 65534, 65534)
+        with pytest.raises(ConfigError, match=r"is owned by uid 65534, who can read it; chown 0 it, chmod 600 it"):
+            load_key(path)
     with pytest.raises(ConfigError, match=r"cannot open .*missing.*cosched token USER --key-file"):
         load_key(tmp_path / "missing")
     with pytest.raises(ConfigError, match=r"api\.operators: 'Root' is not a POSIX user name"):

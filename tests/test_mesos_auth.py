@@ -70,12 +70,22 @@ def test_the_daemon_authenticates_as_its_principal_and_runs_a_job(cluster: Clust
         finish(cluster, daemon)
 
 
-def test_an_unreadable_or_empty_secret_file_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"mesos\.secret_file: cannot read .*: No such file"):
+def test_an_unreadable_empty_or_shared_secret_file_is_one_line(tmp_path: Path) -> None:
+    """A secret others may read was accepted: with it and the framework's id, a local user could
+    subscribe as this framework and launch tasks as `mesos.user` on every agent."""
+    with pytest.raises(ConfigError, match=r"mesos\.secret_file: cannot open .*: No such file"):
         read_secret(str(tmp_path / "absent"))
     (tmp_path / "empty").write_text("\n")
+    (tmp_path / "empty").chmod(0o600)
     with pytest.raises(ConfigError, match=r"mesos\.secret_file: .* is empty"):
         read_secret(str(tmp_path / "empty"))
+    shared = tmp_path / "shared"
+    shared.write_text(SECRET + "\n")
+    shared.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"mesos\.secret_file: .* readable or writable by others \(mode 0644\)"):
+        read_secret(str(shared))
+    shared.chmod(0o600)
+    assert read_secret(str(shared)) == SECRET
 
 
 @pytest.mark.parametrize("keys", [{"principal": PRINCIPAL}, {"secret_file": "/etc/cosched/mesos.secret"}])

@@ -60,26 +60,38 @@ def check_user_name(name: str) -> str:
 
 def load_key(path: Path) -> bytes:
     """The signing key, refused if anyone but its owner could read it (a leaked key mints any user)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError as exc:
-        hint = " (make it with `cosched token USER --key-file FILE`)" if isinstance(exc, FileNotFoundError) else ""
-        raise ConfigError(f"config key api.key_file: cannot open {path}: {exc.strerror}{hint}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory naming only the descriptor
-        os.close(fd)
-        raise ConfigError(f"config key api.key_file: {path} is not a regular file")
-    with os.fdopen(fd, "rb") as file:
-        refuse_shared(info, path, "api.key_file")
-        key = file.read(4096)
+    hint = " (make it with `cosched token USER --key-file FILE`)"
+    key = read_secret_file(path, "api.key_file", missing_hint=hint)
     if len(key) < KEY_BYTES:
         raise ConfigError(f"config key api.key_file: {path} holds {len(key)} bytes, at least {KEY_BYTES} are needed")
     return key
 
 
+def read_secret_file(path: Path, key: str, missing_hint: str = "") -> bytes:
+    """A secret file's first 4 KiB, read through no link and refused as `refuse_shared` says."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        hint = missing_hint if isinstance(exc, FileNotFoundError) else ""
+        raise ConfigError(f"config key {key}: cannot open {path}: {exc.strerror}{hint}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a directory naming only the descriptor
+        os.close(fd)
+        raise ConfigError(f"config key {key}: {path} is not a regular file")
+    with os.fdopen(fd, "rb") as file:
+        refuse_shared(info, path, key)
+        return file.read(4096)
+
+
 def refuse_shared(info: os.stat_result, path: Path, key: str) -> None:
-    """A secret file (a signing key, a TLS private key) anyone but its owner may read or write is
+    """A secret file (a signing key, a TLS private key, the Mesos framework's secret) anyone but
+    the daemon's user may read or write, or that another user owns (and so may read, or chmod), is
     refused: whoever reads it can pass for the daemon or mint any user."""
+    if info.st_uid != os.geteuid():
+        raise ConfigError(
+            f"config key {key}: {path} is owned by uid {info.st_uid}, who can read it; "
+            f"chown {os.geteuid()} it, chmod 600 it"
+        )
     if info.st_mode & 0o077:
         raise ConfigError(
             f"config key {key}: {path} is readable or writable by others "

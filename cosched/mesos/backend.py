@@ -56,6 +56,7 @@ from cosched.daemon.docker_backend import (
     RunLost,
     Sample,
 )
+from cosched.daemon.identity import read_secret_file
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs, shares
 from cosched.mesos.carve import carve
@@ -123,12 +124,12 @@ class MesosSettings:
 
 def read_secret(path: str) -> str:
     """The framework's secret from its file (the whole file, less a final newline): a file, not the
-    config, so that the config can be readable by all and the secret by root alone."""
+    config, so that the config can be readable by all and the secret by the daemon's user alone
+    (`identity.read_secret_file`: with it, a local user could subscribe as this framework)."""
     try:
-        secret = Path(path).read_text(encoding="utf-8").rstrip("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise ConfigError(f"config key mesos.secret_file: cannot read {path}: {reason}") from None
+        secret = read_secret_file(Path(path), "mesos.secret_file").decode("utf-8").rstrip("\n")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config key mesos.secret_file: cannot read {path}: {exc}") from None
     if not secret:
         raise ConfigError(f"config key mesos.secret_file: {path} is empty")
     return secret
