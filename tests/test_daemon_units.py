@@ -1112,6 +1112,10 @@ def test_the_shipped_configs_are_the_defaults_and_a_valid_mesos_example() -> Non
     deploy = Path(__file__).resolve().parents[1] / "deploy"
     shipped = load_config(deploy / "cosched.toml")
     defaults = DaemonConfig()
+    listed = tomllib.loads((deploy / "cosched.toml").read_text())
+    for section in dataclasses.fields(DaemonConfig):  # every key, not only those whose value differs
+        keys = {key.name for key in dataclasses.fields(getattr(defaults, section.name))}
+        assert set(listed.get(section.name, {})) == keys, section.name
     for section in dataclasses.fields(DaemonConfig):
         if section.name == "daemon":
             continue  # its state_dir default depends on who runs it
