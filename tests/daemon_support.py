@@ -148,13 +148,15 @@ class DaemonProcess:
             for container in client.containers.list(all=True, filters=ours, ignore_removed=True):
                 container.remove(force=True)
 
-    def cli(self, *args: str) -> str:
-        """What `cosched ARGS --url` (this daemon's) prints; it must succeed."""
+    def cli(self, *args: str, token: str | None = None) -> str:
+        """What `cosched ARGS --url` (this daemon's) prints, with `token` in $COSCHED_TOKEN; it must succeed."""
+        env = {**os.environ, "COSCHED_TOKEN": token} if token is not None else None
         done = subprocess.run(
             [sys.executable, "-m", "cosched.cli", *args, "--url", self.client.url],
             capture_output=True,
             text=True,
             timeout=30,
+            env=env,
         )
         assert done.returncode == 0, done.stderr
         return done.stdout

@@ -206,6 +206,46 @@ def test_an_answer_that_is_not_json_is_one_line() -> None:
         server.server_close()
 
 
+def test_a_redirect_is_refused_and_the_token_goes_nowhere_else() -> None:
+    """urllib followed a redirect with the Authorization header: a 307 from the daemon's URL to
+    another server delivered the token to it (a helper's audit)."""
+    seen: list[str | None] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirect(Elsewhere):
+        def do_GET(self) -> None:
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{other.server_port}/v1/queue")
+            self.end_headers()
+
+    first = http.server.HTTPServer(("127.0.0.1", 0), Redirect)
+    threads = [threading.Thread(target=server.handle_request, daemon=True) for server in (first, other)]
+    for thread in threads:
+        thread.start()
+    try:
+        with pytest.raises(ApiError, match=r"answered /v1/queue with a redirect \(HTTP 307\) to 'http://127.0.0.1:"):
+            Client(f"http://127.0.0.1:{first.server_port}", "SECRET-TOKEN", timeout=10).call("GET", "/v1/queue")
+    finally:
+        with socket.create_connection(("127.0.0.1", other.server_port)):
+            pass  # lets `other` stop waiting for a request
+        for thread in threads:
+            thread.join(10)
+        first.server_close()
+        other.server_close()
+    assert "Bearer SECRET-TOKEN" not in seen
+
+
 def test_a_workflow_file_with_a_toml_date_names_where() -> None:
     document = tomllib.loads('[workflow]\nname = "w"\n[[stage]]\nname = "a"\nwalltime = 07:32:00\n')
     with pytest.raises(ConfigError, match=r"stages\[0\]\.walltime is a TOML date or time; give seconds"):

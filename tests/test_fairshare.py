@@ -240,7 +240,7 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         time.sleep(0.3)
         bobs = submit("bob", 1)
         # `cosched queue` meanwhile, as sprio: Bob's job first, with the higher priority.
-        header, _, *queued = [line.split() for line in daemon.cli("queue", "--token", "operator-token").splitlines()]
+        header, _, *queued = [line.split() for line in daemon.cli("queue", token="operator-token").splitlines()]
         assert header[:5] == ["JOBID", "NAME", "USER", "STATE", "PRIORITY"]  # every job is named "job"
         pending = [(int(row[0]), int(row[4])) for row in queued if row[3] == "PENDING"]
         assert [job for job, _ in pending] == [bobs, alices] and pending[0][1] > pending[1][1], queued
@@ -259,7 +259,7 @@ def test_a_restarted_daemon_still_counts_what_users_ran(tmp_path: Path) -> None:
         assert rows[0]["fairshare"] < rows[1]["fairshare"] < rows[2]["fairshare"] < 1
         assert sum(r["effective_usage"] for r in rows) == pytest.approx(1.0)
         assert not any(name.startswith("cosched_user_cores") for name in metrics(daemon))  # nothing runs
-        header = daemon.cli("shares", "--token", "operator-token").splitlines()[0].split()
+        header = daemon.cli("shares", token="operator-token").splitlines()[0].split()
         assert header[:4] == ["USER", "USAGE_CORE_H", "EFFECTV_USAGE", "FAIRSHARE"]
     finally:
         daemon.cleanup(engine)

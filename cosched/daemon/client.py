@@ -33,13 +33,14 @@ class Client:
         self.url = _checked_url((url or os.environ.get("COSCHED_URL") or DEFAULT_URL).rstrip("/"))
         self.token = token if token is not None else os.environ.get("COSCHED_TOKEN", "")
         if not _TOKEN.fullmatch(self.token):
-            raise ApiError("the token (--token or $COSCHED_TOKEN) has characters an HTTP header cannot carry")
+            raise ApiError("the token ($COSCHED_TOKEN) has characters an HTTP header cannot carry")
         self.timeout = timeout
         ca_file = ca_file or os.environ.get("COSCHED_CA_FILE") or None
         try:
             self.context = ssl.create_default_context(cafile=ca_file) if self.url.startswith("https:") else None
         except (OSError, ssl.SSLError) as exc:
             raise ApiError(f"cannot use the CA file {ca_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        self._opener = urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=self.context))
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -50,9 +51,14 @@ class Client:
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self.context) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 answer = response.read()
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise ApiError(
+                    f"{self.url} answered {path} with a redirect (HTTP {exc.code}) to {exc.headers.get('location')!r}:"
+                    " the token is never sent on; give the daemon's own URL"
+                ) from None
             try:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
@@ -65,6 +71,14 @@ class Client:
             return json.loads(answer or b"null")
         except ValueError:
             raise ApiError(f"{self.url} answered {path} with other than JSON: is it the cosched daemon?") from None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error, not followed: urllib sends the Authorization header on to wherever
+    it leads, another host or plain HTTP (a helper's audit: the token reached a second server)."""
+
+    def redirect_request(self, *args: Any) -> None:
+        return None
 
 
 _TOKEN = re.compile(r"[\x21-\x7e]*")

@@ -56,7 +56,6 @@ def _reads_answers(handler: Handler) -> Handler:
 def add_commands(commands: Any, parser_class: type) -> None:
     def common(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--url", help="daemon API (default: $COSCHED_URL or http://127.0.0.1:6817)")
-        parser.add_argument("--token", help="API token (default: $COSCHED_TOKEN)")
         parser.add_argument("--json", action="store_true", help="print the API's JSON answer")
         parser.add_argument("--ca-file", help="CA certificates of an https daemon (default: $COSCHED_CA_FILE)")
 
@@ -233,14 +232,14 @@ def add_commands(commands: Any, parser_class: type) -> None:
 
 def add_explain_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", help="daemon API (without --log)")
-    parser.add_argument("--token")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ca-file", help="CA certificates of an https daemon (default: $COSCHED_CA_FILE)")
 
 
 def _client(args: argparse.Namespace) -> Client:
+    """The token comes from $COSCHED_TOKEN only: any user of the host reads a command line (ps)."""
     kind = Client if args.json else _ForPeople
-    return kind(args.url, args.token, ca_file=args.ca_file)
+    return kind(args.url, ca_file=args.ca_file)
 
 
 class _ForPeople(Client):
