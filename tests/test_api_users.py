@@ -119,6 +119,30 @@ def test_a_user_cancels_their_own_jobs_and_an_operator_anyones(
     assert [daemon.store.job(i)["cancel"] for i in (first, second, third)] == [1, 1, 1]  # type: ignore[index]
 
 
+def test_an_operators_hold_only_an_operator_releases(
+    client: TestClient, daemon: Daemon, key_file: Path, image: str
+) -> None:
+    """Slurm's JobHeldAdmin: an operator held alice's job (before maintenance, say) and alice
+    released it herself. Her own hold stays hers to lift; an operator's hold on it is the operator's."""
+    alice, ops = as_user(key_file, "alice"), as_user(key_file, "ops")
+    job_id = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
+    assert client.post(f"/v1/jobs/{job_id}/hold", headers=alice).status_code == 200
+    assert client.get(f"/v1/jobs/{job_id}", headers=alice).json()["reason"] == "JobHeldUser"
+    assert client.post(f"/v1/jobs/{job_id}/release", headers=alice).status_code == 200
+    assert client.post(f"/v1/jobs/{job_id}/hold", headers=ops).status_code == 200
+    assert client.post(f"/v1/jobs/{job_id}/hold", headers=alice).status_code == 200  # no downgrade
+    assert client.get(f"/v1/jobs/{job_id}", headers=alice).json()["reason"] == "JobHeldAdmin"
+    refused = client.post(f"/v1/jobs/{job_id}/release", headers=alice)
+    assert (refused.status_code, refused.json()["error"]) == (
+        403,
+        f"job {job_id} is held by an operator: only an operator may release it",
+    )
+    assert daemon.store.job(job_id)["held"]  # type: ignore[index]
+    assert client.post(f"/v1/jobs/{job_id}/release", headers=ops).status_code == 200
+    assert not daemon.store.job(job_id)["held"]  # type: ignore[index]
+    assert [type(e).__name__ for e in daemon.inbox][1:] == ["JobHeld", "JobReleased", "JobHeld", "JobReleased"]
+
+
 def test_a_job_with_no_user_is_an_operators_to_cancel(client: TestClient, key_file: Path, image: str) -> None:
     shared = {"authorization": f"Bearer {SHARED}"}
     job_id = client.post("/v1/jobs", json=job(image), headers=shared).json()["id"]
@@ -177,6 +201,8 @@ def test_private_data_shows_each_user_their_own_and_operators_everything(
                 f"after: job {hers}: belongs to another user; api.private_data shows each user their own only"
             )
             assert len(daemon.store.jobs()) == 3  # the workflow's first stage among them; nothing refused stored
+            refused = client.delete(f"/v1/jobs/{hers}", headers=bob)  # names no owner either
+            assert refused.json()["error"] == f"job {hers}: belongs to another user; bob may cancel only their own jobs"
     finally:
         daemon.store.close()
     with pytest.raises(ConfigError, match=r"api.private_data: needs per-user tokens \(api.key_file\)"):

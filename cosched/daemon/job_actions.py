@@ -28,7 +28,7 @@ def cancel(daemon: Daemon, job_id: int, caller: Caller = ANONYMOUS) -> str:
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    _check_owner(record, caller, "cancel")
+    _check_owner(daemon, record, caller, "cancel")
     if record["state"] in ("pending", "launching", "running"):
         with daemon.store.transaction() as db:
             daemon.store.update_job(db, job_id, cancel=1, requeue=None)
@@ -46,23 +46,32 @@ class NotPending(CoschedError):
     that ended; a requeue of one that is not running."""
 
 
+USER_HOLD, OPERATOR_HOLD = 1, 2
+"""The `held` column: a hold its owner may lift, or an operator's (Slurm's JobHeldUser, JobHeldAdmin)."""
+
+
 def hold(daemon: Daemon, job_id: int, caller: Caller, held: bool) -> str:
     """Hold (`held`) or release a pending job, as `scontrol hold/release`; its state ('' if there is
-    no such job). Its owner or an operator only. The hold is in the state file: a restarted daemon
-    keeps the job held."""
+    no such job). Its owner or an operator only; an operator's hold on another user's job only an
+    operator lifts (an operator holding jobs before maintenance saw their owner release them). The hold is
+    in the state file: a restarted daemon keeps the job held."""
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    _check_owner(record, caller, "hold" if held else "release")
+    _check_owner(daemon, record, caller, "hold" if held else "release")
     if record["state"] != "pending" or record["cancel"]:
         raise NotPending(f"job {job_id} is {record['state']}: only a pending job can be held or released")
     if not held and not record["held"]:
         raise NotPending(f"job {job_id} is not held")
-    if bool(record["held"]) != held:
+    if not held and record["held"] == OPERATOR_HOLD and not caller.operator:
+        raise Forbidden(f"job {job_id} is held by an operator: only an operator may release it")
+    by_operator = caller.operator and record["user"] != caller.user  # on their own jobs, operators are users
+    kind = (OPERATOR_HOLD if by_operator else max(USER_HOLD, record["held"])) if held else 0
+    if kind != record["held"]:
         with daemon.lock:  # beside `dependencies.settle`, which releases only jobs the user does not hold
             with daemon.store.transaction() as db:
-                daemon.store.update_job(db, job_id, held=int(held))
-            if held or job_id not in daemon.waiting:
+                daemon.store.update_job(db, job_id, held=kind)
+            if bool(kind) != bool(record["held"]) and (held or job_id not in daemon.waiting):
                 daemon.inbox.append(JobHeld(job_id) if held else JobReleased(job_id))
         journal.hold_asked(job_id, held, caller.user)
     return str(record["state"])
@@ -77,7 +86,7 @@ def requeue(daemon: Daemon, job_id: int, caller: Caller) -> str:
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    _check_owner(record, caller, "requeue")
+    _check_owner(daemon, record, caller, "requeue")
     if record["state"] not in ("launching", "running") or record["cancel"]:
         raise NotPending(f"job {job_id} is {record['state']}: only a running job can be requeued")
     reason = f"requeued by {caller.user or 'an operator'}"
@@ -98,7 +107,7 @@ def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller
     record = daemon.store.job(job_id)
     if record is None:
         return ""
-    _check_owner(record, caller, "update")
+    _check_owner(daemon, record, caller, "update")
     if record["state"] not in ("pending", "launching", "running") or record["cancel"]:
         raise NotPending(f"job {job_id} is {record['state']}: only a queued or running job's walltime can change")
     before = float(record["spec"]["walltime"])
@@ -115,9 +124,11 @@ def update_walltime(daemon: Daemon, job_id: int, walltime: float, caller: Caller
     return str(record["state"])
 
 
-def _check_owner(record: dict[str, Any], caller: Caller, verb: str) -> None:
+def _check_owner(daemon: Daemon, record: dict[str, Any], caller: Caller, verb: str) -> None:
     """Forbidden unless `caller` owns the job or is an operator, as Slurm allows: a user's token
-    must not act on another user's jobs."""
+    must not act on another user's jobs. Under `api.private_data` the refusal names no owner."""
     if not (caller.operator or record["user"] == caller.user):
         owner = record["user"] or "no user (submitted without a user token)"
+        if daemon.config.api.private_data:
+            owner = "another user"
         raise Forbidden(f"job {record['id']}: belongs to {owner}; {caller.user} may {verb} only their own jobs")

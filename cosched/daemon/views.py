@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cosched.core.view import SchedulerView
 from cosched.daemon import drain, submissions, workflow_stages
 from cosched.daemon import nodes as machines
+from cosched.daemon.job_actions import OPERATOR_HOLD
 from cosched.model import Job, JobState
 from cosched.policies.fairshare import FairShare, fairshare_factors
 
@@ -144,9 +145,15 @@ def _held_reason(daemon: Daemon, job: Job) -> str:
         return "Dependency"
     if not daemon.core.is_held(job.id):
         return begins_at(job.begin)
-    if daemon.specs.get(job.id, {}).get("after") and not (daemon.store.job(job.id) or {}).get("held"):
+    held = int((daemon.store.job(job.id) or {}).get("held") or 0)
+    if daemon.specs.get(job.id, {}).get("after") and not held:
         return "Dependency"
-    return "JobHeldUser"
+    return hold_reason(held)
+
+
+def hold_reason(held: int) -> str:
+    """Slurm's word for a hold: its owner's, or an operator's (which only an operator lifts)."""
+    return "JobHeldAdmin" if held == OPERATOR_HOLD else "JobHeldUser"
 
 
 def begins_at(stamp: float) -> str:
@@ -195,7 +202,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
     if record["state"] == "pending" and job_id in daemon.waiting:
         status["reason"] = "Dependency"
     elif record["state"] == "pending" and record["held"]:
-        status["reason"] = "JobHeldUser"
+        status["reason"] = hold_reason(record["held"])
     elif record["state"] == "pending" and spec.get("begin") is not None and spec["begin"] > daemon.clock():
         status["reason"] = begins_at(spec["begin"])
     elif record["state"] == "pending":  # in the queue: why it waits and when it may start, as `cosched queue` says
