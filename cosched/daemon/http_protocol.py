@@ -65,19 +65,20 @@ class GuardedProtocol(HttpToolsProtocol):
             self._handshake(transport)
             return
         super().connection_made(transport)
-        if not self._idle_since:
+        if self.tls is None:  # over TLS it took its place at its accept (`_handshake`)
             self._idle_since = time.monotonic()
-        if not self._room():
-            self._refuse(_status(503, "Service Unavailable"))
-            return
+            if not self._room():
+                self._refuse(_status(503, "Service Unavailable"))
+                return
         self._arm()
 
     def _room(self) -> bool:
         """Whether this connection may stay: under the cap, or once the longest-waiting connection
         without a request in progress is closed for it (False: every other one serves a request)."""
-        if len(self.connections) <= self.max_connections:
+        counted = [c for c in self.connections if isinstance(c, GuardedProtocol) and not c._refused]  # not closing
+        if len(counted) <= self.max_connections:
             return True
-        waiting = [c for c in self.connections if c is not self and isinstance(c, GuardedProtocol) and c._waiting()]
+        waiting = [c for c in counted if c is not self and c._waiting()]
         if not waiting:
             return False
         min(waiting, key=lambda c: c._idle_since)._make_way()
