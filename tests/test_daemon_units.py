@@ -979,6 +979,31 @@ def test_a_refused_data_dir_says_nothing_of_what_lies_past_a_directory_its_submi
 # -- the queue view ----------------------------------------------------------------
 
 
+def test_the_blocked_head_shows_its_expected_start_while_the_cluster_is_full(tmp_path: Path) -> None:
+    """EASY reserves only when a pass asks it for a plan, which needs a free core and a job to
+    backfill: with the cluster full `cosched queue` and `status` showed no expected start for the
+    head, the usual case (a helper's walkthrough). Now the head's is EASY's shadow time."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    clock = Clock()
+    daemon = clocked_daemon(tmp_path, clock, FakeEngine(clock), cores=2)
+    spec = {"image": "x", "command": ["true"], "memory_mib": 64}
+    busy = daemon.submit_job(JobSpec(**spec, cores=2, walltime=100))
+    daemon.schedule()
+    clock.t = 1010.0
+    head = daemon.submit_job(JobSpec(**spec, cores=1, walltime=50))
+    behind = daemon.submit_job(JobSpec(**spec, cores=2, walltime=50))
+    daemon.schedule()
+    rows = {row["id"]: row for row in views.queue(daemon)}
+    assert rows[busy]["state"] == "running"
+    assert (rows[head]["reason"], rows[head]["start"]) == ("Resources", 1100.0)
+    assert (rows[behind]["reason"], rows[behind]["start"]) == ("Priority", None)
+    assert views.job_status(daemon, head)["expected_start"] == 1100.0  # type: ignore[index]
+    daemon.close()
+
+
 def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     """`cosched queue` lists pending jobs in the queue policy's order (WFP3 here, not arrival)
     and shows the start the core's backfill policy reserved, not a second scheduler's guess."""

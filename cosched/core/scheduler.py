@@ -228,6 +228,11 @@ class Scheduler:
             return Decision(actions, reservations, min(self._next_window if self.queue else math.inf, wake))
         return Decision(actions, reservations, wake)
 
+    @property
+    def withheld(self) -> Mapping[int, int]:
+        """Running jobs' units their ends will not give back (`withhold`), read-only."""
+        return MappingProxyType(self._withheld)
+
     def view(self, now: float) -> SchedulerView:
         """The policies' view of the state at `now` (queue in policy order).
 

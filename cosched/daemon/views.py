@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 def queue(daemon: Daemon) -> list[dict[str, Any]]:
     """Pending and running jobs: pending ones in the order the queue policy serves them,
     with Slurm's reason (Resources for the head, Priority behind it) and the start the
-    backfill policy reserved at the last pass, where it reserved one (EASY reserves for
-    the head only and not while no core is free; conservative for every job, on arrival).
+    backfill policy reserved at the last pass, where it reserved one (conservative for every
+    job, on arrival; EASY for the head, also between the passes that ask it for no plan:
+    `_promised_to_head`).
 
     No second scheduler estimates starts here: what is shown is what the core planned."""
     now = daemon.clock()
@@ -54,7 +55,10 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         capped = "" if reason or limit is None else limit.blocking(job)  # out of the pass: not the head
         reason = reason or capped or ("Resources" if head else "Priority")
         head = head and bool(capped)
-        rows.append(_row(daemon, job, "pending", reason, reservations.get(job.id)))
+        start = reservations.get(job.id)
+        if reason == "Resources" and job.id not in daemon.reservations:  # (one at inf: never, shown none)
+            start = _promised_to_head(daemon, now, job, jobs)
+        rows.append(_row(daemon, job, "pending", reason, start))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))
     rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
@@ -80,6 +84,29 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     for row in rows:
         row["user"] = owners.get(row["id"], "")
     return rows
+
+
+def _promised_to_head(daemon: Daemon, now: float, head: Job, jobs: list[Job]) -> float | None:
+    """The blocked head's start by the backfill policy's own rule (`reserved_start`), when the
+    last pass asked it for no plan: the cluster full, or nothing to backfill. EASY reserves only
+    when something could backfill, so `cosched queue` showed N/A for the head almost always.
+    Over a snapshot of the running jobs, hosts and guests apart, as the core's view has them."""
+    hosts = sorted((j for j in jobs if j.state is JobState.RUNNING and j.host < 0), key=lambda j: j.expected_end)
+    guests: dict[int, list[Job]] = {}
+    for job in jobs:
+        if job.state is JobState.RUNNING and job.host >= 0:
+            guests.setdefault(job.host, []).append(job)
+    by_id = {job.id: job for job in jobs}
+    core = daemon.core
+    while True:  # copied without the lock, as `_snapshot` copies
+        try:
+            withheld = dict(core.withheld)
+            break
+        except RuntimeError:
+            continue
+    view = SchedulerView(now, daemon.cluster, [head], hosts, core.pool, guests, by_id, withheld)
+    at = core.backfill.reserved_start(view, head)
+    return at if at is not None and math.isfinite(at) else None
 
 
 def _view_over(daemon: Daemon, now: float, queued: list[Any], jobs: list[Any]) -> SchedulerView:

@@ -90,6 +90,9 @@ class EASY(BackfillPolicy):
                 break
         return BackfillPlan(started, {blocked.id: shadow})
 
+    def reserved_start(self, view: SchedulerView, job: Job) -> float | None:
+        return shadow_time(view, job.need)[0]
+
 
 class DirlabEASY(BackfillPolicy):
     """EASY as DIR-LAB's simulator runs it (RLScheduler, RLBackfilling: the paper's Table 4).
@@ -121,6 +124,9 @@ class DirlabEASY(BackfillPolicy):
                 if free == 0:
                     break
         return BackfillPlan(started, {blocked.id: shadow})
+
+    def reserved_start(self, view: SchedulerView, job: Job) -> float | None:
+        return self._shadow if job.id == self._head else shadow_time(view, job.need)[0]
 
     def forget(self, job: Job) -> None:
         if job.id == self._head:

@@ -121,6 +121,12 @@ class BackfillPolicy(ABC):
         should be tried; the core launches each that still fits.
         """
 
+    def reserved_start(self, view: SchedulerView, job: Job) -> float | None:
+        """The start this policy promises `job`, the blocked head, by its own rule, for `cosched
+        queue` (as `squeue --start`) while no pass asks it for a plan (nothing free, or nothing to
+        backfill); None: it promises the head nothing."""
+        return None
+
     def forget(self, job: Job) -> None:  # noqa: B027 - optional hook, most policies keep no state
         """A job left the queue (started, cancelled, rejected): drop any state on it."""
 

@@ -81,6 +81,9 @@ class RLBackfill(BackfillPolicy):
             return NO_BACKFILL
         return BackfillPlan([jobs[choice]], {blocked.id: shadow})
 
+    def reserved_start(self, view: SchedulerView, job: Job) -> float | None:
+        return shadow_time(view, job.need)[0]
+
     def forget(self, job: Job) -> None:
         self._easy.forget(job)
 
