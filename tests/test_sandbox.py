@@ -305,6 +305,9 @@ def test_a_command_the_engine_refuses_fails_its_job_and_nothing_else(daemon: Dae
     jobs = daemon.wait_final([running, refused, after], 60)
     assert jobs[refused]["state"] == "failed"
     assert "the Docker engine refused job" in jobs[refused]["reason"], jobs[refused]
+    # the engine's own words, with the cause the runtime names at their end (the SDK's began
+    # with the request's URL and were cut before it, at `exec: "/`)
+    assert "/no/such/binary" in jobs[refused]["reason"] and "http+docker" not in jobs[refused]["reason"]
     assert jobs[running]["state"] == "done" and jobs[after]["state"] == "done", jobs
     assert daemon.client.call("GET", "/v1/health")["engine_up"] is True
     labels = [f"{LABEL_INSTANCE}={daemon.instance()}", f"{LABEL_JOB}={refused}"]

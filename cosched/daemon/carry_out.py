@@ -96,11 +96,11 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             continue
         if isinstance(outcome, RunLost):
             log.warning("job %d could not start on its machines: %s", job.id, outcome)
-            daemon.lost_launches[job.id] = str(outcome).splitlines()[0][:300]
+            daemon.lost_launches[job.id] = str(outcome).splitlines()[0][:500]
             continue
         if isinstance(outcome, Exception):
             log.warning("job %d could not start: %s", job.id, outcome)
-            daemon.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:300]}"
+            daemon.failed_launches[job.id] = f"could not start: {str(outcome).splitlines()[0][:500]}"
             continue
         container, at = outcome
         started.append((p, container, at))

@@ -586,8 +586,15 @@ def _refused(job_id: int, exc: docker.errors.APIError) -> Exception:
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:300]
+    """An engine error in one line of at most 300 characters. An API error is told in the engine's
+    own words, not the SDK's (which begin with the request's URL and container id, and were cut
+    before the cause: `exec: "n`); a longer one keeps its end, where the runtime names the cause."""
+    if isinstance(exc, docker.errors.APIError) and exc.explanation:
+        text = f"{exc.status_code} {exc.explanation}"
+    else:
+        text = str(exc).strip() or type(exc).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= 300 else "..." + text[-297:]
 
 
 def data_dirs_allowed(paths: list[str], roots: tuple[str, ...], account: Account | None = None) -> str:
