@@ -1004,6 +1004,36 @@ def test_the_blocked_head_shows_its_expected_start_while_the_cluster_is_full(tmp
     daemon.close()
 
 
+@pytest.mark.parametrize("how", ["cancelled", "failed"])
+def test_a_workflow_whose_stage_is_cancelled_is_cancelled_not_failed(tmp_path: Path, how: str) -> None:
+    """`cosched cancel --workflow` cancels its stages; the workflow then read `failed`, its stage
+    `exit code 137`, as if it had crashed (a helper's walkthrough). A stage that fails still fails it."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    spec = {"name": "w", "image": "x", "command": "true", "cores": 1, "memory_mib": 64, "walltime": 100}
+    stages = [{"name": "a"}, {"name": "b", "depends": ["a"]}]
+    workflow, [first] = daemon.submit_workflow(WorkflowSpec(**spec, stages=stages))
+    daemon.schedule()
+    clock.t += 5
+    if how == "cancelled":
+        daemon.cancel(first)
+    else:
+        engine.finish(first, 1)
+    for _ in range(3):
+        daemon.schedule()
+        clock.t += 1
+    status = views.workflow_status(daemon, workflow)
+    assert status is not None
+    assert (status["state"], status["failed_stage"]) == (how, "a")
+    assert {stage: info["state"] for stage, info in status["stages"].items()} == {"a": how, "b": "cancelled"}
+    daemon.close()
+
+
 def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     """`cosched queue` lists pending jobs in the queue policy's order (WFP3 here, not arrival)
     and shows the start the core's backfill policy reserved, not a second scheduler's guess."""

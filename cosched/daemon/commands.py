@@ -622,7 +622,9 @@ def _status(args: argparse.Namespace) -> int:
         for stage, info in status["stages"].items():
             print(f"  {stage:<20} {info['state']:<10} job {info['job'] if info['job'] is not None else '-'}")
         failure = status.get("failure")
-        if failure:
+        if failure and status["state"] == "cancelled":
+            print(f"Stage {status['failed_stage']} (job {failure['job']}) was cancelled")
+        elif failure:
             print(f"Stage {status['failed_stage']} (job {failure['job']}) exit code {failure['exit_code']}; log tail:")
             for line in (failure["log_tail"] or "").rstrip().splitlines():
                 print(f"    {line}")

@@ -73,13 +73,13 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
                 if state == "done":
                     plan.submitted += workflow_stages.release(store, db, workflow_id, now)
                 else:
-                    workflow_stages.fail(store, db, workflow_id, _stage_of(daemon, job.id))
+                    workflow_stages.fail(store, db, workflow_id, _stage_of(daemon, job.id), state)
         for job in cancels:
             if job.state is JobState.CANCELLED:
                 store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
                 daemon.specs.pop(job.id, None)
                 if job.workflow is not None:
-                    workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id))
+                    workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), "cancelled")
         for action in actions:
             if isinstance(action, Launch):
                 cpus = daemon.cpu_map.take(action.slots)

@@ -27,7 +27,7 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
         store.update_workflow(db, workflow_id, "done")
         return []
     submitted = []
-    for stage in spec.dag().to_release(done, rows, failed=record["state"] == "failed"):
+    for stage in spec.dag().to_release(done, rows, failed=record["state"] in STOPPED):
         job_spec = spec.job_spec(stage.name).model_dump()
         if spec.max_running:  # the workflow's throttle rides with each stage (`submissions.job_from`)
             job_spec["max_running"] = spec.max_running
@@ -36,9 +36,17 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
     return submitted
 
 
-def fail(store: Store, db: sqlite3.Connection, workflow_id: int, stage: str) -> None:
-    """A stage failed or was cancelled: the workflow fails; its dependants are never submitted."""
-    store.update_workflow(db, workflow_id, "failed", stage)
+STOPPED = ("failed", "cancelled")
+"""A workflow's states once a stage failed, or was cancelled: no later stage is ever submitted."""
+
+
+def fail(store: Store, db: sqlite3.Connection, workflow_id: int, stage: str, state: str = "failed") -> None:
+    """A stage failed (`state` 'failed') or was cancelled ('cancelled', as `cosched cancel
+    --workflow` cancels them: a user's cancel read as a crash): the workflow ends so, the first
+    such stage named; its dependants are never submitted."""
+    row = db.execute("SELECT state FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    if row is not None and row[0] not in STOPPED:
+        store.update_workflow(db, workflow_id, state, stage)
 
 
 def stage_states(store: Store, workflow_id: int) -> dict[str, str]:
@@ -48,7 +56,7 @@ def stage_states(store: Store, workflow_id: int) -> dict[str, str]:
         return {}
     spec = WorkflowSpec.model_validate(record["spec"])
     rows = {row["stage"]: row["state"] for row in store.jobs(workflow=workflow_id)}
-    unsubmitted = "cancelled" if record["state"] == "failed" else "waiting"
+    unsubmitted = "cancelled" if record["state"] in STOPPED else "waiting"
     return {stage.name: rows.get(stage.name, unsubmitted) for stage in spec.stages}
 
 
