@@ -246,6 +246,18 @@ def test_a_redirect_is_refused_and_the_token_goes_nowhere_else() -> None:
     assert "Bearer SECRET-TOKEN" not in seen
 
 
+def test_a_workflow_files_after_takes_the_dependency_option_form() -> None:
+    """`after = "afterok:79"` in a workflow file was refused, `Input should be a valid list`."""
+    document = tomllib.loads('[workflow]\nname = "w"\nafter = "afterok:79:80,afterany:w3"\n')
+    assert _workflow_body(document)["after"] == [
+        {"kind": "afterok", "job": 79},
+        {"kind": "afterok", "job": 80},
+        {"kind": "afterany", "workflow": 3},
+    ]
+    with pytest.raises(ConfigError, match=r"^workflow file: after: 'afterwards:1': expected afterok"):
+        _workflow_body(tomllib.loads('[workflow]\nname = "w"\nafter = "afterwards:1"\n'))
+
+
 def test_a_workflow_file_with_a_toml_date_names_where() -> None:
     document = tomllib.loads('[workflow]\nname = "w"\n[[stage]]\nname = "a"\nwalltime = 07:32:00\n')
     with pytest.raises(ConfigError, match=r"stages\[0\]\.walltime is a TOML date or time; give seconds"):

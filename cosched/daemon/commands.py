@@ -472,6 +472,11 @@ def _workflow_body(document: dict[str, Any]) -> dict[str, Any]:
     where = _date_or_time(body)
     if where:
         raise ConfigError(f"workflow file: {where} is a TOML date or time; give seconds (begin: epoch or +SECONDS)")
+    if isinstance(body.get("after"), str):  # as --dependency writes it: after = "afterok:12,afterany:w3"
+        try:
+            body["after"] = dependencies.parse(body["after"])
+        except argparse.ArgumentTypeError as exc:
+            raise ConfigError(f"workflow file: after: {exc}") from None
     return body
 
 
