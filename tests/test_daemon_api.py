@@ -155,7 +155,8 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         ({"data_dirs": ["/etc"]}, "data_dirs", "not under a configured data root"),
         ({"data_dirs": ["/\x00"]}, "data_dirs", "must not contain a NUL character"),
         ({"env": {"1BAD": "x"}}, "env", ""),
-        ({"colour": "blue"}, "colour", "Extra inputs"),
+        ({"colour": "blue"}, "colour", "no such field (misspelt?)"),
+        ({"begin": "tomorrow"}, "begin", "begin: 'tomorrow' is neither"),  # without pydantic's "Value error, "
         # past SQLite's integers: was a 500 (OverflowError) when the dependency was looked up
         ({"after": [{"kind": "afterok", "job": 1 << 64}]}, "after.0.job", "less than or equal"),
         ({"after": [{"kind": "afterany", "workflow": 1 << 63}]}, "after.0.workflow", "less than or equal"),
@@ -170,6 +171,26 @@ def test_bad_job_is_refused_naming_the_field(
     assert error.startswith(f"{field}"), error
     assert words in error
     assert response.json()["fields"][0].startswith(field)
+    assert nothing_stored(daemon)
+
+
+def test_a_misspelt_key_is_named_before_the_field_it_misses(client: TestClient, daemon: Daemon, image: str) -> None:
+    """`cors = 1` was refused as `cores: Field required`, the typo itself unnamed (a helper's walkthrough)."""
+    spec = job(image)
+    spec["cors"] = spec.pop("cores")
+    response = client.post("/v1/jobs", json=spec)
+    assert (response.status_code, error_of(response)) == (422, "cors: no such field (misspelt?)")
+    assert response.json()["fields"] == ["cors", "cores"]
+    assert nothing_stored(daemon)
+
+
+def test_json_sent_without_its_content_type_is_told_so(client: TestClient, daemon: Daemon, image: str) -> None:
+    """`curl -d '{...}'` sends form encoding: the refusal said `body: Input should be a valid dictionary`."""
+    response = client.post("/v1/jobs", content=json.dumps(job(image)), headers={"content-type": "text/plain"})
+    assert (response.status_code, error_of(response)) == (
+        422,
+        "body: not JSON: send a JSON object with Content-Type: application/json",
+    )
     assert nothing_stored(daemon)
 
 

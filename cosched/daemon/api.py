@@ -92,12 +92,14 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
-        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-        journal.refused(request.url.path, _message(first))
-        return JSONResponse(
-            {"error": _message(first), "fields": [_field(e) for e in errors[:20]]},
-            status_code=422,
-        )
+        # A misspelt key first: `cors = 1` was refused as `cores: Field required`, the typo unnamed.
+        first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0] if errors else None)
+        message = _message(first or {"loc": ("body",), "msg": "invalid request"})
+        if first is not None and _field(first) == "body" and "json" not in request.headers.get("content-type", ""):
+            message = "body: not JSON: send a JSON object with Content-Type: application/json"
+        journal.refused(request.url.path, message)
+        fields = [_field(e) for e in ([first] if first else []) + [e for e in errors if e is not first]][:20]
+        return JSONResponse({"error": message, "fields": fields}, status_code=422)
 
     @app.exception_handler(Rejected)
     async def rejected(request: Request, exc: Rejected) -> JSONResponse:
@@ -321,8 +323,12 @@ def _field(error: Any) -> str:
 
 
 def _message(error: Any) -> str:
-    """`<field>: <problem>`, without pydantic's "Value error, " in front of a model-level check's own message."""
+    """`<field>: <problem>`, without pydantic's "Value error, " in front of a check's own message."""
     own = error.get("ctx", {}).get("error") if error.get("type") == "value_error" else None
     if own is not None and not [part for part in error.get("loc", ()) if part != "body"]:
         return str(own)
+    if own is not None:
+        return f"{_field(error)}: {own}"
+    if error.get("type") == "extra_forbidden":
+        return f"{_field(error)}: no such field (misspelt?)"
     return f"{_field(error)}: {error.get('msg', 'invalid')}"
