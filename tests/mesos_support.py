@@ -129,6 +129,17 @@ class Cluster:
         finally:
             os.kill(pid, signal.SIGCONT)
 
+    @contextlib.contextmanager
+    def agent_stopped(self, index: int) -> Iterator[None]:
+        """SIGSTOP agent `index`, SIGCONT it at the end whatever happens: its executors and their
+        containers run on, cut off from it (a frozen machine's agent, or a network partition)."""
+        pid = int((self.run_dir / f"agent{index}.pid").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
     def crash_and_restart_agent(self, index: int) -> None:
         """SIGKILL agent `index` (its executors and tasks live on: posix launcher) and start it again
         with the same flags; it recovers its checkpointed executors, which must re-subscribe."""
@@ -323,11 +334,12 @@ def mesos_daemon(
     masters: str = "",
     api: str = "",
     token: str = "",
+    fence: float = 1.0,
 ) -> Any:
     """A started `cosched daemon` whose 2 nodes of 1 core are the cluster's two agents; `mesos`,
     `policies`, `docker` and `api` add keys to those tables; `data_roots` makes `root` the jobs' data
     root; `masters` replaces the master's address (e.g. the cluster's ZooKeeper group); `token` is
-    the test client's."""
+    the test client's. `fence` is short, so a lost agent's jobs run elsewhere 31 s after."""
     from daemon_support import DaemonProcess
 
     daemon = DaemonProcess(
@@ -340,7 +352,8 @@ def mesos_daemon(
         token=token,
         extra=(
             f'[backend]\nkind = "mesos"\n[mesos]\nmasters = "{masters or cluster.master}"\nname = "{name}"\n'
-            f'executor_command = "{EXECUTOR}"\n{mesos}\n[policies]\ncosched = "{cosched}"\n{policies}\n'
+            f'executor_command = "{EXECUTOR}"\nfence = {fence}\n{mesos}\n'
+            f'[policies]\ncosched = "{cosched}"\n{policies}\n'
         ),
     )
     daemon.start(timeout=60)

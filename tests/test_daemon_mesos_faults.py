@@ -116,7 +116,8 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
             agent2.argv = _kill_node(cluster, engine, 2, fid)
             # The master marks agent2 unreachable: its job is queued again, its node is out of the cluster.
             wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
-            status = wait_until(lambda: (j := daemon.job(second))["reason"] and j, 30, "the job requeued")
+            # ... once its executor's fence (1 s) and the margin (30 s) have passed: it may be cut off only
+            status = wait_until(lambda: (j := daemon.job(second))["reason"] and j, 60, "the job requeued")
             assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
             jobs = daemon.wait_final([first, second], 120)
             assert {j["state"] for j in jobs.values()} == {"done"}, jobs
@@ -132,6 +133,43 @@ def test_a_dead_agents_jobs_run_again_elsewhere_and_its_node_comes_back(
             assert len({c.run for c in ran[second]}) == 2  # the run on the dead machine, and the one that finished
     finally:
         finish(cluster, daemon)
+
+
+def test_a_job_on_an_agent_cut_off_from_the_master_never_runs_twice(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """agent2 frozen (SIGSTOP: its executor and container run on, cut off): the master takes it for
+    lost within seconds. Its job was queued again at once and ran on agent1 beside the first copy
+    (a helper's run: 20 s of two copies). Now the executor stops its job once its agent has answered
+    nothing for `fence` (1 s here), and the daemon runs it elsewhere `fence` + 30 s after the
+    master's word: the two runs never overlap, and the job ends once, done."""
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-cut-off", mesos="launch_timeout = 20.0")
+    try:
+        fid = framework_id_of(daemon)
+        holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
+        # long enough that the fence, not its own end, stops the first copy (a copy that ends while cut
+        # off is reported when its agent is back, or, if it never is, the job runs again: once at a time)
+        job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(job, 60)
+        assert _on_node(daemon, job) == 1
+        with cluster.agent_stopped(2):
+            wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
+            status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 60, "the job requeued")
+            assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
+            daemon.wait_running(job, 60)  # on agent1 now
+        jobs = daemon.wait_final([holder, job], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        ran = container_events.containers(fid)
+        assert len({c.run for c in ran[job]}) == 2  # the run cut off, and the one that finished
+        assert_ran_once(ran[job])  # which never overlapped
+        assert "answered nothing for 1 s: stopping every job" in _executor_logs(cluster, 2)
+    finally:
+        finish(cluster, daemon)
+
+
+def _executor_logs(cluster: Cluster, index: int) -> str:
+    """What the executors agent `index` started wrote (their sandboxes' stderr)."""
+    return "".join(path.read_text(errors="replace") for path in (cluster.run_dir / f"agent{index}").rglob("stderr"))
 
 
 def test_a_daemon_restarted_while_an_agent_is_away_starts_without_its_node(

@@ -120,6 +120,29 @@ def test_a_gang_with_a_lost_part_is_lost_after_its_sweep() -> None:
     assert lost.state == "lost" and lost.note.startswith("TASK_FAILED on agent2")
 
 
+def test_a_lost_agents_run_waits_for_its_executors_fence_and_lives_on_if_the_agent_returns() -> None:
+    """A frozen or cut-off agent is lost to the master while its executor and container run on:
+    counted lost at once, the job ran twice (a helper's run: 20 s of two copies). The run waits
+    `fence_wait` (its executor stops the job after `fence`), and is live again if the agent comes
+    back meanwhile (the master re-sends TASK_RUNNING)."""
+    run = gang(1)
+    task = run.tasks[0]
+    task.apply(status("TASK_RUNNING"), 0.0)
+    task.apply(status("TASK_LOST", "SOURCE_MASTER", "REASON_AGENT_REMOVED"), 100.0)
+    assert task.outcome(True, now=129.0, fence_wait=30.0) == "fence"
+    waiting = run.state(lambda agent: True, 129.0, {"A1": "agent1"}, fence_wait=30.0)
+    assert (waiting.state, waiting.sweep) == ("running", [])
+    assert waiting.note == "agent agent1 lost: waiting for its executor to stop the job"
+    assert run.state(lambda agent: True, 130.0, {}, fence_wait=30.0).state == "lost"
+    task.apply(status("TASK_LOST", "SOURCE_MASTER", "REASON_RECONCILIATION"), 125.0)  # a later word: same loss
+    assert task.outcome(True, now=130.0, fence_wait=30.0) == "lost"
+    task.apply(status("TASK_RUNNING", "SOURCE_MASTER"), 131.0)  # the agent is back: the run goes on
+    assert run.state(lambda agent: False, 131.0, {}, fence_wait=30.0).state == "running"
+    # the executor's own fence reports the loss: lost at once, not the job's end
+    task.apply(status("TASK_LOST", message="stopped: no answer from agent"), 140.0)
+    assert task.outcome(False, now=140.0, fence_wait=30.0) == "lost"
+
+
 def test_a_gang_whose_part_the_master_never_heard_of_is_lost() -> None:
     run = gang(3)
     del run.tasks[2]  # a restarted daemon rebuilt the run from reconciliation: two of three parts

@@ -229,7 +229,8 @@ def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
 def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
     """The operator's [docker] job user and limits ride in the executor's environment, so a job on
     an agent gets them, not the executor's defaults; the agent's engine address does not travel.
-    The daemon's sample interval travels too: the executor reports usage as often."""
+    The daemon's sample interval travels too: the executor reports usage as often; so does the
+    fence, after which it stops its jobs while its agent answers nothing."""
     daemon = DockerSection(
         base_url="unix:///daemon-host.sock",
         data_roots=("/srv/data",),
@@ -242,11 +243,12 @@ def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
     )
     from cosched.mesos.executor import ExecutorSettings
 
-    info = jobs.executor_info("t1", "F", "cosched-executor", daemon, sample_interval=0.5)
+    info = jobs.executor_info("t1", "F", "cosched-executor", daemon, sample_interval=0.5, fence=7.0)
     variables = {v["name"]: v["value"] for v in info["command"]["environment"]["variables"]}
-    assert set(variables) == {jobs.JOB_SETTINGS, jobs.SAMPLE_INTERVAL}
+    assert set(variables) == {jobs.JOB_SETTINGS, jobs.SAMPLE_INTERVAL, jobs.FENCE}
     agent = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:5051", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
-    assert ExecutorSettings.from_env({**agent, **variables}).sample_interval == 0.5
+    settings = ExecutorSettings.from_env({**agent, **variables})
+    assert (settings.sample_interval, settings.fence) == (0.5, 7.0)
     got = jobs.read_job_settings(variables[jobs.JOB_SETTINGS], "unix:///agent.sock")
     assert got == replace(daemon, base_url="unix:///agent.sock")
     assert jobs.read_job_settings("", "") == DockerSection()  # none given: the defaults
@@ -388,6 +390,36 @@ def test_an_executor_sends_the_token_an_authenticating_agent_gave_it() -> None:
         server.shutdown()
         server.server_close()
     assert seen == [None, "Bearer agent-token"]
+
+
+@pytest.mark.parametrize(
+    ("failure", "state"),
+    [("refused", "TASK_FAILED"), ("engine 5xx", "TASK_LOST"), ("engine gone", "TASK_LOST")],
+)
+def test_a_launch_the_agents_engine_fails_is_a_lost_run_and_one_it_refuses_fails_the_job(
+    failure: str, state: str
+) -> None:
+    """An engine that refused a job's spec (4xx) fails the job; one gone, or failing on its own (5xx),
+    is the machine's fault: reported TASK_FAILED, every job placed on that agent failed at once
+    (a helper's run through a proxy answering 500), where the run is lost and queued again."""
+    from cosched.daemon.docker_backend import EngineUnavailable, LaunchRefused, RunLost
+    from cosched.mesos.executor import Executor, ExecutorSettings
+
+    error = {"refused": LaunchRefused, "engine 5xx": RunLost, "engine gone": EngineUnavailable}[failure]
+
+    class Engine:
+        instance = "mesos-F"
+
+        def launch(self, *args: object, **kwargs: object) -> None:
+            raise error(f"the Docker engine: {failure}")
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    executor = Executor(ExecutorSettings.from_env(env), backend=Engine())  # type: ignore[arg-type]
+    sent: list[tuple[str, str]] = []
+    executor.update = lambda task_id, state, message="", data=None: sent.append((state, message))  # type: ignore[method-assign]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor._launch(jobs.job_task("t1", "S0", jobs.executor_info("t1", "F"), payload, 1.0))
+    assert sent == [(state, f"could not start: the Docker engine: {failure}")]
 
 
 def test_a_request_for_output_and_its_answer_are_checked_and_capped() -> None:

@@ -63,6 +63,8 @@ default. Example (every key, with its default)::
     refuse_seconds = 120.0        # an offer no launch needs is declined with this refuse filter
     revive_interval = 1.0         # seconds between two REVIVEs, at least (a launch may wait this long)
     watchdog_heartbeats = 3.0     # a stream silent this many heartbeat intervals (15 s each) is dropped, re-subscribed
+    fence = 60.0                  # seconds an executor keeps its jobs while its agent answers nothing; a lost
+                                  # agent's jobs run elsewhere fence + 30 s after the master lost it, never twice
     principal = ""                # with secret_file: authenticate as this principal (HTTP basic), for a master
     secret_file = ""              # run with --authenticate_http_frameworks; the file holds the secret alone
 
@@ -185,6 +187,7 @@ class MesosSection:
     refuse_seconds: float = 120.0
     revive_interval: float = 1.0
     watchdog_heartbeats: float = 3.0
+    fence: float = 60.0
     principal: str = ""
     secret_file: str = ""
 
@@ -377,7 +380,7 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         raise ConfigError(
             "config key mesos.masters: backend.kind = 'mesos' needs the masters' host:port or a zk://host:port/path"
         )
-    for key in ("launch_timeout", "hold_timeout", "refuse_seconds", "revive_interval"):
+    for key in ("launch_timeout", "hold_timeout", "refuse_seconds", "revive_interval", "fence"):
         value = getattr(config.mesos, key)
         if not 0 < value <= 86400:
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")

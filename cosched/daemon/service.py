@@ -219,6 +219,7 @@ class Daemon:
             refuse_seconds=m.refuse_seconds,
             revive_interval=m.revive_interval,
             watchdog_heartbeats=m.watchdog_heartbeats,
+            fence=m.fence,
             job_settings=config.docker,
             sample_interval=config.intervals.sample,
             principal=m.principal,

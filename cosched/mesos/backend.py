@@ -64,7 +64,7 @@ from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
 from cosched.mesos.offers import Offer, parse_offer
-from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, new_handle, parse_task, part_id
+from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, fence_wait, new_handle, parse_task, part_id
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
 
 if TYPE_CHECKING:
@@ -120,6 +120,9 @@ class MesosSettings:
     and data roots (storage every agent mounts at the same path)."""
     sample_interval: float = 2.0
     """The daemon's `intervals.sample`: how often each executor reports its job's usage."""
+    fence: float = 60.0
+    """Seconds an executor keeps its jobs running while its agent answers nothing; a lost agent's
+    jobs run elsewhere only `runs.fence_wait(fence)` after the master said so (`Task.outcome`)."""
 
 
 def read_secret(path: str) -> str:
@@ -845,7 +848,12 @@ class MesosBackend(EventHandler):
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
                 command = self.settings.executor_command
                 executor = jobs.executor_info(
-                    task.id, framework_id, command, self.settings.job_settings, self.settings.sample_interval
+                    task.id,
+                    framework_id,
+                    command,
+                    self.settings.job_settings,
+                    self.settings.sample_interval,
+                    self.settings.fence,
                 )
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
@@ -962,7 +970,7 @@ class MesosBackend(EventHandler):
         return node is None or node in self.down
 
     def _outcome(self, task: Task) -> str:
-        return task.outcome(self._gone(task.agent_id), time.monotonic())
+        return task.outcome(self._gone(task.agent_id), time.monotonic(), fence_wait(self.settings.fence))
 
     def containers(self) -> dict[int, ContainerInfo]:
         listed: dict[int, ContainerInfo] = {}
@@ -973,7 +981,7 @@ class MesosBackend(EventHandler):
                 launch = self.launches.get(run.handle)
                 if launch is not None and (launch.demand is not None or launch.infos):
                     continue  # not launched yet
-                state = run.state(self._gone, now, self.hostnames)
+                state = run.state(self._gone, now, self.hostnames, fence_wait(self.settings.fence))
                 for task in state.kill:
                     task.killed = True
                 broken += state.kill
@@ -1004,7 +1012,12 @@ class MesosBackend(EventHandler):
         task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
         settings = self.settings
         executor = jobs.executor_info(
-            task_id, self.framework_id, settings.executor_command, settings.job_settings, settings.sample_interval
+            task_id,
+            self.framework_id,
+            settings.executor_command,
+            settings.job_settings,
+            settings.sample_interval,
+            settings.fence,
         )
         need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
         now = time.monotonic()

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch
+from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
 from cosched.daemon.sandbox import StagingMounts, root_problem
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
@@ -82,6 +82,8 @@ class ExecutorSettings:
     recovery_timeout: float = 900.0
     backoff_max: float = 2.0
     sample_interval: float = 2.0
+    fence: float = 60.0
+    """Seconds its jobs run on while the agent answers nothing (`_fence`)."""
     poll_interval: float = 0.5
     auth: str | None = None
     """`Bearer <token>` where the agent authenticates executors (`--authenticate_http_executors`)."""
@@ -99,6 +101,7 @@ class ExecutorSettings:
             recovery_timeout=mesos_duration(env.get("MESOS_RECOVERY_TIMEOUT", "15mins")),
             backoff_max=mesos_duration(env.get("MESOS_SUBSCRIPTION_BACKOFF_MAX", "2secs")),
             sample_interval=float(env.get(jobs.SAMPLE_INTERVAL, "2")),
+            fence=float(env.get(jobs.FENCE, "60")),
             # The agent hands its executors a token when it authenticates them; without it every call is refused.
             auth=f"Bearer {token}" if (token := env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")) else None,
         )
@@ -139,6 +142,8 @@ class Executor:
         """LAUNCHes received and not handled yet."""
         self._stream: EventStream | None = None
         self._launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cosched-launch")
+        self._unanswered: float | None = None
+        """Since when every call to the agent failed (None: the last one was answered)."""
 
     # -- the stream ------------------------------------------------------------
     def run(self) -> int:
@@ -172,6 +177,7 @@ class Executor:
                 )
             except MesosError as exc:
                 lost_since = lost_since or time.monotonic()
+                self._answered(False)
                 if not self.settings.checkpoint or time.monotonic() - lost_since > self.settings.recovery_timeout:
                     log.error("agent %s unreachable (%s); giving up", self.settings.agent, exc)
                     return 1
@@ -179,6 +185,7 @@ class Executor:
                 attempt += 1
                 continue
             lost_since, attempt = None, 0
+            self._answered(True)
             self._stream = stream
             try:
                 code = self._read(stream)
@@ -217,6 +224,7 @@ class Executor:
                 return 1
             if not data:
                 return 1
+            self._answered(True)
             try:
                 events = [json.loads(record) for record in decoder.feed(data)]
             except (MesosError, ValueError) as exc:
@@ -268,10 +276,18 @@ class Executor:
     def _post(self, call: dict[str, Any]) -> bool:
         try:
             post_call(self.settings.agent, call, None, 10.0, path=EXECUTOR_PATH, auth=self.settings.auth)
+            self._answered(True)
             return True
         except (Unavailable, MesosError) as exc:
             log.warning("%s to agent %s failed: %s", call["type"], self.settings.agent, exc)
+            self._answered(False)
             return False
+
+    def _answered(self, answered: bool) -> None:
+        if answered:
+            self._unanswered = None
+        elif self._unanswered is None:
+            self._unanswered = time.monotonic()
 
     def update(self, task_id: str, state: str, message: str = "", data: dict[str, Any] | None = None) -> None:
         """Send a task state; kept until the agent acknowledges it, and resent at re-subscription."""
@@ -359,8 +375,12 @@ class Executor:
                 name=container_name(self.backend.instance, task_id),
                 labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
             )
-        except Exception as exc:  # the engine refused it or is gone: the job fails, the framework requeues it
-            self.update(task_id, "TASK_FAILED", f"could not start: {str(exc).splitlines()[0][:300]}")
+        except Exception as exc:
+            # The engine refused this job (a 4xx: its own spec), so it fails; or the engine is gone or
+            # failed on its own (a 5xx): the machine's fault, a lost run, which the framework queues
+            # again (as TASK_FAILED, one broken engine failed every job placed on its agent).
+            state = "TASK_LOST" if isinstance(exc, EngineUnavailable | RunLost) else "TASK_FAILED"
+            self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}")
             task.ended = True  # after the update: ended with nothing pending would let the executor leave
             return
         task.container = container
@@ -440,6 +460,7 @@ class Executor:
         while not self.stopping.wait(self.settings.poll_interval):
             try:
                 self._collect_ends()
+                self._fence()
                 self._leave_when_done()
                 if time.monotonic() - last_sample >= self.settings.sample_interval:
                     last_sample = time.monotonic()
@@ -448,6 +469,32 @@ class Executor:
                 log.warning("Docker engine: %s", exc)
             except Exception:  # a bug here must not stop the watching of every job
                 log.exception("watching the jobs failed")
+
+    def _fence(self) -> None:
+        """Stop every job once the agent has answered nothing for `fence` s (frozen, cut off by the
+        network, or gone): the master then takes the agent for lost, and the framework runs its jobs
+        elsewhere `runs.fence_wait` after that, so this copy must be gone by then (cut off, it ran on
+        beside the new one). The updates say TASK_LOST, the run's loss, not the job's end; they wait
+        for the agent and go at the next subscription, which the stream's break here starts."""
+        since = self._unanswered
+        if since is None or time.monotonic() - since < self.settings.fence:
+            return
+        with self.lock:
+            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        if not live:
+            return
+        log.error("agent %s answered nothing for %.0f s: stopping every job", self.settings.agent, self.settings.fence)
+        for task_id, task in live:
+            task.ended = True
+            try:
+                self.backend.remove(task.container)
+            except EngineUnavailable as exc:
+                log.warning("removing the container of task %s: %s", task_id, exc)
+            message = f"stopped: no answer from agent {self.settings.agent} for {self.settings.fence:g} s"
+            self.update(task_id, "TASK_LOST", message)
+        stream = self._stream
+        if stream is not None:
+            stream.interrupt()
 
     def _collect_ends(self) -> None:
         with self.lock:

@@ -34,6 +34,10 @@ sandbox the operator configured, as on one host, never the executor's defaults."
 SAMPLE_INTERVAL = "COSCHED_SAMPLE_INTERVAL"
 """The executor's environment variable holding the seconds between its usage reports."""
 
+FENCE = "COSCHED_FENCE"
+"""The executor's environment variable holding the seconds it keeps jobs running while its agent
+answers nothing (`[mesos] fence`)."""
+
 JOB_KEYS = ("cpu_period", "data_roots", "log_tail", "job_user", "pids_limit", "log_max_mib", "nofile")
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
@@ -83,15 +87,21 @@ def executor_info(
     command: str = EXECUTOR_COMMAND,
     job_settings: DockerSection | None = None,
     sample_interval: float = 2.0,
+    fence: float = 60.0,
 ) -> Json:
     """An executor of its own per task, named as the task (another namespace in Mesos): one killed
     takes only its task with it, the next task never waits for the agent to forget it, and it
     leaves once its task's end is acknowledged. `job_settings` is the daemon's [docker] table
     (`JOB_KEYS` of it; None: the defaults); its `data_roots` must be storage every agent mounts at
     the same path. `sample_interval`: the daemon's, so a job's usage is as fresh on an agent as on
-    one host (`SAMPLE_INTERVAL`)."""
+    one host (`SAMPLE_INTERVAL`). `fence`: how long it keeps jobs running while its agent answers
+    nothing (`FENCE`)."""
     body = {key: getattr(job_settings or DockerSection(), key) for key in JOB_KEYS}
-    variables = {JOB_SETTINGS: json.dumps(body), SAMPLE_INTERVAL: repr(float(sample_interval))}
+    variables = {
+        JOB_SETTINGS: json.dumps(body),
+        SAMPLE_INTERVAL: repr(float(sample_interval)),
+        FENCE: repr(float(fence)),
+    }
     environment = {"variables": [{"name": name, "value": value} for name, value in variables.items()]}
     return {
         "executor_id": {"value": executor_id},

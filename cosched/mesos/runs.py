@@ -11,7 +11,11 @@ failing for its machine's sake, and from running twice. Their unit tests need no
   container on its way out): lost.
 - A terminal state the agent or the master made (the executor died, the agent is gone) is
   lost. While the agent is there, a killed executor's container may still run (Docker runs
-  it): such a task waits for a `sweep` of its agent before it counts as lost.
+  it): such a task waits for a `sweep` of its agent before it counts as lost. An agent the
+  master lost may only be cut off (frozen, partitioned) with its executor and container running
+  on: its task waits `fence_wait` (the `fence` its executor stops its jobs after, with a margin)
+  before it counts as lost, and is live again if the agent comes back meanwhile. Counted lost
+  at once, a partition of 20 s ran the job twice for 20 s (a helper's run on a real master).
 - A terminal state known only from reconciliation (the master's summary, no exit code) waits
   `RECONCILED_GRACE` for the agent's own update, which comes again until acknowledged.
 - A gang is whole or nothing: when a part is lost or failed, the live parts are killed; the
@@ -39,7 +43,18 @@ GONE = frozenset(
 AGENT_GONE = frozenset({"REASON_AGENT_REMOVED", "REASON_SLAVE_REMOVED", "REASON_AGENT_REMOVED_BY_OPERATOR"})
 """Reasons of a lost task that say its agent was removed."""
 
-Outcome = Literal["live", "ended", "lost", "sweep"]
+Outcome = Literal["live", "ended", "lost", "sweep", "fence"]
+
+FENCE_MARGIN = 30.0
+"""Seconds added to an executor's fence before its lost agent's task counts as lost: the executor
+notices a silent agent by a report that fails (one per sample interval, each given 10 s), and its
+watch may be held up by another such call before it stops the job."""
+
+
+def fence_wait(fence: float) -> float:
+    """How long a task of an agent the master lost waits before it counts as lost."""
+    return fence + FENCE_MARGIN
+
 
 _TASK = re.compile(r"^cosched-job-(\d+)-([0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
 
@@ -101,6 +116,8 @@ class Task:
     size: tuple[float, float] | None = None
     """(cpus, MiB) it holds on its agent with its executor; None when known only from reconciliation
     until the daemon tells its job's size (`MesosBackend.size`)."""
+    stopped: float | None = None
+    """When an update first said it no longer runs (the daemon's monotonic clock)."""
 
     def apply(self, status: Mapping[str, Any], now: float) -> None:
         """A status update; reconciliation's summary of a state we know better is ignored."""
@@ -108,6 +125,7 @@ class Task:
         if reconciled and self.state not in LIVE and self.reconciled is None:
             return
         self.state = status["state"]
+        self.stopped = None if self.state in LIVE else self.stopped if self.stopped is not None else now
         self.ran = self.ran or self.state == "TASK_RUNNING"
         self.message = status.get("message", "")
         self.reason = status.get("reason", "")
@@ -120,9 +138,10 @@ class Task:
             except (ValueError, binascii.Error):
                 self.message = self.message or "undecodable status data"
 
-    def outcome(self, agent_gone: bool, now: float) -> Outcome:
-        """live, ended (by the job, or by our kill), lost (not by the job), or sweep (lost once a
-        sweep of its agent shows nothing of it runs on)."""
+    def outcome(self, agent_gone: bool, now: float, fence_wait: float = 0.0) -> Outcome:
+        """live, ended (by the job, or by our kill), lost (not by the job), sweep (lost once a
+        sweep of its agent shows nothing of it runs on) or fence (lost once `fence_wait` s have
+        passed since its agent was lost: its executor has stopped it by then)."""
         state = self.state
         if state in LIVE:
             return "live"
@@ -132,7 +151,12 @@ class Task:
             return "ended"
         if self.source == "SOURCE_EXECUTOR":
             return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
-        return "lost" if agent_gone or self.swept else "sweep"
+        if self.swept:
+            return "lost"
+        if not agent_gone:
+            return "sweep"
+        waited = now - (self.stopped if self.stopped is not None else now)
+        return "lost" if waited >= fence_wait else "fence"
 
 
 class RunState(NamedTuple):
@@ -159,17 +183,23 @@ class Run:
         total = sum(t.cores for t in self.tasks.values())
         return task.cores / total if total else 1.0
 
-    def state(self, agent_gone: Callable[[str], bool], now: float, names: Mapping[str, str]) -> RunState:
-        outcomes = {part: task.outcome(agent_gone(task.agent_id), now) for part, task in self.tasks.items()}
+    def state(
+        self, agent_gone: Callable[[str], bool], now: float, names: Mapping[str, str], fence_wait: float = 0.0
+    ) -> RunState:
+        outcomes = {part: task.outcome(agent_gone(task.agent_id), now, fence_wait) for part, task in self.tasks.items()}
         missing = self.parts - len(self.tasks)  # parts the master never heard of
         live = [t for p, t in self.tasks.items() if outcomes[p] == "live"]
-        broken = missing > 0 or any(o in ("lost", "sweep") for o in outcomes.values())
+        broken = missing > 0 or any(o in ("lost", "sweep", "fence") for o in outcomes.values())
         broken = broken or any(o == "ended" and self.tasks[p].state != "TASK_FINISHED" for p, o in outcomes.items())
         if live:
             return RunState("running", "", [t for t in live if not t.killed] if broken else [], [])
         waiting = [t for p, t in self.tasks.items() if outcomes[p] == "sweep"]
         if waiting:
             return RunState("running", "waiting for a sweep of its agent", [], waiting)
+        fencing = [t for p, t in self.tasks.items() if outcomes[p] == "fence"]
+        if fencing:
+            where = names.get(fencing[0].agent_id, fencing[0].agent_id)
+            return RunState("running", f"agent {where} lost: waiting for its executor to stop the job", [], [])
         lost = [t for p, t in self.tasks.items() if outcomes[p] == "lost"]
         if lost:
             first = lost[0]
