@@ -328,10 +328,6 @@ class DockerBackend:
                     tmpfs=scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
                     working_dir=workdir,  # the one checked, whatever the image is by the create
                     healthcheck={"test": ["NONE"]},  # an image's probe every millisecond loads the engine, not the job
-                    # The engine's init (tini) as PID 1: the kernel drops signals PID 1 has no handler for, so
-                    # a job's own `timeout` (busybox's execs the command as PID 1) never ended it; and orphans
-                    # are reaped, not left as zombies counting against the pids limit.
-                    init=True,
                     use_config_proxy=False,  # the SDK copies the engine client's proxies, credentials and all, into env
                     detach=True,
                 )
