@@ -1046,6 +1046,26 @@ def test_a_workflow_whose_stage_is_cancelled_is_cancelled_not_failed(tmp_path: P
     daemon.close()
 
 
+def test_health_counts_held_jobs_as_pending(tmp_path: Path) -> None:
+    """`/v1/health` said `queued: 0` while `cosched queue` listed a held job PENDING (a helper's
+    walkthrough): `pending` counts what squeue -t PD does, `queued` what the policies order."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+    from fastapi.testclient import TestClient
+
+    from cosched.daemon.api import create_app
+    from cosched.daemon.identity import ANONYMOUS
+
+    clock = Clock()
+    daemon = clocked_daemon(tmp_path, clock, FakeEngine(clock), cores=1)
+    spec = {"image": "x", "command": ["true"], "cores": 1, "memory_mib": 64, "walltime": 100}
+    jobs = [daemon.submit_job(JobSpec(**spec)) for _ in range(3)]
+    daemon.hold(jobs[2], ANONYMOUS, True)
+    daemon.schedule()
+    with TestClient(create_app(daemon)) as client:
+        assert client.get("/v1/health").json()["jobs"] == {"queued": 1, "pending": 2, "running": 1}
+    daemon.close()
+
+
 def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     """`cosched queue` lists pending jobs in the queue policy's order (WFP3 here, not arrival)
     and shows the start the core's backfill policy reserved, not a second scheduler's guess."""

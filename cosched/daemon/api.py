@@ -294,7 +294,11 @@ def create_app(daemon: Daemon) -> FastAPI:
         # async and from memory only (no store, no lock, no engine): a probe must answer whatever they do.
         # The counts are those of the last scheduling pass.
         sample = daemon.metrics.registry.get_sample_value
-        jobs = {"queued": sample("cosched_queue_length"), "running": sample("cosched_running_jobs")}
+        jobs = {
+            "queued": sample("cosched_queue_length"),  # in the queue: what the policies order
+            "pending": sample("cosched_pending_jobs"),  # and those held, or waiting for a begin or dependency
+            "running": sample("cosched_running_jobs"),
+        }
         return {**daemon.health(), "jobs": {state: int(count or 0) for state, count in jobs.items()}}
 
     @app.get("/metrics")

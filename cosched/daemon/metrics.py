@@ -27,6 +27,11 @@ class DaemonMetrics:
         r = self.registry = CollectorRegistry()
         self.queue_length = Gauge("cosched_queue_length", "Jobs waiting in the queue", registry=r)
         self.running = Gauge("cosched_running_jobs", "Jobs running (hosts and guests)", registry=r)
+        self.pending = Gauge(
+            "cosched_pending_jobs",
+            "Jobs pending: in the queue, held, or waiting for their begin or dependencies (squeue -t PD)",
+            registry=r,
+        )
         self.cores_total = Gauge("cosched_cores_total", "Cores of the cluster", registry=r)
         self.cores_allocated = Gauge("cosched_cores_allocated", "Cores allocated to running jobs", registry=r)
         self.cores_used = Gauge("cosched_cores_used", "CPUs running jobs used at the last sample", registry=r)
@@ -100,6 +105,7 @@ class DaemonMetrics:
         self.queue_length.set(len(core.queue))
         running = [job for job in core.jobs.values() if job.state.value == "running"]
         self.running.set(len(running))
+        self.pending.set(sum(job.state.value == "pending" for job in core.jobs.values()))
         self.cores_total.set(daemon.cluster.cores)
         self.cores_allocated.set(sum(job.cores for job in running if job.host < 0))
         self.cores_lent.set(sum(job.quota for job in running if job.host >= 0))

@@ -131,8 +131,8 @@ def recover(daemon: Daemon) -> None:
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
     _resume_workflows(daemon, now)
-    log.info(
-        "recovered: %d running adopted, %d queued, %d lost, instance %s",
+    log.info(  # adopted: running, or ended while the daemon was down (the first pass collects those)
+        "recovered: %d adopted, %d queued, %d lost, instance %s",
         len(jobs),
         len(queued),
         len(lost),
