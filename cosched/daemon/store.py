@@ -459,6 +459,14 @@ class Store:
     ) -> None:
         db.execute("UPDATE workflows SET state = ?, failed_stage = ? WHERE id = ?", (state, failed_stage, workflow_id))
 
+    def stop_workflow(self, db: sqlite3.Connection, workflow_id: int, state: str, stage: str) -> None:
+        """A workflow failed or cancelled by `stage`, unless an earlier stage already stopped it (that
+        one stays named)."""
+        db.execute(
+            "UPDATE workflows SET state = ?, failed_stage = ? WHERE id = ? AND state NOT IN ('failed', 'cancelled')",
+            (state, stage, workflow_id),
+        )
+
     def workflow_ids(self, state: str) -> list[int]:
         return [row[0] for row in self._conn().execute("SELECT id FROM workflows WHERE state = ?", (state,))]
 

@@ -89,14 +89,19 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
 def _promised_to_head(daemon: Daemon, now: float, head: Job, jobs: list[Job]) -> float | None:
     """The blocked head's start by the backfill policy's own rule (`reserved_start`), when the
     last pass asked it for no plan: the cluster full, or nothing to backfill. EASY reserves only
-    when something could backfill, so `cosched queue` showed N/A for the head almost always.
-    Over a snapshot of the running jobs, hosts and guests apart, as the core's view has them."""
+    when something could backfill, so `cosched queue` showed N/A for the head almost always."""
+    at = daemon.core.backfill.reserved_start(_view_over(daemon, now, [head], jobs), head)
+    return at if at is not None and math.isfinite(at) else None
+
+
+def _view_over(daemon: Daemon, now: float, queued: list[Any], jobs: list[Any]) -> SchedulerView:
+    """A policies' view of our own over a snapshot (the core's view belongs to the pass), laid out
+    as the core's is: hosts by expected end, guests by their host, what ends will not give back."""
     hosts = sorted((j for j in jobs if j.state is JobState.RUNNING and j.host < 0), key=lambda j: j.expected_end)
     guests: dict[int, list[Job]] = {}
     for job in jobs:
         if job.state is JobState.RUNNING and job.host >= 0:
             guests.setdefault(job.host, []).append(job)
-    by_id = {job.id: job for job in jobs}
     core = daemon.core
     while True:  # copied without the lock, as `_snapshot` copies
         try:
@@ -104,15 +109,8 @@ def _promised_to_head(daemon: Daemon, now: float, head: Job, jobs: list[Job]) ->
             break
         except RuntimeError:
             continue
-    view = SchedulerView(now, daemon.cluster, [head], hosts, core.pool, guests, by_id, withheld)
-    at = core.backfill.reserved_start(view, head)
-    return at if at is not None and math.isfinite(at) else None
-
-
-def _view_over(daemon: Daemon, now: float, queued: list[Any], jobs: list[Any]) -> SchedulerView:
-    """A policies' view of our own over a snapshot: the core's view belongs to the pass."""
-    running = [job for job in jobs if job.state is JobState.RUNNING]
-    return SchedulerView(now, daemon.cluster, queued, running, daemon.core.pool, jobs={job.id: job for job in jobs})
+    by_id = {job.id: job for job in jobs}
+    return SchedulerView(now, daemon.cluster, queued, hosts, core.pool, guests, by_id, withheld)
 
 
 def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:

@@ -44,9 +44,7 @@ def fail(store: Store, db: sqlite3.Connection, workflow_id: int, stage: str, sta
     """A stage failed (`state` 'failed') or was cancelled ('cancelled', as `cosched cancel
     --workflow` cancels them: a user's cancel read as a crash): the workflow ends so, the first
     such stage named; its dependants are never submitted."""
-    row = db.execute("SELECT state FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
-    if row is not None and row[0] not in STOPPED:
-        store.update_workflow(db, workflow_id, state, stage)
+    store.stop_workflow(db, workflow_id, state, stage)
 
 
 def stage_states(store: Store, workflow_id: int) -> dict[str, str]:

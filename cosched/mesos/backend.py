@@ -846,15 +846,7 @@ class MesosBackend(EventHandler):
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
                 payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
-                command = self.settings.executor_command
-                executor = jobs.executor_info(
-                    task.id,
-                    framework_id,
-                    command,
-                    self.settings.job_settings,
-                    self.settings.sample_interval,
-                    self.settings.fence,
-                )
+                executor = self._executor_info(task.id, framework_id)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
                 launch.infos.setdefault(agent, []).append(
@@ -969,6 +961,13 @@ class MesosBackend(EventHandler):
         node = self._node_of_agent(agent)
         return node is None or node in self.down
 
+    def _executor_info(self, executor_id: str, framework_id: str) -> dict[str, Any]:
+        """The ExecutorInfo of a job's or a sweep's executor, with this daemon's settings."""
+        s = self.settings
+        return jobs.executor_info(
+            executor_id, framework_id, s.executor_command, s.job_settings, s.sample_interval, s.fence
+        )
+
     def _outcome(self, task: Task) -> str:
         return task.outcome(self._gone(task.agent_id), time.monotonic(), fence_wait(self.settings.fence))
 
@@ -1010,15 +1009,7 @@ class MesosBackend(EventHandler):
             if task.agent_id == agent and self._outcome(task) == "sweep"
         ]
         task_id = f"{_SWEEP}{uuid.uuid4().hex[:12]}"
-        settings = self.settings
-        executor = jobs.executor_info(
-            task_id,
-            self.framework_id,
-            settings.executor_command,
-            settings.job_settings,
-            settings.sample_interval,
-            settings.fence,
-        )
+        executor = self._executor_info(task_id, self.framework_id)
         need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
         now = time.monotonic()
         info = jobs.sweep_task(task_id, agent, executor, killed)

@@ -404,14 +404,18 @@ class Executor:
     def _kill_all(self, reason: str) -> None:
         with self.lock:
             live = [(task_id, t) for task_id, t in self.tasks.items() if not t.ended]
-        for task_id, task in live:
+        self._stop(live, "TASK_KILLED", reason)
+
+    def _stop(self, tasks: list[tuple[str, _Task]], state: str, message: str) -> None:
+        """These tasks end now: each one's container removed, `state` reported."""
+        for task_id, task in tasks:
             task.ended = True
             if task.container:
                 try:
                     self.backend.remove(task.container)
                 except EngineUnavailable as exc:
                     log.warning("removing the container of task %s: %s", task_id, exc)
-            self.update(task_id, "TASK_KILLED", reason)
+            self.update(task_id, state, message)
 
     def _message(self, data: bytes) -> None:
         try:
@@ -484,14 +488,8 @@ class Executor:
         if not live:
             return
         log.error("agent %s answered nothing for %.0f s: stopping every job", self.settings.agent, self.settings.fence)
-        for task_id, task in live:
-            task.ended = True
-            try:
-                self.backend.remove(task.container)
-            except EngineUnavailable as exc:
-                log.warning("removing the container of task %s: %s", task_id, exc)
-            message = f"stopped: no answer from agent {self.settings.agent} for {self.settings.fence:g} s"
-            self.update(task_id, "TASK_LOST", message)
+        silent = f"stopped: no answer from agent {self.settings.agent} for {self.settings.fence:g} s"
+        self._stop(live, "TASK_LOST", silent)
         stream = self._stream
         if stream is not None:
             stream.interrupt()
