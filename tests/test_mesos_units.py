@@ -226,12 +226,15 @@ def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
     assert jobs.swept_executors(sweep) == ["t12", "t13"]
 
 
-def test_the_daemons_job_settings_reach_the_executor_whole() -> None:
+def test_the_daemons_job_settings_reach_the_executor_whole(tmp_path: Path) -> None:
     """The operator's [docker] job user and limits ride in the executor's environment, so a job on
     an agent gets them, not the executor's defaults; the agent's engine address does not travel.
     The daemon's sample interval travels too: the executor reports usage as often; so does the
     fence, after which it stops its jobs while its agent answers nothing."""
+    profile = tmp_path / "seccomp.json"  # the same path on every agent, as the data roots
+    profile.write_text('{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}')
     daemon = DockerSection(
+        seccomp_profile=str(profile),
         base_url="unix:///daemon-host.sock",
         data_roots=("/srv/data",),
         job_user="1234:5678",

@@ -10,7 +10,9 @@ acceptance. Each asserts the attack failed and that scheduling went on.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
+import json
 import os
 import re
 import shutil
@@ -25,12 +27,13 @@ from typing import Any
 import docker.errors
 import psutil
 import pytest
-from daemon_support import DaemonProcess, require_engine
+from daemon_support import DaemonProcess, require_engine, workflow_image
 
 from cosched.daemon.client import ApiError, Client
-from cosched.daemon.config import from_dict
+from cosched.daemon.config import from_dict, validate
 from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB
 from cosched.daemon.identity import create_key, load_key, mint
+from cosched.daemon.seccomp import IO_URING, close_io_uring, io_uring_exposure, load_profile
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 from workloads.images import busybox_image
@@ -572,3 +575,75 @@ def test_an_images_own_group_file_gives_a_job_no_group(daemon: DaemonProcess) ->
     job = run(daemon, f"id -G > {data}/groups", image=image, data_dirs=[str(data)])
     assert job["state"] == "done", job
     assert (data / "groups").read_text().split() == ["65534"]
+
+
+IO_URING_PROBE = (
+    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); params = ctypes.create_string_buffer(120); "
+    "fd = libc.syscall(425, 4, params); print(fd if fd >= 0 else -ctypes.get_errno())"  # 425: io_uring_setup
+)
+
+
+def _io_uring_setup_in_a_job(daemon: DaemonProcess, name: str) -> int:
+    """What `io_uring_setup` returned in a job: a descriptor, or minus the errno."""
+    data = make_data_dir(daemon.root / name)
+    script = f"python3 -c '{IO_URING_PROBE}' > {data}/answer"
+    job = run(daemon, script, image=workflow_image(), memory_mib=256, data_dirs=[str(data)])
+    assert job["state"] == "done", job
+    return int((data / "answer").read_text())
+
+
+def test_the_daemon_says_whether_jobs_can_reach_io_uring_and_is_right(daemon: DaemonProcess) -> None:
+    """No profile configured: jobs get the engine's, and the daemon's start-up line about io_uring
+    must say what a job finds (Docker 20.10's profile opens it, 25's closes it; so does the sysctl)."""
+    answer = _io_uring_setup_in_a_job(daemon, "uring-default")
+    exposure = io_uring_exposure(str(require_engine().version()["Version"]))
+    assert (answer >= 0) == bool(exposure), (answer, exposure)
+    assert (exposure in daemon.log.read_text()) == bool(exposure)
+
+
+def test_a_job_cannot_use_io_uring_even_where_the_operators_profile_allows_it(tmp_path: Path) -> None:
+    """io_uring runs system calls seccomp never sees: cosched closes it in whatever profile it is
+    given (here one that allows every call, io_uring by name), and jobs still run under it."""
+    client = require_engine()
+    profile = tmp_path / "seccomp.json"
+    profile.write_text(
+        json.dumps(
+            {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": list(IO_URING), "action": "SCMP_ACT_ALLOW"}]}
+        )
+    )
+    process = DaemonProcess(tmp_path, docker=f'seccomp_profile = "{profile}"')
+    process.start()
+    try:
+        assert _io_uring_setup_in_a_job(process, "uring-closed") == -errno.ENOSYS
+        assert "jobs can use io_uring" not in process.log.read_text()  # no warning: a profile is given
+    finally:
+        process.cleanup(client)
+
+
+def test_a_seccomp_profile_anyone_could_edit_or_that_is_no_profile_is_refused(tmp_path: Path) -> None:
+    profile = tmp_path / "seccomp.json"
+    profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": []}))
+    assert "SCMP_ACT_ERRNO" in load_profile(str(profile))
+    profile.chmod(0o666)
+    with pytest.raises(ConfigError, match=r"docker.seccomp_profile: .* could be changed by a user other than root"):
+        load_profile(str(profile))
+    profile.chmod(0o644)
+    link = tmp_path / "link.json"
+    link.symlink_to(profile)
+    with pytest.raises(ConfigError, match="link-free"):
+        load_profile(str(link))
+    for text, problem in (("{", "not a JSON seccomp profile"), ('{"syscalls": []}', "not a Docker seccomp profile")):
+        profile.write_text(text)
+        with pytest.raises(ConfigError, match=problem):
+            validate(from_dict({"docker": {"seccomp_profile": str(profile)}}))
+
+
+def test_io_uring_is_taken_out_of_every_rule_and_refused_by_one_of_its_own() -> None:
+    rules = [
+        {"names": ["read", "io_uring_setup"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["io_uring_enter", "io_uring_register"], "action": "SCMP_ACT_ALLOW", "args": []},
+        {"name": "io_uring_setup", "action": "SCMP_ACT_ALLOW"},
+    ]
+    closed = close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": rules})
+    assert closed["syscalls"][:-1] == [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]
+    assert closed["syscalls"][-1]["names"] == list(IO_URING) and closed["syscalls"][-1]["action"] == "SCMP_ACT_ERRNO"

@@ -45,6 +45,7 @@ default. Example (every key, with its default)::
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
     log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
     nofile = 4096                 # open files per process in a job
+    seccomp_profile = ""          # jobs' seccomp profile, io_uring closed in it ("" = the engine's; Debian: /usr/share/containers/seccomp.json)
     engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
 
     [backend]
@@ -108,6 +109,7 @@ import psutil
 
 from cosched.daemon.accounts import RUN_AS
 from cosched.daemon.identity import USER_NAME
+from cosched.daemon.seccomp import load_profile
 from cosched.daemon.specs import MIN_MEMORY_MIB
 from cosched.errors import ConfigError
 from cosched.mesos.calls import role_problem
@@ -166,6 +168,7 @@ class DockerSection:
     pids_limit: int = 4096
     log_max_mib: int = 10
     nofile: int = 4096
+    seccomp_profile: str = ""
     engine_calls: int = 8
 
 
@@ -420,6 +423,8 @@ def validate_job_settings(docker: DockerSection) -> None:
     for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64), ("engine_calls", 1), ("log_tail", 0)):
         if getattr(docker, key) < least:
             raise ConfigError(f"config key docker.{key}: must be >= {least}, got {getattr(docker, key)}")
+    if docker.seccomp_profile:
+        load_profile(docker.seccomp_profile)
 
 
 def _is_loopback(host: str) -> bool:

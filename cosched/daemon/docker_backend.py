@@ -7,7 +7,8 @@ a restarted daemon finds its own containers (and only its own) by label.
 
 Safety rules the operator can rely on (docs/security.md): a job runs as the
 configured unprivileged uid:gid with every capability dropped and
-`no-new-privileges`, under a pids limit, a log size cap and file ulimits, with
+`no-new-privileges` (and io_uring closed where the operator gives a seccomp profile,
+`cosched.daemon.seccomp`), under a pids limit, a log size cap and file ulimits, with
 no network and a read-only image: its scratch space (`/tmp`, `/var/tmp`) is
 memory, so a job cannot fill the engine's disk; the only host paths mounted are
 its declared data directories,
@@ -43,6 +44,7 @@ from cosched.daemon.sandbox import (
     process_start,
     read_progress,
 )
+from cosched.daemon.seccomp import io_uring_exposure, load_profile
 from cosched.errors import CoschedError
 
 if TYPE_CHECKING:
@@ -149,6 +151,10 @@ class DockerBackend:
         self.staging = staging
         self._base_url = settings.base_url
         self._client: docker.DockerClient | None = None
+        self._security = ["no-new-privileges"]
+        if settings.seccomp_profile:
+            self._security.append(f"seccomp={load_profile(settings.seccomp_profile)}")
+        self._exposure_told = False
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""
         self._pids: dict[str, int] = {}
@@ -172,10 +178,15 @@ class DockerBackend:
         try:
             client = docker.DockerClient(base_url=self._base_url) if self._base_url else docker.from_env()
             client.ping()
+            version = "" if self._exposure_told else str(client.version().get("Version", ""))
         except _ENGINE_ERRORS as exc:
             self._client = None
             raise EngineUnavailable(f"cannot reach the Docker engine at {where}: {_reason(exc)}") from None
         self._client = client
+        if not self._exposure_told:
+            self._exposure_told = True
+            if not self.settings.seccomp_profile and (exposure := io_uring_exposure(version)):
+                log.warning("%s", exposure)
 
     def close(self) -> None:
         if self._client is not None:
@@ -313,7 +324,7 @@ class DockerBackend:
                     user=f"{account.uid}:{account.gid}" if account else limits.job_user,
                     group_add=[str(group) for group in account.groups] if account and account.groups else None,
                     cap_drop=["ALL"],
-                    security_opt=["no-new-privileges"],
+                    security_opt=self._security,
                     pids_limit=limits.pids_limit,
                     ulimits=[
                         docker.types.Ulimit(name="nofile", soft=limits.nofile, hard=limits.nofile),

@@ -38,7 +38,16 @@ FENCE = "COSCHED_FENCE"
 """The executor's environment variable holding the seconds it keeps jobs running while its agent
 answers nothing (`[mesos] fence`)."""
 
-JOB_KEYS = ("cpu_period", "data_roots", "log_tail", "job_user", "pids_limit", "log_max_mib", "nofile")
+JOB_KEYS = (
+    "cpu_period",
+    "data_roots",
+    "log_tail",
+    "job_user",
+    "pids_limit",
+    "log_max_mib",
+    "nofile",
+    "seccomp_profile",
+)
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
 LOG_BYTES = 256 << 10
@@ -93,9 +102,9 @@ def executor_info(
     takes only its task with it, the next task never waits for the agent to forget it, and it
     leaves once its task's end is acknowledged. `job_settings` is the daemon's [docker] table
     (`JOB_KEYS` of it; None: the defaults); its `data_roots` must be storage every agent mounts at
-    the same path. `sample_interval`: the daemon's, so a job's usage is as fresh on an agent as on
-    one host (`SAMPLE_INTERVAL`). `fence`: how long it keeps jobs running while its agent answers
-    nothing (`FENCE`)."""
+    the same path, and its `seccomp_profile` a file every agent has. `sample_interval`: the
+    daemon's, so a job's usage is as fresh on an agent as on one host (`SAMPLE_INTERVAL`).
+    `fence`: how long it keeps jobs running while its agent answers nothing (`FENCE`)."""
     body = {key: getattr(job_settings or DockerSection(), key) for key in JOB_KEYS}
     variables = {
         JOB_SETTINGS: json.dumps(body),

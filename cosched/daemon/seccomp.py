@@ -1,0 +1,100 @@
+"""The seccomp profile jobs run under: the operator's, with io_uring always closed.
+
+io_uring lets a process run I/O system calls from a ring the kernel drains, past
+seccomp's view, and it was the path of several container escapes. Docker 25 and
+containerd closed it in their default profiles; Docker 20.10 (Debian 12's `docker.io`)
+still opens it, and cosched cannot amend the engine's built-in profile, only replace it.
+So `[docker] seccomp_profile` names a whole profile in Docker's format (Debian's
+`golang-github-containers-common` ships one, `/usr/share/containers/seccomp.json`), and
+cosched closes io_uring in it whatever it says. Without one, the daemon says at its
+start whether jobs can reach io_uring (`io_uring_exposure`).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+
+from cosched.daemon.sandbox import replaceable_problem
+from cosched.errors import ConfigError
+
+IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+
+CLOSED_BY_ENGINE = 25
+"""The first Docker major release whose default profile refuses io_uring (moby #46762)."""
+
+_CLOSED = {
+    "names": list(IO_URING),
+    "action": "SCMP_ACT_ERRNO",
+    "errnoRet": errno.ENOSYS,  # as on a kernel without it: programs (liburing's users) fall back to epoll
+    "comment": "cosched: io_uring runs system calls seccomp never sees",
+}
+
+
+def load_profile(path: str) -> str:
+    """The profile at `path` with io_uring closed, as the JSON the engine takes in
+    `security_opt=["seccomp=..."]`; a ConfigError naming the key and the problem otherwise.
+
+    The file decides every job's system calls, so no one but root (or the daemon's user) may be
+    able to change it: a profile another user could edit would let them open everything."""
+    key = "config key docker.seccomp_profile"
+    if not os.path.isabs(path) or os.path.realpath(path) != path:
+        raise ConfigError(f"{key}: {path!r} is not a link-free absolute path")
+    owners = frozenset({0, os.geteuid()})
+    try:
+        info = os.stat(path)
+        problem = replaceable_problem(str(Path(path).parent), owners)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path!r}: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        problem = f"{path!r} is not a regular file"
+    elif info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = f"{info.st_mode & 0o777:o}"
+        problem = f"{path!r} could be changed by a user other than root (owner uid {info.st_uid}, mode {mode})"
+    if problem:
+        raise ConfigError(f"{key}: {problem}")
+    try:
+        profile = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{key}: {path!r} is not a JSON seccomp profile: {exc}") from None
+    return json.dumps(close_io_uring(profile, path))
+
+
+def close_io_uring(profile: object, where: str = "the profile") -> dict[str, object]:
+    """`profile` with the io_uring calls taken out of every rule and refused by one of their own:
+    taken out first, because libseccomp refuses two actions for one call."""
+    key = "config key docker.seccomp_profile"
+    rules = profile.get("syscalls") if isinstance(profile, dict) else None
+    if not (isinstance(profile, dict) and isinstance(profile.get("defaultAction"), str) and isinstance(rules, list)):
+        raise ConfigError(f"{key}: {where!r} is not a Docker seccomp profile (`defaultAction` and a `syscalls` list)")
+    kept = []
+    for rule in rules:
+        if not isinstance(rule, dict) or not isinstance(rule.get("names", []), list):
+            raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list")
+        if rule.get("name") in IO_URING:  # the older one-call form
+            continue
+        names = [name for name in rule.get("names", []) if name not in IO_URING]
+        if names or "names" not in rule:
+            kept.append({**rule, "names": names} if "names" in rule else rule)
+    return {**profile, "syscalls": [*kept, dict(_CLOSED)]}
+
+
+def io_uring_exposure(engine_version: str, sysctl: Path = Path("/proc/sys/kernel/io_uring_disabled")) -> str:
+    """'' if jobs under the engine's own profile cannot reach io_uring, else a line saying why they
+    can and what closes it. The kernel closes it to processes without CAP_SYS_ADMIN (jobs have
+    none) when `kernel.io_uring_disabled` is 1 or 2 (Linux 6.6 and later)."""
+    try:
+        if sysctl.read_text().strip() in ("1", "2"):
+            return ""
+    except OSError:
+        pass  # an older kernel: only the profile can close it
+    major = engine_version.split(".", 1)[0]
+    if major.isdigit() and int(major) >= CLOSED_BY_ENGINE:
+        return ""
+    return (
+        f"jobs can use io_uring (Docker {engine_version or '?'}'s default seccomp profile allows it): set "
+        "[docker] seccomp_profile (e.g. /usr/share/containers/seccomp.json) or sysctl kernel.io_uring_disabled=1"
+    )
