@@ -167,6 +167,37 @@ def test_a_job_on_an_agent_cut_off_from_the_master_never_runs_twice(
         finish(cluster, daemon)
 
 
+def test_an_agent_whose_engine_cannot_be_reached_is_drained_and_its_job_runs_elsewhere(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """agent2's executors cannot reach a Docker engine: first fit sent the job back there until it had
+    lost 3 runs and failed (a helper's run), and so every later job placed there. Now the first
+    launch that fails there drains node 1, naming why, and the job runs on node 0 once it is free."""
+    daemon = None
+    argv = cluster.kill_agent(2)
+    broken = {"PATH": os.environ["PATH"], "COSCHED_DOCKER_URL": "unix:///nonexistent/docker.sock"}
+    cluster.start_agent(2, [*argv, f"--executor_environment_variables={json.dumps(broken)}".encode()])
+    try:
+        wait_until(lambda: cluster.active_agents() == 2, 60, "agent2 back, its engine out of reach")
+        daemon = mesos_daemon(cluster, tmp_path, "cosched-no-engine", mesos="launch_timeout = 20.0")
+        fid = framework_id_of(daemon)
+        holder = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(holder, 60)
+        job = daemon.submit(image=image, command=["true"], cores=1, memory_mib=64, walltime=120)
+        drained = wait_until(lambda: _node(daemon, 1)["drain"], 60, "node 1 drained")
+        assert drained["by"] == "cosched" and "cannot reach the Docker engine" in drained["reason"], drained
+        jobs = daemon.wait_final([holder, job], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        assert _on_node(daemon, job) == 0
+        assert len(container_events.containers(fid)[job]) == 1  # agent2 never made a container
+        daemon.client.call("POST", "/v1/nodes/1/resume")
+    finally:
+        cluster.start_agent(2, cluster.kill_agent(2)[: len(argv)])  # its own engine again
+        wait_until(lambda: cluster.active_agents() == 2, 60, "agent2 back")
+        if daemon is not None:
+            finish(cluster, daemon)
+
+
 def _executor_logs(cluster: Cluster, index: int) -> str:
     """What the executors agent `index` started wrote (their sandboxes' stderr)."""
     return "".join(path.read_text(errors="replace") for path in (cluster.run_dir / f"agent{index}").rglob("stderr"))

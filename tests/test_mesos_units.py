@@ -418,11 +418,12 @@ def test_a_launch_the_agents_engine_fails_is_a_lost_run_and_one_it_refuses_fails
 
     env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
     executor = Executor(ExecutorSettings.from_env(env), backend=Engine())  # type: ignore[arg-type]
-    sent: list[tuple[str, str]] = []
-    executor.update = lambda task_id, state, message="", data=None: sent.append((state, message))  # type: ignore[method-assign]
+    sent: list[tuple[str, str, object]] = []
+    executor.update = lambda task_id, state, message="", data=None: sent.append((state, message, data))  # type: ignore[method-assign]
     payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
     executor._launch(jobs.job_task("t1", "S0", jobs.executor_info("t1", "F"), payload, 1.0))
-    assert sent == [(state, f"could not start: the Docker engine: {failure}")]
+    fault = {jobs.ENGINE_FAULT: True} if failure == "engine gone" else None  # its node is drained
+    assert sent == [(state, f"could not start: the Docker engine: {failure}", fault)]
 
 
 def test_a_request_for_output_and_its_answer_are_checked_and_capped() -> None:

@@ -96,7 +96,7 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
             continue
         if isinstance(outcome, RunLost):
             log.warning("job %d could not start on its machines: %s", job.id, outcome)
-            daemon.lost_launches[job.id] = str(outcome).splitlines()[0][:500]
+            daemon.lost_launches[job.id] = outcome
             continue
         if isinstance(outcome, Exception):
             log.warning("job %d could not start: %s", job.id, outcome)

@@ -99,6 +99,12 @@ class RunLost(CoschedError):
     the resources the core gave it in time (no Mesos offer), or a gang could not start whole, or
     the engine failed on its side (a 5xx) to start it. The daemon queues the job again."""
 
+    def __init__(self, message: str, faulty_nodes: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.faulty_nodes = faulty_nodes
+        """Nodes whose machine could not start it at all (a Mesos agent whose engine cannot be
+        reached): the daemon drains them, as Slurm drains a node a launch failed on."""
+
 
 class QuotaMismatch(CoschedError):
     """The kernel enforces a different CPU quota than the one Docker was asked for."""

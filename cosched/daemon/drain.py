@@ -23,6 +23,7 @@ from cosched.errors import CoschedError
 from cosched.model import Allocation, Cluster, Job, JobState
 
 if TYPE_CHECKING:
+    from cosched.daemon.ends import End
     from cosched.daemon.service import Daemon
 
 log = logging.getLogger("cosched.daemon")
@@ -30,6 +31,8 @@ log = logging.getLogger("cosched.daemon")
 KEY = "drained_nodes"
 """The state file's meta key: node -> Drain, as JSON."""
 MAX_REASON = 200
+BY_DAEMON = "cosched"
+"""Who drained a node the daemon drained itself (`faulty`)."""
 
 
 class NoSuchNode(CoschedError):
@@ -83,6 +86,20 @@ def resume(daemon: Daemon, node: int, caller: Caller) -> Drain:
         entry.reason,
     )
     return entry
+
+
+def faulty(daemon: Daemon, ended: list[End]) -> None:
+    """Under `lock`: drain each node whose machine could not start a run at all (a Mesos agent whose
+    engine cannot be reached), as Slurm drains a node a launch failed on. Else first fit sent the
+    requeued job, and every later one, back there until each had lost `MAX_LOST_RUNS` runs and
+    failed. Only an operator resumes it, once the machine is mended."""
+    for end in ended:
+        for node in end.faulty_nodes:
+            if node not in daemon.drained:
+                detail = end.reason.rsplit("could not start: ", 1)[-1]  # the machine's words, not the layers
+                reason = f"job {end.job.id} could not start there: {detail}"[:MAX_REASON]
+                _save(daemon, {**daemon.drained, node: Drain(reason, daemon.clock(), BY_DAEMON)})
+                log.warning("node %d drained by cosched: %s", node, reason)
 
 
 def _check(daemon: Daemon, node: int, caller: Caller, verb: str) -> None:

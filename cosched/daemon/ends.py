@@ -40,6 +40,8 @@ class End:
     """The run was lost, not ended by the job: the job goes back to the queue."""
     cpu_seconds: float | None = None
     """What its processes used (`Exit.cpu_seconds`), where the machine measured it."""
+    faulty_nodes: tuple[int, ...] = ()
+    """Nodes whose machine could not start it at all (`RunLost.faulty_nodes`)."""
 
     @property
     def requeued(self) -> bool:
@@ -58,10 +60,11 @@ def collect(daemon: Daemon, now: float) -> list[End]:
         if job is not None:
             ends.append(End(job, True, now, None, reason, "", daemon.containers.get(job_id)))
         del daemon.failed_launches[job_id]
-    for job_id, reason in list(daemon.lost_launches.items()):
+    for job_id, lost in list(daemon.lost_launches.items()):
         job = daemon.core.jobs.get(job_id)
         if job is not None:
-            ends.append(End(job, False, now, None, f"could not start: {reason}", "", None, lost=True))
+            reason = f"could not start: {str(lost).splitlines()[0][:500]}"
+            ends.append(End(job, False, now, None, reason, "", None, lost=True, faulty_nodes=lost.faulty_nodes))
         del daemon.lost_launches[job_id]
     if not daemon.containers:
         return ends

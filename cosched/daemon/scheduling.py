@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from cosched.core.events import Event, JobCancelled, JobSubmitted
 from cosched.daemon import (
     carry_out,
+    drain,
     ends,
     engine_faults,
     journal,
@@ -80,6 +81,7 @@ def _pass(daemon: Daemon) -> bool:
         engine_faults.lost(daemon, exc)
         return False
     with daemon.lock:
+        drain.faulty(daemon, ended)  # before the nodes' events: no job goes back to such a node now
         events: list[Event] = nodes.events(daemon, changes)
         ended_now: set[int] = set()
         for end in ended:

@@ -45,7 +45,7 @@ from cosched.daemon import carry_out, drain, engine_faults, job_actions, monitor
 from cosched.daemon.backend import Backend
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.cpus import CpuMap
-from cosched.daemon.docker_backend import DockerBackend
+from cosched.daemon.docker_backend import DockerBackend, RunLost
 from cosched.daemon.engine_calls import EngineCalls
 from cosched.daemon.identity import ANONYMOUS, Caller
 from cosched.daemon.metrics import DaemonMetrics
@@ -111,7 +111,7 @@ class Daemon:
         """A kill was asked through the API (a requeue, a walltime lowered below what the job ran):
         the review, whose kills those are, runs after the next pass rather than at its interval."""
         self.failed_launches: dict[int, str] = {}
-        self.lost_launches: dict[int, str] = {}
+        self.lost_launches: dict[int, RunLost] = {}
         self.lost_runs: dict[int, int] = {}
         """Runs lost to their machines, per live job (`ends.MAX_LOST_RUNS`); from the state file, so a
         job whose runs its machines keep losing fails however often the daemon restarts."""

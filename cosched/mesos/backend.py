@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -907,7 +907,7 @@ class MesosBackend(EventHandler):
                 why = f"{first.state}: {first.message or first.reason or 'no message'}"
                 if all(self._outcome(t) == "ended" for t in failed):
                     raise LaunchRefused(why)  # the job itself (its image, its task), not the machines
-                raise RunLost(f"part {first.id} {why}")
+                raise RunLost(f"part {first.id} {why}", self._faulty_nodes(failed))
             if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
         now = time.monotonic()
@@ -967,6 +967,11 @@ class MesosBackend(EventHandler):
         return jobs.executor_info(
             executor_id, framework_id, s.executor_command, s.job_settings, s.sample_interval, s.fence
         )
+
+    def _faulty_nodes(self, lost: Iterable[Task]) -> tuple[int, ...]:
+        """Under the lock: the nodes of `lost` tasks whose executor could not reach its engine."""
+        agents = {task.agent_id for task in lost if task.data.get(jobs.ENGINE_FAULT)}
+        return tuple(sorted(node for agent in agents if (node := self._node_of_agent(agent)) is not None))
 
     def _outcome(self, task: Task) -> str:
         return task.outcome(self._gone(task.agent_id), time.monotonic(), fence_wait(self.settings.fence))

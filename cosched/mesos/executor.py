@@ -380,7 +380,8 @@ class Executor:
             # failed on its own (a 5xx): the machine's fault, a lost run, which the framework queues
             # again (as TASK_FAILED, one broken engine failed every job placed on its agent).
             state = "TASK_LOST" if isinstance(exc, EngineUnavailable | RunLost) else "TASK_FAILED"
-            self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}")
+            fault = {jobs.ENGINE_FAULT: True} if isinstance(exc, EngineUnavailable) else None
+            self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}", fault)
             task.ended = True  # after the update: ended with nothing pending would let the executor leave
             return
         task.container = container
@@ -601,9 +602,8 @@ def main() -> int:
     backend = DockerBackend(instance_of(settings.framework_id), engine, staging)
     try:
         backend.connect()
-    except EngineUnavailable as exc:
+    except EngineUnavailable as exc:  # its task is then lost with the fault named, and its node drained
         print(f"cosched executor: {exc}", file=sys.stderr)
-        return 2
     return Executor(settings, backend).run()
 
 

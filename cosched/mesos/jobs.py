@@ -50,6 +50,10 @@ JOB_KEYS = (
 )
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
+ENGINE_FAULT = "engine_unreachable"
+"""Set (true) in the data of a TASK_LOST the executor sends when its agent's Docker engine cannot be
+reached to start the task: the machine, not the job, is at fault, and the framework drains its node."""
+
 LOG_BYTES = 256 << 10
 """The most of a running job's output one answer carries: it travels through the agent and the master."""
 
