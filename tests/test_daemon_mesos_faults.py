@@ -167,6 +167,41 @@ def test_a_job_on_an_agent_cut_off_from_the_master_never_runs_twice(
         finish(cluster, daemon)
 
 
+def test_an_agent_back_under_a_new_id_leaves_no_second_copy_of_its_job(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """agent2 killed and started again without its checkpointed id (`meta/slaves/latest` gone, as on
+    a reinstalled machine): the new agent knows nothing of the old executor, which runs its job on
+    while the new agent refuses its calls. Its fence stops the job; the daemon runs it again only
+    after that, and the two runs never overlap."""
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-new-id", mesos="launch_timeout = 20.0")
+    try:
+        fid = framework_id_of(daemon)
+        holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
+        job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(job, 60)
+        assert _on_node(daemon, job) == 1
+        old = cluster.agent_id("agent2")
+        argv = cluster.kill_agent(2)
+        (cluster.run_dir / "agent2" / "work" / "meta" / "slaves" / "latest").unlink()
+        cluster.start_agent(2, argv)
+        wait_until(lambda: _active_agent_ids(cluster, "agent2") - {old}, 60, "agent2 under a new id")
+        status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 90, "the job requeued")
+        assert status["reason"].startswith("requeued:"), status
+        jobs = daemon.wait_final([holder, job], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        ran = container_events.containers(fid)
+        assert len({c.run for c in ran[job]}) == 2  # the old executor's run, stopped, and the one that finished
+        assert_ran_once(ran[job])  # which never overlapped
+        assert "answered nothing for 1 s: stopping every job" in _executor_logs(cluster, 2)
+    finally:
+        finish(cluster, daemon)
+
+
+def _active_agent_ids(cluster: Cluster, hostname: str) -> set[str]:
+    return {a["id"] for a in cluster.state()["slaves"] if a["hostname"] == hostname and a.get("active")}
+
+
 def test_an_agent_whose_engine_cannot_be_reached_is_drained_and_its_job_runs_elsewhere(
     cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:

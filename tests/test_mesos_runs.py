@@ -143,6 +143,32 @@ def test_a_lost_agents_run_waits_for_its_executors_fence_and_lives_on_if_the_age
     assert task.outcome(False, now=140.0, fence_wait=30.0) == "lost"
 
 
+def test_a_part_that_failed_while_starting_but_may_still_run_is_settled_before_the_run_is_given_up() -> None:
+    """A launch gave up at a part's first failure and the job was queued again at once. Its agent cut
+    off (lost to the master, not dead) or its executor killed after it started the container, that
+    part's copy ran on beside the next run. Now the start waits for the fence, or for a sweep."""
+    run = gang(2)
+    run.tasks[0].apply(status("TASK_RUNNING"), 0.0)
+    assert run.start_failure(lambda task: "live") is None  # part 1 still staging
+    # its executor killed on a live agent: settled by a sweep of the agent, then lost
+    run.tasks[1].apply(status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), 1.0)
+    failure = run.start_failure(lambda task: task.outcome(False, 1.0, 31.0))
+    assert failure is not None and (failure.verdict, failure.settling) == ("settling", (run.tasks[1],))
+    run.tasks[1].swept = True
+    failure = run.start_failure(lambda task: task.outcome(False, 2.0, 31.0))
+    assert failure is not None and failure.verdict == "lost" and failure.why.startswith("TASK_FAILED")
+    # its agent lost to the master: settled once the executor's fence has passed
+    run = gang(1)
+    run.tasks[0].apply(status("TASK_LOST", "SOURCE_MASTER", "REASON_AGENT_REMOVED"), 100.0)
+    assert run.start_failure(lambda task: task.outcome(True, 130.0, 31.0)).verdict == "settling"  # type: ignore[union-attr]
+    assert run.start_failure(lambda task: task.outcome(True, 131.0, 31.0)).verdict == "lost"  # type: ignore[union-attr]
+    # the executor's own word: lost (its engine is gone) or the job's own failure (refused), at once
+    for state, verdict in (("TASK_LOST", "lost"), ("TASK_FAILED", "refused")):
+        run = gang(1)
+        run.tasks[0].apply(status(state), 0.0)
+        assert run.start_failure(lambda task: task.outcome(False, 0.0, 31.0)).verdict == verdict  # type: ignore[union-attr]
+
+
 def test_a_gang_whose_part_the_master_never_heard_of_is_lost() -> None:
     run = gang(3)
     del run.tasks[2]  # a restarted daemon rebuilt the run from reconciliation: two of three parts

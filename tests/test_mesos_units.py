@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import socket
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -435,3 +436,97 @@ def test_a_request_for_output_and_its_answer_are_checked_and_capped() -> None:
     for bad in (b'{"type": "log", "task": "t1", "lines": 0}', b'{"type": "log", "lines": 5}'):
         with pytest.raises(jobs.BadPayload, match="log message: needs 'task'"):
             jobs.parse_message(bad)
+
+
+def test_an_executor_that_never_answers_fails_its_jobs_quota_change_not_the_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frozen agent's executor never answers a quota change: taken for the engine lost, the pass
+    stopped there and the daemon said `Docker engine unreachable` for every job (a helper's run).
+    Now that job's change fails alone (the review asks again), and its live output reads as unavailable."""
+    from cosched.daemon.docker_backend import QuotaMismatch
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    monkeypatch.setattr(mesos_backend, "LOG_TIMEOUT", 0.3)
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1", quota_timeout=0.3), 1)
+    sent: list[str] = []
+    monkeypatch.setattr(backend.client, "message", lambda agent, task, data: sent.append(task))
+    handle = new_handle(7)
+    task = Task(part_id(handle, 0, 1, 1), 7, "A1", 1, state="TASK_RUNNING")
+    backend.runs[handle] = Run(handle, 7, 1, {0: task})
+    with pytest.raises(QuotaMismatch, match=f"no answer to a quota change of task {task.id} in 0 s"):
+        backend.set_quota(handle, 0.5)
+    assert backend.live_log(handle, 5) is None
+    assert sent == [task.id, task.id]
+
+
+def test_an_executor_whose_engine_is_down_too_still_fences_its_jobs() -> None:
+    """Its agent silent and its engine down: reading the jobs' ends failed first, and the fence, after
+    it in the same step, never ran, nor the usage report whose failure shows the agent's silence.
+    Now the fence runs apart, probes the agent, and stops the job by its pid (containerd runs it on
+    without dockerd)."""
+    from cosched.daemon.docker_backend import EngineUnavailable
+    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
+
+    class DownEngine:
+        instance = "mesos-F"
+
+        def __init__(self) -> None:
+            self.killed: list[str] = []
+
+        def labelled(self, **labels: str) -> list[object]:
+            raise EngineUnavailable("cannot reach the Docker engine")
+
+        def remove(self, container: str) -> None:
+            raise EngineUnavailable("cannot reach the Docker engine")
+
+        def sample(self, *args: object) -> None:
+            raise EngineUnavailable("cannot reach the Docker engine")
+
+        def kill_without_engine(self, container: str) -> bool:
+            self.killed.append(container)
+            return True
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    settings = replace(ExecutorSettings.from_env(env), fence=0.5, sample_interval=0.2, poll_interval=0.05)
+    engine = DownEngine()
+    executor = Executor(settings, backend=engine)  # type: ignore[arg-type]
+    sent: list[str] = []
+    executor.update = lambda task_id, state, message="", data=None: sent.append(state)  # type: ignore[method-assign]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1")
+    watcher = threading.Thread(target=executor._watch, daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        executor.stopping.set()
+        watcher.join(5)
+    assert sent == ["TASK_LOST"] and engine.killed == ["c1"]
+
+
+def test_a_container_is_killed_by_its_remembered_pid_and_never_another_process(tmp_path: Path) -> None:
+    """The fence's kill when the engine cannot be asked: by a pidfd of the pid remembered at launch,
+    checked against its start time, so a pid the kernel gave to another process is left alone."""
+    import subprocess
+
+    from cosched.daemon.docker_backend import DockerBackend
+
+    backend = DockerBackend("units", DockerSection())
+    job = subprocess.Popen(["sleep", "60"])
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        backend._remember("c1", job.pid)
+        backend._remember("c2", other.pid)
+        backend._starts["c2"] += 1  # as if `other` were a later process given the remembered pid
+        assert backend.kill_without_engine("c1") and job.wait(5) == -9
+        assert not backend.kill_without_engine("c1")  # gone now
+        assert not backend.kill_without_engine("c2") and other.poll() is None
+        assert not backend.kill_without_engine("never-launched")
+    finally:
+        for process in (job, other):
+            process.kill()
+            process.wait()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Iterable, Mapping
 from contextlib import suppress
@@ -432,6 +433,29 @@ class DockerBackend:
                 raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
+
+    def kill_without_engine(self, container_id: str) -> bool:
+        """SIGKILL the container's first process by the pid remembered at launch, for when the engine
+        cannot be asked (the Mesos executor's fence with its engine down: containerd runs containers
+        on without dockerd). It is PID 1 of the job's pid namespace, whose end takes every process
+        there with it. False when that process is gone (or its pid is another's now): a pidfd holds
+        the process while its start time is checked, so no other one is ever signalled."""
+        pid, start = self._pids.get(container_id, 0), self._starts.get(container_id, 0)
+        if pid <= 0 or not start:
+            return False
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:
+            return False
+        try:
+            if process_start(pid) != start:
+                return False
+            signal.pidfd_send_signal(handle, signal.SIGKILL)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(handle)
 
     def remove(self, container_id: str) -> None:
         try:

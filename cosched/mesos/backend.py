@@ -64,13 +64,29 @@ from cosched.mesos.errors import MesosError
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
 from cosched.mesos.offers import Offer, parse_offer
-from cosched.mesos.runs import AGENT_GONE, GONE, LIVE, Run, Task, fence_wait, new_handle, parse_task, part_id
+from cosched.mesos.runs import (
+    AGENT_GONE,
+    GONE,
+    LIVE,
+    Outcome,
+    Run,
+    Task,
+    fence_wait,
+    new_handle,
+    parse_task,
+    part_id,
+)
 from cosched.mesos.scheduler import SchedulerClient, SchedulerConfig
 
 if TYPE_CHECKING:
     from cosched.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger("cosched.mesos")
+
+
+class NoAnswer(MesosError):
+    """An executor did not answer a message in time (`MesosBackend._ask`)."""
+
 
 GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
@@ -901,14 +917,17 @@ class MesosBackend(EventHandler):
             raise RunLost(launch.failure)
         deadline = time.monotonic() + timeout
         while not all(t.ran for t in run.tasks.values()):
-            failed = [t for t in run.tasks.values() if t.state not in LIVE and not t.ran]
-            if failed:  # a part that never ran: the job cannot start whole
-                first = failed[0]
-                why = f"{first.state}: {first.message or first.reason or 'no message'}"
-                if all(self._outcome(t) == "ended" for t in failed):
-                    raise LaunchRefused(why)  # the job itself (its image, its task), not the machines
-                raise RunLost(f"part {first.id} {why}", self._faulty_nodes(failed))
-            if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+            failure = run.start_failure(self._outcome)  # a part that never ran: the job cannot start whole
+            if failure is not None and failure.verdict == "refused":
+                raise LaunchRefused(failure.why)
+            if failure is not None and failure.verdict == "lost":
+                raise RunLost(f"part {failure.failed[0].id} {failure.why}", self._faulty_nodes(failure.failed))
+            if failure is not None:  # settling: the fence's wait passes with time, a sweep with offers
+                for task in failure.settling:
+                    if self._outcome(task) == "sweep":
+                        self._want_sweep(task.agent_id)
+                self.cond.wait(1.0)
+            elif not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
         now = time.monotonic()
         self.latencies.append((now - launch.requested, now - launch.offered))
@@ -973,7 +992,7 @@ class MesosBackend(EventHandler):
         agents = {task.agent_id for task in lost if task.data.get(jobs.ENGINE_FAULT)}
         return tuple(sorted(node for agent in agents if (node := self._node_of_agent(agent)) is not None))
 
-    def _outcome(self, task: Task) -> str:
+    def _outcome(self, task: Task) -> Outcome:
         return task.outcome(self._gone(task.agent_id), time.monotonic(), fence_wait(self.settings.fence))
 
     def containers(self) -> dict[int, ContainerInfo]:
@@ -1098,7 +1117,10 @@ class MesosBackend(EventHandler):
                 return
             targets = [(t, cpus * run.share(t)) for t in run.tasks.values() if t.state in LIVE]
         asked = [(task, jobs.quota_message(task.id, want)) for task, want in targets]
-        shown = self._ask(asked, self._quota_answers, self.settings.quota_timeout, "a quota change")
+        try:
+            shown = self._ask(asked, self._quota_answers, self.settings.quota_timeout, "a quota change")
+        except NoAnswer as exc:  # that job's agent, not the cluster: the review asks again
+            raise QuotaMismatch(str(exc)) from None
         wrong = []
         with self.cond:
             for task, want in targets:
@@ -1117,7 +1139,10 @@ class MesosBackend(EventHandler):
             run = self.runs.get(handle)
             parts = [] if run is None else sorted((p, t) for p, t in run.tasks.items() if t.state in LIVE)
         asked = [(task, jobs.log_message(task.id, lines)) for _, task in parts]
-        texts = self._ask(asked, self._log_answers, LOG_TIMEOUT, "a request for output")
+        try:
+            texts = self._ask(asked, self._log_answers, LOG_TIMEOUT, "a request for output")
+        except NoAnswer:
+            return None  # its machine cannot read it now: the API says so
         if len(parts) == 1:
             return str(texts.get(parts[0][1].id, ""))
         text = "".join(f"[part {p}] {texts.get(task.id, '')}" for p, task in parts)
@@ -1127,8 +1152,10 @@ class MesosBackend(EventHandler):
         self, asked: list[tuple[Task, bytes]], answers: dict[str, Any], timeout: float, what: str
     ) -> dict[str, Any]:
         """Send each task's executor its message and wait for the answers `on_message` files in
-        `answers`; those of tasks that ended meanwhile are left out. EngineUnavailable when one
-        is still missing after `timeout` s.
+        `answers`; those of tasks that ended meanwhile are left out. NoAnswer when one is still
+        missing after `timeout` s: its agent is frozen or cut off, which is that job's trouble, not
+        the cluster's (taken for the engine lost, it paused every pass); EngineUnavailable when the
+        master refuses the message.
 
         Framework messages are not reliable (the master drops one for an agent it thinks
         disconnected): each is sent again every `MESSAGE_RESEND` s until answered, so what is
@@ -1159,7 +1186,7 @@ class MesosBackend(EventHandler):
                     elif task.state not in LIVE:
                         del waiting[task_id]
             if waiting and time.monotonic() >= deadline:
-                raise EngineUnavailable(f"no answer to {what} of task {next(iter(waiting))} in {timeout:.0f} s")
+                raise NoAnswer(f"no answer to {what} of task {next(iter(waiting))} in {timeout:.0f} s")
         return got
 
     def verify_quota(self, handle: str, cpus: float) -> bool:

@@ -414,8 +414,10 @@ class Executor:
             if task.container:
                 try:
                     self.backend.remove(task.container)
-                except EngineUnavailable as exc:
-                    log.warning("removing the container of task %s: %s", task_id, exc)
+                except EngineUnavailable as exc:  # a fence must stop it all the same
+                    killed = self.backend.kill_without_engine(task.container)
+                    how = "its process killed by pid" if killed else "its process already gone"
+                    log.warning("removing the container of task %s: %s; %s", task_id, exc, how)
             self.update(task_id, state, message)
 
     def _message(self, data: bytes) -> None:
@@ -460,20 +462,25 @@ class Executor:
 
     # -- watching the containers ----------------------------------------------------
     def _watch(self) -> None:
-        """Ends of jobs (every poll interval) and their usage (every sample interval)."""
+        """The fence, ends of jobs (every poll interval) and their usage (every sample interval), each
+        step whatever the one before it met: an engine down (ends unreadable) kept the fence from
+        ever running, and its usage report, which is also how a frozen agent's silence is found."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
-            try:
-                self._collect_ends()
-                self._fence()
-                self._leave_when_done()
-                if time.monotonic() - last_sample >= self.settings.sample_interval:
-                    last_sample = time.monotonic()
-                    self._report_usage()
-            except EngineUnavailable as exc:
-                log.warning("Docker engine: %s", exc)
-            except Exception:  # a bug here must not stop the watching of every job
-                log.exception("watching the jobs failed")
+            steps = [self._fence, self._collect_ends, self._leave_when_done]
+            if time.monotonic() - last_sample >= self.settings.sample_interval:
+                last_sample = time.monotonic()
+                steps.append(self._report_usage)
+            engine = ""
+            for step in steps:
+                try:
+                    step()
+                except EngineUnavailable as exc:
+                    engine = engine or str(exc)
+                except Exception:  # a bug here must not stop the watching of every job
+                    log.exception("watching the jobs failed")
+            if engine:
+                log.warning("Docker engine: %s", engine)
 
     def _fence(self) -> None:
         """Stop every job once the agent has answered nothing for `fence` s (frozen, cut off by the
@@ -547,7 +554,10 @@ class Executor:
             live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
         usage = {}
         for task_id, task in live:
-            sample = self.backend.sample(task.container, task.quota, now)
+            try:
+                sample = self.backend.sample(task.container, task.quota, now)
+            except EngineUnavailable:
+                sample = None  # its cgroup not found yet: the report goes all the same
             if sample is not None:
                 usage[task_id] = {
                     "cpu": sample.cpu,
@@ -556,7 +566,7 @@ class Executor:
                     "total": sample.total,
                     "quota": task.quota,
                 }
-        if usage:
+        if live:  # sent even when no sample could be read: the agent's answer is the fence's probe
             self.send(jobs.usage_message(now, usage))
 
 

@@ -169,6 +169,19 @@ class RunState(NamedTuple):
     """Parts waiting for a sweep of their agent."""
 
 
+class StartFailure(NamedTuple):
+    verdict: Literal["refused", "lost", "settling"]
+    failed: tuple[Task, ...]
+    """Its parts that failed before they ran."""
+    settling: tuple[Task, ...] = ()
+    """Of them, those that may still run (`Run.start_failure`)."""
+
+    @property
+    def why(self) -> str:
+        first = self.failed[0]
+        return f"{first.state}: {first.message or first.reason or 'no message'}"
+
+
 @dataclass
 class Run:
     """One launch of one job: a task per agent of its slots."""
@@ -208,6 +221,20 @@ class Run:
         if missing:
             return RunState("lost", "a part was never launched", [], [])
         return RunState("exited", "", [], [])
+
+    def start_failure(self, outcome: Callable[[Task], Outcome]) -> StartFailure | None:
+        """While the run starts: None while no part has failed before it ran. A part that failed may
+        still run: its agent lost but its fence not yet past (cut off, not dead), or its executor
+        killed with its container perhaps started and its agent not yet swept. Given up at once, the
+        job went elsewhere beside that copy; so the run waits (`settling`) until each is settled."""
+        failed = [t for t in self.tasks.values() if t.state not in LIVE and not t.ran]
+        if not failed:
+            return None
+        outcomes = [outcome(t) for t in failed]
+        if all(o == "ended" for o in outcomes):
+            return StartFailure("refused", tuple(failed))  # the job itself (its image, its task), not the machines
+        settling = tuple(t for t, o in zip(failed, outcomes, strict=True) if o in ("fence", "sweep"))
+        return StartFailure("settling" if settling else "lost", tuple(failed), settling)
 
     def exit(self) -> tuple[int, float, float, bool, float | None]:
         """(code, started, finished, oom, CPU seconds): the part that ended on its own (the others were
