@@ -2,7 +2,8 @@
 # Make a Docker engine available to cosched, from Debian's packages; safe to run again.
 #
 # Installs docker.io (the engine), busybox-static and debootstrap (images are built
-# without a registry, see workloads/images.py) when missing, enables live-restore so
+# without a registry, see workloads/images.py) and Debian's container seccomp profile
+# (golang-github-containers-common; docs/security.md) when missing, enables live-restore so
 # containers outlive an engine restart, and starts dockerd when none answers.
 # Root is needed only when something must be installed or started.
 set -euo pipefail
@@ -11,6 +12,8 @@ need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# jobs' seccomp profile (docker.seccomp_profile = "auto"): Docker 20.10's own lets jobs use io_uring
+[ -e /usr/share/containers/seccomp.json ] || need+=(golang-github-containers-common)
 if [ ${#need[@]} -gt 0 ]; then
     echo "docker-setup: installing ${need[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive

@@ -162,10 +162,15 @@ def test_a_part_that_failed_while_starting_but_may_still_run_is_settled_before_t
     run.tasks[0].apply(status("TASK_LOST", "SOURCE_MASTER", "REASON_AGENT_REMOVED"), 100.0)
     assert run.start_failure(lambda task: task.outcome(True, 130.0, 31.0)).verdict == "settling"  # type: ignore[union-attr]
     assert run.start_failure(lambda task: task.outcome(True, 131.0, 31.0)).verdict == "lost"  # type: ignore[union-attr]
-    # the executor's own word: lost (its engine is gone) or the job's own failure (refused), at once
-    for state, verdict in (("TASK_LOST", "lost"), ("TASK_FAILED", "refused")):
+    # the executor's own word: lost (its engine is gone) or the job's own failure (refused), at once;
+    # and a task the agent dropped never reached an executor: lost at once too
+    for state, source, verdict in (
+        ("TASK_LOST", "SOURCE_EXECUTOR", "lost"),
+        ("TASK_FAILED", "SOURCE_EXECUTOR", "refused"),
+        ("TASK_DROPPED", "SOURCE_AGENT", "lost"),
+    ):
         run = gang(1)
-        run.tasks[0].apply(status(state), 0.0)
+        run.tasks[0].apply(status(state, source), 0.0)
         assert run.start_failure(lambda task: task.outcome(False, 0.0, 31.0)).verdict == verdict  # type: ignore[union-attr]
 
 

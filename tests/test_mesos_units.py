@@ -417,6 +417,9 @@ def test_a_launch_the_agents_engine_fails_is_a_lost_run_and_one_it_refuses_fails
         def launch(self, *args: object, **kwargs: object) -> None:
             raise error(f"the Docker engine: {failure}")
 
+        def ping(self) -> bool:
+            return False  # gone: the machine's fault, its node drained
+
     env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
     executor = Executor(ExecutorSettings.from_env(env), backend=Engine())  # type: ignore[arg-type]
     sent: list[tuple[str, str, object]] = []
@@ -530,3 +533,30 @@ def test_a_container_is_killed_by_its_remembered_pid_and_never_another_process(t
         for process in (job, other):
             process.kill()
             process.wait()
+
+
+def test_an_executor_its_agent_refuses_leaves_once_none_of_its_jobs_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent restarted under a new id answers the old executor's subscription `Framework cannot be
+    found`: the executor waited for it up to the recovery timeout (15 min), long after its fence had
+    stopped its jobs. It leaves once none runs; while one still runs it waits (the fence stops it)."""
+    from cosched.mesos import executor as executor_module
+    from cosched.mesos.errors import CallError
+    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise CallError("agent refused SUBSCRIBE: 400 Bad Request: Framework cannot be found")
+
+    monkeypatch.setattr(executor_module, "open_stream", refused)
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    settings = replace(ExecutorSettings.from_env(env), checkpoint=True, recovery_timeout=3.0, backoff_max=0.1)
+    executor = Executor(settings, backend=object())  # type: ignore[arg-type]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor.tasks["t1"] = _Task({"task_id": {"value": "t1"}}, payload, 1.0, container="c1")
+    executor.served = True
+    started = time.monotonic()
+    assert executor._stay_subscribed() == 1
+    assert time.monotonic() - started >= 3.0  # a job still ran: it waited out the recovery timeout
+    executor.tasks["t1"].ended = True  # fenced
+    started = time.monotonic()
+    assert executor._stay_subscribed() == 1
+    assert time.monotonic() - started < 1.0

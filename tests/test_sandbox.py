@@ -27,13 +27,14 @@ from typing import Any
 import docker.errors
 import psutil
 import pytest
+from conftest import missing
 from daemon_support import DaemonProcess, require_engine, workflow_image
 
 from cosched.daemon.client import ApiError, Client
 from cosched.daemon.config import from_dict, validate
 from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB
 from cosched.daemon.identity import create_key, load_key, mint
-from cosched.daemon.seccomp import IO_URING, close_io_uring, io_uring_exposure, load_profile
+from cosched.daemon.seccomp import DEBIAN_PROFILE, IO_URING, close_io_uring, io_uring_exposure, load_profile
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 from workloads.images import busybox_image
@@ -592,13 +593,28 @@ def _io_uring_setup_in_a_job(daemon: DaemonProcess, name: str) -> int:
     return int((data / "answer").read_text())
 
 
-def test_the_daemon_says_whether_jobs_can_reach_io_uring_and_is_right(daemon: DaemonProcess) -> None:
-    """No profile configured: jobs get the engine's, and the daemon's start-up line about io_uring
-    must say what a job finds (Docker 20.10's profile opens it, 25's closes it; so does the sysctl)."""
-    answer = _io_uring_setup_in_a_job(daemon, "uring-default")
-    exposure = io_uring_exposure(str(require_engine().version()["Version"]))
-    assert (answer >= 0) == bool(exposure), (answer, exposure)
-    assert (exposure in daemon.log.read_text()) == bool(exposure)
+def test_by_default_jobs_run_under_debians_profile_with_io_uring_closed(daemon: DaemonProcess) -> None:
+    """`seccomp_profile = "auto"`: Debian's container profile, which deploy/docker-setup.sh installs.
+    The sandbox's other jobs run under it too (busybox here, Montage and BLAST in their tests)."""
+    if not os.path.exists(DEBIAN_PROFILE):
+        missing(f"{DEBIAN_PROFILE} is absent (deploy/docker-setup.sh installs golang-github-containers-common)")
+    assert _io_uring_setup_in_a_job(daemon, "uring-default") == -errno.ENOSYS
+    assert "jobs can use io_uring" not in daemon.log.read_text()
+
+
+def test_under_the_engines_own_profile_the_daemon_says_whether_jobs_can_reach_io_uring(tmp_path: Path) -> None:
+    """`seccomp_profile = ""`: the engine's profile, and the start-up line about io_uring must say
+    what a job finds (Docker 20.10's profile opens it, 25's closes it; so does the sysctl)."""
+    client = require_engine()
+    process = DaemonProcess(tmp_path, docker='seccomp_profile = ""')
+    process.start()
+    try:
+        answer = _io_uring_setup_in_a_job(process, "uring-engine")
+        exposure = io_uring_exposure(str(client.version()["Version"]))
+        assert (answer >= 0) == bool(exposure), (answer, exposure)
+        assert (exposure in process.log.read_text()) == bool(exposure)
+    finally:
+        process.cleanup(client)
 
 
 def test_a_job_cannot_use_io_uring_even_where_the_operators_profile_allows_it(tmp_path: Path) -> None:
@@ -647,3 +663,9 @@ def test_io_uring_is_taken_out_of_every_rule_and_refused_by_one_of_its_own() -> 
     closed = close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": rules})
     assert closed["syscalls"][:-1] == [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]
     assert closed["syscalls"][-1]["names"] == list(IO_URING) and closed["syscalls"][-1]["action"] == "SCMP_ACT_ERRNO"
+    # Docker's decoder reads keys in any case: a rule the transform would pass over is refused
+    for spelt in ({"Names": ["io_uring_setup"], "action": "SCMP_ACT_ALLOW"}, {"NAME": "io_uring_enter"}):
+        with pytest.raises(ConfigError, match="spelt"):
+            close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [spelt]})
+    with pytest.raises(ConfigError, match="spelt"):
+        close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [], "Syscalls": [{"names": ["io_uring_setup"]}]})

@@ -45,8 +45,8 @@ default. Example (every key, with its default)::
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
     log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
     nofile = 4096                 # open files per process in a job
-    seccomp_profile = ""          # jobs' seccomp profile, io_uring closed in it ("" = the engine's)
-                                  # Debian ships one: /usr/share/containers/seccomp.json
+    seccomp_profile = "auto"      # jobs' seccomp profile, io_uring closed in it: "auto" = Debian's
+                                  # /usr/share/containers/seccomp.json if installed, "" = the engine's, or a path
     engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
 
     [backend]
@@ -110,7 +110,7 @@ import psutil
 
 from cosched.daemon.accounts import RUN_AS
 from cosched.daemon.identity import USER_NAME
-from cosched.daemon.seccomp import load_profile
+from cosched.daemon.seccomp import load_profile, profile_path
 from cosched.daemon.specs import MIN_MEMORY_MIB
 from cosched.errors import ConfigError
 from cosched.mesos.calls import role_problem
@@ -169,7 +169,7 @@ class DockerSection:
     pids_limit: int = 4096
     log_max_mib: int = 10
     nofile: int = 4096
-    seccomp_profile: str = ""
+    seccomp_profile: str = "auto"
     engine_calls: int = 8
 
 
@@ -374,7 +374,7 @@ def validate(config: DaemonConfig) -> DaemonConfig:
             "config [cluster]: nodes_per_switch and switches_per_pod are both >= 1 (a fat-tree) or both 0, "
             f"got {cluster.nodes_per_switch} and {cluster.switches_per_pod}"
         )
-    validate_job_settings(config.docker)
+    validate_job_settings(config.docker, here=config.backend.kind != "mesos")
     if config.docker.run_as not in RUN_AS:
         expected = " or ".join(repr(choice) for choice in RUN_AS)
         raise ConfigError(f"config key docker.run_as: expected {expected}, got {config.docker.run_as!r}")
@@ -406,7 +406,7 @@ def validate(config: DaemonConfig) -> DaemonConfig:
     return config
 
 
-def validate_job_settings(docker: DockerSection) -> None:
+def validate_job_settings(docker: DockerSection, here: bool = True) -> None:
     """The [docker] keys that make a job's sandbox: checked where the daemon reads its config and
     again by each Mesos executor, which is handed them (`cosched.mesos.jobs.JOB_SETTINGS`)."""
     if not 1000 <= docker.cpu_period <= 1_000_000:
@@ -424,8 +424,8 @@ def validate_job_settings(docker: DockerSection) -> None:
     for key, least in (("pids_limit", 16), ("log_max_mib", 1), ("nofile", 64), ("engine_calls", 1), ("log_tail", 0)):
         if getattr(docker, key) < least:
             raise ConfigError(f"config key docker.{key}: must be >= {least}, got {getattr(docker, key)}")
-    if docker.seccomp_profile:
-        load_profile(docker.seccomp_profile)
+    if here and (profile := profile_path(docker.seccomp_profile)):  # on Mesos, each executor checks its own
+        load_profile(profile)
 
 
 def _is_loopback(host: str) -> bool:

@@ -45,7 +45,7 @@ from cosched.daemon.sandbox import (
     process_start,
     read_progress,
 )
-from cosched.daemon.seccomp import io_uring_exposure, load_profile
+from cosched.daemon.seccomp import io_uring_exposure, load_profile, profile_path
 from cosched.errors import CoschedError
 
 if TYPE_CHECKING:
@@ -158,9 +158,10 @@ class DockerBackend:
         self.staging = staging
         self._base_url = settings.base_url
         self._client: docker.DockerClient | None = None
+        self._profile = profile_path(settings.seccomp_profile)
         self._security = ["no-new-privileges"]
-        if settings.seccomp_profile:
-            self._security.append(f"seccomp={load_profile(settings.seccomp_profile)}")
+        if self._profile:
+            self._security.append(f"seccomp={load_profile(self._profile)}")
         self._exposure_told = False
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""
@@ -185,15 +186,16 @@ class DockerBackend:
         try:
             client = docker.DockerClient(base_url=self._base_url) if self._base_url else docker.from_env()
             client.ping()
-            version = "" if self._exposure_told else str(client.version().get("Version", ""))
         except _ENGINE_ERRORS as exc:
             self._client = None
             raise EngineUnavailable(f"cannot reach the Docker engine at {where}: {_reason(exc)}") from None
         self._client = client
-        if not self._exposure_told:
-            self._exposure_told = True
-            if not self.settings.seccomp_profile and (exposure := io_uring_exposure(version)):
-                log.warning("%s", exposure)
+        if not self._exposure_told and not self._profile:
+            with suppress(*_ENGINE_ERRORS):  # told at a later connection
+                exposure = io_uring_exposure(str(client.version().get("Version", "")))
+                self._exposure_told = True
+                if exposure:
+                    log.warning("%s", exposure)
 
     def close(self) -> None:
         if self._client is not None:
@@ -439,20 +441,21 @@ class DockerBackend:
         cannot be asked (the Mesos executor's fence with its engine down: containerd runs containers
         on without dockerd). It is PID 1 of the job's pid namespace, whose end takes every process
         there with it. False when that process is gone (or its pid is another's now): a pidfd holds
-        the process while its start time is checked, so no other one is ever signalled."""
+        the process while its start time is checked, so no other one is ever signalled. OSError
+        (EPERM) when this process may not signal it (not root)."""
         pid, start = self._pids.get(container_id, 0), self._starts.get(container_id, 0)
         if pid <= 0 or not start:
             return False
         try:
             handle = os.pidfd_open(pid)
-        except OSError:
+        except ProcessLookupError:
             return False
         try:
             if process_start(pid) != start:
                 return False
             signal.pidfd_send_signal(handle, signal.SIGKILL)
             return True
-        except OSError:
+        except ProcessLookupError:
             return False
         finally:
             os.close(handle)

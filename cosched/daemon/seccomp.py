@@ -4,10 +4,11 @@ io_uring lets a process run I/O system calls from a ring the kernel drains, past
 seccomp's view, and it was the path of several container escapes. Docker 25 and
 containerd closed it in their default profiles; Docker 20.10 (Debian 12's `docker.io`)
 still opens it, and cosched cannot amend the engine's built-in profile, only replace it.
-So `[docker] seccomp_profile` names a whole profile in Docker's format (Debian's
-`golang-github-containers-common` ships one, `/usr/share/containers/seccomp.json`), and
-cosched closes io_uring in it whatever it says. Without one, the daemon says at its
-start whether jobs can reach io_uring (`io_uring_exposure`).
+So `[docker] seccomp_profile` names a whole profile in Docker's format: by default (`auto`)
+Debian's container profile, `/usr/share/containers/seccomp.json` from
+`golang-github-containers-common` (which deploy/docker-setup.sh installs), and cosched closes
+io_uring in it whatever it says. Without one, the daemon says at its start whether jobs can
+reach io_uring (`io_uring_exposure`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from cosched.errors import ConfigError
 
 IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 
+AUTO = "auto"
+DEBIAN_PROFILE = "/usr/share/containers/seccomp.json"
+
 CLOSED_BY_ENGINE = 25
 """The first Docker major release whose default profile refuses io_uring (moby #46762)."""
 
@@ -32,6 +36,14 @@ _CLOSED = {
     "errnoRet": errno.ENOSYS,  # as on a kernel without it: programs (liburing's users) fall back to epoll
     "comment": "cosched: io_uring runs system calls seccomp never sees",
 }
+
+
+def profile_path(setting: str) -> str:
+    """The file `docker.seccomp_profile` names, '' for the engine's own: `auto` is Debian's
+    container profile where it is installed (on each Mesos agent, its own)."""
+    if setting == AUTO:
+        return DEBIAN_PROFILE if os.path.exists(DEBIAN_PROFILE) else ""
+    return setting
 
 
 def load_profile(path: str) -> str:
@@ -70,10 +82,12 @@ def close_io_uring(profile: object, where: str = "the profile") -> dict[str, obj
     rules = profile.get("syscalls") if isinstance(profile, dict) else None
     if not (isinstance(profile, dict) and isinstance(profile.get("defaultAction"), str) and isinstance(rules, list)):
         raise ConfigError(f"{key}: {where!r} is not a Docker seccomp profile (`defaultAction` and a `syscalls` list)")
+    _refuse_other_spellings(profile, ("syscalls",), where)
     kept = []
     for rule in rules:
         if not isinstance(rule, dict) or not isinstance(rule.get("names", []), list):
             raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list")
+        _refuse_other_spellings(rule, ("name", "names", "action"), where)
         if rule.get("name") in IO_URING:  # the older one-call form
             continue
         names = [name for name in rule.get("names", []) if name not in IO_URING]
@@ -82,12 +96,25 @@ def close_io_uring(profile: object, where: str = "the profile") -> dict[str, obj
     return {**profile, "syscalls": [*kept, dict(_CLOSED)]}
 
 
-def io_uring_exposure(engine_version: str, sysctl: Path = Path("/proc/sys/kernel/io_uring_disabled")) -> str:
+def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], where: str) -> None:
+    """Docker's decoder reads `Names` as `names`: a key the transform would pass over, refused."""
+    for name in table:
+        if name.lower() in keys and name not in keys:
+            raise ConfigError(
+                f"config key docker.seccomp_profile: {where!r} has the key {name!r}: spelt otherwise than "
+                f"{name.lower()!r}, the engine would read it as that and io_uring could stay open"
+            )
+
+
+def io_uring_exposure(engine_version: str, sysctls: Path = Path("/proc/sys/kernel")) -> str:
     """'' if jobs under the engine's own profile cannot reach io_uring, else a line saying why they
     can and what closes it. The kernel closes it to processes without CAP_SYS_ADMIN (jobs have
-    none) when `kernel.io_uring_disabled` is 1 or 2 (Linux 6.6 and later)."""
+    none) when `kernel.io_uring_disabled` is 2, or 1 with no `kernel.io_uring_group` (Linux 6.6
+    and later; a job in that group could)."""
     try:
-        if sysctl.read_text().strip() in ("1", "2"):
+        disabled = (sysctls / "io_uring_disabled").read_text().strip()
+        group = (sysctls / "io_uring_group").read_text().strip() if disabled == "1" else "-1"
+        if disabled == "2" or (disabled == "1" and group == "-1"):
             return ""
     except OSError:
         pass  # an older kernel: only the profile can close it

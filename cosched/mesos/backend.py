@@ -926,6 +926,12 @@ class MesosBackend(EventHandler):
                 for task in failure.settling:
                     if self._outcome(task) == "sweep":
                         self._want_sweep(task.agent_id)
+                rest = [t for t in run.tasks.values() if t.state in LIVE and not t.killed]
+                for task in rest:  # the job cannot start whole: its other parts must not run alone meanwhile
+                    task.killed = True
+                if rest:
+                    kills = [(t.id, t.agent_id) for t in rest]
+                    threading.Thread(target=self._end_tasks, args=(kills, []), daemon=True).start()
                 self.cond.wait(1.0)
             elif not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
                 raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")

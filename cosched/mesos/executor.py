@@ -43,7 +43,7 @@ from cosched.daemon.sandbox import StagingMounts, root_problem
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
-from cosched.mesos.errors import MesosError
+from cosched.mesos.errors import CallError, MesosError
 from cosched.mesos.masters import Master, parse_master
 from cosched.mesos.recordio import RecordIODecoder
 from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_call
@@ -178,6 +178,11 @@ class Executor:
             except MesosError as exc:
                 lost_since = lost_since or time.monotonic()
                 self._answered(False)
+                if isinstance(exc, CallError) and self.served and not self._live():
+                    # an agent that refuses it (restarted under a new id: `Framework cannot be found`),
+                    # with every job of its own stopped (ended, or fenced): nothing left to do or tell
+                    log.error("agent %s refuses this executor (%s), no job runs: leaving", self.settings.agent, exc)
+                    return 1
                 if not self.settings.checkpoint or time.monotonic() - lost_since > self.settings.recovery_timeout:
                     log.error("agent %s unreachable (%s); giving up", self.settings.agent, exc)
                     return 1
@@ -197,6 +202,10 @@ class Executor:
             log.warning("the agent's stream ended; re-subscribing (checkpointing is on)")
             lost_since = time.monotonic()
         return 0
+
+    def _live(self) -> bool:
+        with self.lock:
+            return any(not t.ended for t in self.tasks.values())
 
     def _subscribe_call(self) -> dict[str, Any]:
         with self.lock:
@@ -380,7 +389,9 @@ class Executor:
             # failed on its own (a 5xx): the machine's fault, a lost run, which the framework queues
             # again (as TASK_FAILED, one broken engine failed every job placed on its agent).
             state = "TASK_LOST" if isinstance(exc, EngineUnavailable | RunLost) else "TASK_FAILED"
-            fault = {jobs.ENGINE_FAULT: True} if isinstance(exc, EngineUnavailable) else None
+            # the machine's fault only when its engine does not answer at all (not one call cut short)
+            unreachable = isinstance(exc, EngineUnavailable) and not self.backend.ping()
+            fault = {jobs.ENGINE_FAULT: True} if unreachable else None
             self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}", fault)
             task.ended = True  # after the update: ended with nothing pending would let the executor leave
             return
@@ -415,9 +426,13 @@ class Executor:
                 try:
                     self.backend.remove(task.container)
                 except EngineUnavailable as exc:  # a fence must stop it all the same
-                    killed = self.backend.kill_without_engine(task.container)
-                    how = "its process killed by pid" if killed else "its process already gone"
-                    log.warning("removing the container of task %s: %s; %s", task_id, exc, how)
+                    try:
+                        killed = self.backend.kill_without_engine(task.container)
+                    except OSError as error:  # EPERM: an executor not root cannot signal the job's uid
+                        log.error("removing the container of task %s: %s; killing its process: %s", task_id, exc, error)
+                    else:
+                        how = "its process killed by pid" if killed else "its process already gone"
+                        log.warning("removing the container of task %s: %s; %s", task_id, exc, how)
             self.update(task_id, state, message)
 
     def _message(self, data: bytes) -> None:
@@ -467,7 +482,7 @@ class Executor:
         ever running, and its usage report, which is also how a frozen agent's silence is found."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
-            steps = [self._fence, self._collect_ends, self._leave_when_done]
+            steps = [self._collect_ends, self._fence, self._leave_when_done]  # an end first: reported as such
             if time.monotonic() - last_sample >= self.settings.sample_interval:
                 last_sample = time.monotonic()
                 steps.append(self._report_usage)

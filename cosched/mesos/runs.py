@@ -149,6 +149,8 @@ class Task:
             return "live" if now - self.reconciled < RECONCILED_GRACE else "ended"
         if state in ("TASK_FINISHED", "TASK_ERROR") or self.killed:
             return "ended"
+        if state == "TASK_DROPPED":  # never delivered: its executor never started
+            return "lost"
         if self.source == "SOURCE_EXECUTOR":
             return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
         if self.swept:
