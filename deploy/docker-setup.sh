@@ -12,7 +12,7 @@ need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
-# jobs' seccomp profile (docker.seccomp_profile = "auto"): Docker 20.10's own lets jobs use io_uring
+# jobs' seccomp profile (docker.seccomp_profile = "auto"; Docker 20.10's own lets jobs use io_uring)
 [ -e /usr/share/containers/seccomp.json ] || need+=(golang-github-containers-common)
 if [ ${#need[@]} -gt 0 ]; then
     echo "docker-setup: installing ${need[*]}" >&2

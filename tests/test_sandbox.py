@@ -34,7 +34,17 @@ from cosched.daemon.client import ApiError, Client
 from cosched.daemon.config import from_dict, validate
 from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB
 from cosched.daemon.identity import create_key, load_key, mint
-from cosched.daemon.seccomp import DEBIAN_PROFILE, IO_URING, close_io_uring, io_uring_exposure, load_profile
+from cosched.daemon.seccomp import (
+    CLONE_NAMESPACES,
+    DEBIAN_PROFILE,
+    FLOOR,
+    IO_URING,
+    NOT_ALLOWED,
+    NOT_THERE,
+    io_uring_exposure,
+    load_profile,
+    with_floor,
+)
 from cosched.daemon.service import Daemon
 from cosched.errors import ConfigError
 from workloads.images import busybox_image
@@ -578,28 +588,70 @@ def test_an_images_own_group_file_gives_a_job_no_group(daemon: DaemonProcess) ->
     assert (data / "groups").read_text().split() == ["65534"]
 
 
-IO_URING_PROBE = (
-    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); params = ctypes.create_string_buffer(120); "
-    "fd = libc.syscall(425, 4, params); print(fd if fd >= 0 else -ctypes.get_errno())"  # 425: io_uring_setup
-)
+SYSCALL_PROBE = """
+import ctypes, json, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+buffer = ctypes.create_string_buffer(256)
+def call(number, *args):
+    result = libc.syscall(number, *args)
+    return result if result >= 0 else -ctypes.get_errno()
+answers = {
+    "io_uring_setup": call(425, 4, buffer),
+    "clone3": call(435, buffer, 88),
+    "keyctl": call(250, 0, 0, 0, 0, 0),
+    "unshare": call(272, 0x10000000),
+}
+child = call(56, 0x10000000 | 17, 0, 0, 0, 0)
+if child == 0:
+    os._exit(0)
+answers["clone_newuser"] = min(child, 1)
+thread = threading.Thread(target=print, args=("a thread",))
+thread.start()
+thread.join()
+print(json.dumps(answers))
+"""
+"""What a job gets from the calls cosched's floor refuses (x86-64 numbers; clone(CLONE_NEWUSER|SIGCHLD)
+is a namespace), and a thread, which must still work (glibc makes it with clone3, then clone)."""
+FLOORED = {
+    "io_uring_setup": -errno.ENOSYS,
+    "clone3": -errno.ENOSYS,
+    "keyctl": -errno.EPERM,
+    "unshare": -errno.EPERM,
+    "clone_newuser": -errno.EPERM,
+}
 
 
-def _io_uring_setup_in_a_job(daemon: DaemonProcess, name: str) -> int:
-    """What `io_uring_setup` returned in a job: a descriptor, or minus the errno."""
+def _calls_in_a_job(daemon: DaemonProcess, name: str) -> dict[str, int]:
+    """What `SYSCALL_PROBE` got in a job: a descriptor or pid, or minus the errno, per call."""
     data = make_data_dir(daemon.root / name)
-    script = f"python3 -c '{IO_URING_PROBE}' > {data}/answer"
-    job = run(daemon, script, image=workflow_image(), memory_mib=256, data_dirs=[str(data)])
+    (data / "probe.py").write_text(SYSCALL_PROBE)
+    job = run(
+        daemon,
+        f"python3 {data}/probe.py > {data}/answer",
+        image=workflow_image(),
+        memory_mib=256,
+        data_dirs=[str(data)],
+    )
     assert job["state"] == "done", job
-    return int((data / "answer").read_text())
+    lines = (data / "answer").read_text().splitlines()
+    assert lines[0] == "a thread", lines
+    return dict(json.loads(lines[1]))
 
 
-def test_by_default_jobs_run_under_debians_profile_with_io_uring_closed(daemon: DaemonProcess) -> None:
-    """`seccomp_profile = "auto"`: Debian's container profile, which deploy/docker-setup.sh installs.
-    The sandbox's other jobs run under it too (busybox here, Montage and BLAST in their tests)."""
+def test_by_default_jobs_run_under_debians_profile_on_cosched_s_floor(daemon: DaemonProcess) -> None:
+    """`seccomp_profile = "auto"`: Debian's container profile, which deploy/docker-setup.sh installs,
+    with io_uring closed. That profile is Podman's and allows user namespaces, mounts and keyrings:
+    under it as is, a job ran `unshare -Ur` and mounted a tmpfs. The floor refuses them. The
+    sandbox's other jobs run under it too (busybox here, Montage and BLAST in their tests)."""
     if not os.path.exists(DEBIAN_PROFILE):
         missing(f"{DEBIAN_PROFILE} is absent (deploy/docker-setup.sh installs golang-github-containers-common)")
-    assert _io_uring_setup_in_a_job(daemon, "uring-default") == -errno.ENOSYS
+    assert _calls_in_a_job(daemon, "floor-default") == FLOORED
     assert "jobs can use io_uring" not in daemon.log.read_text()
+    data = make_data_dir(daemon.root / "floor-unshare")
+    job = run(
+        daemon, f"unshare -Ur sh -c 'mount -t tmpfs x /tmp' 2> {data}/err; echo $? > {data}/code", data_dirs=[str(data)]
+    )
+    assert job["state"] == "done" and (data / "code").read_text().strip() != "0", (data / "err").read_text()
 
 
 def test_under_the_engines_own_profile_the_daemon_says_whether_jobs_can_reach_io_uring(tmp_path: Path) -> None:
@@ -609,7 +661,7 @@ def test_under_the_engines_own_profile_the_daemon_says_whether_jobs_can_reach_io
     process = DaemonProcess(tmp_path, docker='seccomp_profile = ""')
     process.start()
     try:
-        answer = _io_uring_setup_in_a_job(process, "uring-engine")
+        answer = _calls_in_a_job(process, "uring-engine")["io_uring_setup"]
         exposure = io_uring_exposure(str(client.version()["Version"]))
         assert (answer >= 0) == bool(exposure), (answer, exposure)
         assert (exposure in process.log.read_text()) == bool(exposure)
@@ -617,20 +669,17 @@ def test_under_the_engines_own_profile_the_daemon_says_whether_jobs_can_reach_io
         process.cleanup(client)
 
 
-def test_a_job_cannot_use_io_uring_even_where_the_operators_profile_allows_it(tmp_path: Path) -> None:
-    """io_uring runs system calls seccomp never sees: cosched closes it in whatever profile it is
-    given (here one that allows every call, io_uring by name), and jobs still run under it."""
+def test_the_floor_holds_even_where_the_operators_profile_allows_everything(tmp_path: Path) -> None:
+    """A profile that allows every call, io_uring, unshare and keyctl by name: cosched's floor still
+    refuses them, and jobs still run under it."""
     client = require_engine()
     profile = tmp_path / "seccomp.json"
-    profile.write_text(
-        json.dumps(
-            {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": list(IO_URING), "action": "SCMP_ACT_ALLOW"}]}
-        )
-    )
+    opened = [{"names": ["io_uring_setup", "unshare", "keyctl", "clone", "clone3"], "action": "SCMP_ACT_ALLOW"}]
+    profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": opened}))
     process = DaemonProcess(tmp_path, docker=f'seccomp_profile = "{profile}"')
     process.start()
     try:
-        assert _io_uring_setup_in_a_job(process, "uring-closed") == -errno.ENOSYS
+        assert _calls_in_a_job(process, "floor-allow-all") == FLOORED
         assert "jobs can use io_uring" not in process.log.read_text()  # no warning: a profile is given
     finally:
         process.cleanup(client)
@@ -654,18 +703,25 @@ def test_a_seccomp_profile_anyone_could_edit_or_that_is_no_profile_is_refused(tm
             validate(from_dict({"docker": {"seccomp_profile": str(profile)}}))
 
 
-def test_io_uring_is_taken_out_of_every_rule_and_refused_by_one_of_its_own() -> None:
+def test_the_floors_calls_are_taken_out_of_every_rule_and_refused_by_cosched_s_own() -> None:
     rules = [
-        {"names": ["read", "io_uring_setup"], "action": "SCMP_ACT_ALLOW"},
-        {"names": ["io_uring_enter", "io_uring_register"], "action": "SCMP_ACT_ALLOW", "args": []},
-        {"name": "io_uring_setup", "action": "SCMP_ACT_ALLOW"},
+        {"names": ["read", "io_uring_setup", "unshare"], "action": "SCMP_ACT_ALLOW"},
+        {"names": ["io_uring_enter", "keyctl", "clone"], "action": "SCMP_ACT_ALLOW", "args": []},
+        {"name": "mount", "action": "SCMP_ACT_ALLOW"},
     ]
-    closed = close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": rules})
-    assert closed["syscalls"][:-1] == [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]
-    assert closed["syscalls"][-1]["names"] == list(IO_URING) and closed["syscalls"][-1]["action"] == "SCMP_ACT_ERRNO"
+    floored = with_floor({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules})
+    own = [rule for rule in floored["syscalls"] if set(rule.get("names", ())) & FLOOR]
+    assert floored["syscalls"][0] == {"names": ["read"], "action": "SCMP_ACT_ALLOW"}
+    assert len(floored["syscalls"]) == 1 + len(own)  # every other rule was the floor's own
+    refused = {
+        name for rule in own if rule["action"] == "SCMP_ACT_ERRNO" and not rule.get("args") for name in rule["names"]
+    }
+    assert refused == set(NOT_THERE) | set(NOT_ALLOWED) and set(IO_URING) <= refused
+    (clone,) = [rule for rule in own if rule["names"] == ["clone"] and rule["action"] == "SCMP_ACT_ALLOW"]
+    assert clone["args"] == [{"index": 0, "value": CLONE_NAMESPACES, "valueTwo": 0, "op": "SCMP_CMP_MASKED_EQ"}]
     # Docker's decoder reads keys in any case: a rule the transform would pass over is refused
     for spelt in ({"Names": ["io_uring_setup"], "action": "SCMP_ACT_ALLOW"}, {"NAME": "io_uring_enter"}):
         with pytest.raises(ConfigError, match="spelt"):
-            close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [spelt]})
+            with_floor({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [spelt]})
     with pytest.raises(ConfigError, match="spelt"):
-        close_io_uring({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [], "Syscalls": [{"names": ["io_uring_setup"]}]})
+        with_floor({"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [], "Syscalls": [{"names": ["io_uring_setup"]}]})

@@ -45,7 +45,7 @@ default. Example (every key, with its default)::
     pids_limit = 4096             # processes and threads per job (a fork bomb stops there)
     log_max_mib = 10              # a job's stdout+stderr kept by the engine, at most
     nofile = 4096                 # open files per process in a job
-    seccomp_profile = "auto"      # jobs' seccomp profile, io_uring closed in it: "auto" = Debian's
+    seccomp_profile = "auto"      # jobs' seccomp profile, on cosched's floor: "auto" = Debian's
                                   # /usr/share/containers/seccomp.json if installed, "" = the engine's, or a path
     engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
 

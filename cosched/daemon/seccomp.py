@@ -1,4 +1,4 @@
-"""The seccomp profile jobs run under: the operator's, with io_uring always closed.
+"""The seccomp profile jobs run under: the operator's, never below cosched's floor.
 
 io_uring lets a process run I/O system calls from a ring the kernel drains, past
 seccomp's view, and it was the path of several container escapes. Docker 25 and
@@ -6,9 +6,13 @@ containerd closed it in their default profiles; Docker 20.10 (Debian 12's `docke
 still opens it, and cosched cannot amend the engine's built-in profile, only replace it.
 So `[docker] seccomp_profile` names a whole profile in Docker's format: by default (`auto`)
 Debian's container profile, `/usr/share/containers/seccomp.json` from
-`golang-github-containers-common` (which deploy/docker-setup.sh installs), and cosched closes
-io_uring in it whatever it says. Without one, the daemon says at its start whether jobs can
-reach io_uring (`io_uring_exposure`).
+`golang-github-containers-common` (which deploy/docker-setup.sh installs). That one is
+Podman's, which leaves user namespaces, mounts and keyrings to the runtime: under it as is, a
+job ran `unshare -Ur` and mounted a tmpfs as root of its own namespace, which Docker's profile
+refuses. So whatever the file says, the calls in `FLOOR` are refused (jobs hold no capability,
+and only a namespace of their own would give them one) and `clone` may not make namespaces.
+Without a profile, the daemon says at its start whether jobs can reach io_uring
+(`io_uring_exposure`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,37 @@ DEBIAN_PROFILE = "/usr/share/containers/seccomp.json"
 CLOSED_BY_ENGINE = 25
 """The first Docker major release whose default profile refuses io_uring (moby #46762)."""
 
-_CLOSED = {
-    "names": list(IO_URING),
-    "action": "SCMP_ACT_ERRNO",
-    "errnoRet": errno.ENOSYS,  # as on a kernel without it: programs (liburing's users) fall back to epoll
-    "comment": "cosched: io_uring runs system calls seccomp never sees",
-}
+NOT_THERE = (*IO_URING, "clone3")
+"""Refused with ENOSYS, as on a kernel without them: liburing's users fall back to epoll, glibc's
+threads to `clone` (whose flags, unlike `clone3`'s, a filter can read)."""
+NOT_ALLOWED = (
+    "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "mount_setattr",
+    "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+)  # fmt: skip
+"""Refused with EPERM, as Docker's own profile refuses them to a process without capabilities:
+namespaces and mounts, the kernel's keyrings (not namespaced), BPF, perf events, userfaultfd."""
+CLONE_NAMESPACES = 0x7E020000
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: `clone` with none of these is a
+thread or a fork; with one, a namespace. Its first argument on x86-64 and arm64 (s390x, which
+swaps them, is not supported)."""
+FLOOR = frozenset({*NOT_THERE, *NOT_ALLOWED, "clone"})
+
+
+def _floor_rules() -> list[dict[str, object]]:
+    """After the profile's own rules: what `FLOOR` says (an explicit refusal, whatever the default)."""
+
+    def masked(bits: int, equals: int) -> list[dict[str, object]]:
+        return [{"index": 0, "value": bits, "valueTwo": equals, "op": "SCMP_CMP_MASKED_EQ"}]
+
+    namespaces = [1 << bit for bit in range(32) if CLONE_NAMESPACES >> bit & 1]
+    return [
+        {"names": list(NOT_THERE), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
+        {"names": list(NOT_ALLOWED), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
+        {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": masked(CLONE_NAMESPACES, 0)},
+        *({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM, "args": masked(flag, flag)}
+          for flag in namespaces),
+    ]  # fmt: skip
 
 
 def profile_path(setting: str) -> str:
@@ -47,7 +76,7 @@ def profile_path(setting: str) -> str:
 
 
 def load_profile(path: str) -> str:
-    """The profile at `path` with io_uring closed, as the JSON the engine takes in
+    """The profile at `path` on cosched's floor, as the JSON the engine takes in
     `security_opt=["seccomp=..."]`; a ConfigError naming the key and the problem otherwise.
 
     The file decides every job's system calls, so no one but root (or the daemon's user) may be
@@ -72,11 +101,11 @@ def load_profile(path: str) -> str:
         profile = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{key}: {path!r} is not a JSON seccomp profile: {exc}") from None
-    return json.dumps(close_io_uring(profile, path))
+    return json.dumps(with_floor(profile, path))
 
 
-def close_io_uring(profile: object, where: str = "the profile") -> dict[str, object]:
-    """`profile` with the io_uring calls taken out of every rule and refused by one of their own:
+def with_floor(profile: object, where: str = "the profile") -> dict[str, object]:
+    """`profile` with the calls of `FLOOR` taken out of every rule and given cosched's own:
     taken out first, because libseccomp refuses two actions for one call."""
     key = "config key docker.seccomp_profile"
     rules = profile.get("syscalls") if isinstance(profile, dict) else None
@@ -88,12 +117,12 @@ def close_io_uring(profile: object, where: str = "the profile") -> dict[str, obj
         if not isinstance(rule, dict) or not isinstance(rule.get("names", []), list):
             raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list")
         _refuse_other_spellings(rule, ("name", "names", "action"), where)
-        if rule.get("name") in IO_URING:  # the older one-call form
+        if rule.get("name") in FLOOR:  # the older one-call form
             continue
-        names = [name for name in rule.get("names", []) if name not in IO_URING]
+        names = [name for name in rule.get("names", []) if name not in FLOOR]
         if names or "names" not in rule:
             kept.append({**rule, "names": names} if "names" in rule else rule)
-    return {**profile, "syscalls": [*kept, dict(_CLOSED)]}
+    return {**profile, "syscalls": [*kept, *_floor_rules()]}
 
 
 def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], where: str) -> None:
@@ -102,7 +131,7 @@ def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], whe
         if name.lower() in keys and name not in keys:
             raise ConfigError(
                 f"config key docker.seccomp_profile: {where!r} has the key {name!r}: spelt otherwise than "
-                f"{name.lower()!r}, the engine would read it as that and io_uring could stay open"
+                f"{name.lower()!r}, the engine would read it as that and the floor could be passed over"
             )
 
 
