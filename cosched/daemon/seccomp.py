@@ -34,16 +34,22 @@ DEBIAN_PROFILE = "/usr/share/containers/seccomp.json"
 CLOSED_BY_ENGINE = 25
 """The first Docker major release whose default profile refuses io_uring (moby #46762)."""
 
+PROFILE_KEYS = ("defaultAction", "defaultErrnoRet", "architectures", "archMap", "syscalls")
+RULE_KEYS = ("name", "names", "action", "errnoRet", "args", "comment", "includes", "excludes")
+"""Docker's own field names, which a profile must spell exactly (`_refuse_other_spellings`)."""
+MAX_PROFILE_BYTES = 1 << 20
+
 NOT_THERE = (*IO_URING, "clone3")
 """Refused with ENOSYS, as on a kernel without them: liburing's users fall back to epoll, glibc's
 threads to `clone` (whose flags, unlike `clone3`'s, a filter can read)."""
 NOT_ALLOWED = (
     "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "mount_setattr",
     "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "syslog",
 )  # fmt: skip
 """Refused with EPERM, as Docker's own profile refuses them to a process without capabilities:
-namespaces and mounts, the kernel's keyrings (not namespaced), BPF, perf events, userfaultfd."""
+namespaces and mounts, the kernel's keyrings (not namespaced), BPF, perf events, userfaultfd, the
+host's kernel log (read by anyone where `kernel.dmesg_restrict` is 0)."""
 CLONE_NAMESPACES = 0x7E020000
 """CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: `clone` with none of these is a
 thread or a fork; with one, a namespace. Its first argument on x86-64 and arm64 (s390x, which
@@ -86,21 +92,23 @@ def load_profile(path: str) -> str:
         raise ConfigError(f"{key}: {path!r} is not a link-free absolute path")
     owners = frozenset({0, os.geteuid()})
     try:
-        info = os.stat(path)
         problem = replaceable_problem(str(Path(path).parent), owners)
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path!r}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        problem = f"{path!r} is not a regular file"
-    elif info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        mode = f"{info.st_mode & 0o777:o}"
-        problem = f"{path!r} could be changed by a user other than root (owner uid {info.st_uid}, mode {mode})"
-    if problem:
-        raise ConfigError(f"{key}: {problem}")
-    try:
-        profile = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{key}: {path!r} is not a JSON seccomp profile: {exc}") from None
+    with os.fdopen(handle, "rb") as file:  # what is checked is what is read
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            problem = f"{path!r} is not a regular file"
+        elif info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            mode = f"{info.st_mode & 0o777:o}"
+            problem = f"{path!r} could be changed by a user other than root (owner uid {info.st_uid}, mode {mode})"
+        if problem:
+            raise ConfigError(f"{key}: {problem}")
+        try:
+            profile = json.loads(file.read(MAX_PROFILE_BYTES))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{key}: {path!r} is not a JSON seccomp profile: {exc}") from None
     return json.dumps(with_floor(profile, path))
 
 
@@ -111,12 +119,15 @@ def with_floor(profile: object, where: str = "the profile") -> dict[str, object]
     rules = profile.get("syscalls") if isinstance(profile, dict) else None
     if not (isinstance(profile, dict) and isinstance(profile.get("defaultAction"), str) and isinstance(rules, list)):
         raise ConfigError(f"{key}: {where!r} is not a Docker seccomp profile (`defaultAction` and a `syscalls` list)")
-    _refuse_other_spellings(profile, ("syscalls",), where)
+    _refuse_other_spellings(profile, PROFILE_KEYS, where)
     kept = []
     for rule in rules:
-        if not isinstance(rule, dict) or not isinstance(rule.get("names", []), list):
-            raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list")
-        _refuse_other_spellings(rule, ("name", "names", "action"), where)
+        names = rule.get("names", []) if isinstance(rule, dict) else None
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list of calls")
+        if not isinstance(rule.get("name", ""), str):
+            raise ConfigError(f"{key}: {where!r} has a rule whose `name` is not one call")
+        _refuse_other_spellings(rule, RULE_KEYS, where)
         if rule.get("name") in FLOOR:  # the older one-call form
             continue
         names = [name for name in rule.get("names", []) if name not in FLOOR]
@@ -126,12 +137,17 @@ def with_floor(profile: object, where: str = "the profile") -> dict[str, object]
 
 
 def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], where: str) -> None:
-    """Docker's decoder reads `Names` as `names`: a key the transform would pass over, refused."""
+    """Go's decoder matches field names with case folding (`Names`, and `syscalls` spelt with a long
+    s, U+017F, are read as `names` and `syscalls`; the last of two wins): a key the transform would pass over
+    while the engine reads it, refused, and so is any key that is not ASCII."""
+    folded = {known.casefold(): known for known in keys}
     for name in table:
-        if name.lower() in keys and name not in keys:
+        known = folded.get(name.casefold())
+        if not name.isascii() or (known is not None and name != known):
             raise ConfigError(
-                f"config key docker.seccomp_profile: {where!r} has the key {name!r}: spelt otherwise than "
-                f"{name.lower()!r}, the engine would read it as that and the floor could be passed over"
+                f"config key docker.seccomp_profile: {where!r} has the key {name!r}: "
+                f"{'spelt otherwise than ' + repr(known) if known else 'not ASCII'}, the engine may read it "
+                "as one of its own and the floor could be passed over"
             )
 
 
