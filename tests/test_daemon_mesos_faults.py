@@ -146,23 +146,13 @@ def test_a_job_on_an_agent_cut_off_from_the_master_never_runs_twice(
     daemon = mesos_daemon(cluster, tmp_path, "cosched-cut-off", mesos="launch_timeout = 20.0")
     try:
         fid = framework_id_of(daemon)
-        holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
-        # long enough that the fence, not its own end, stops the first copy (a copy that ends while cut
-        # off is reported when its agent is back, or, if it never is, the job runs again: once at a time)
-        job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=120)
-        daemon.wait_running(job, 60)
-        assert _on_node(daemon, job) == 1
+        holder, job = _a_long_job_on_node1(daemon, image)
         with cluster.agent_stopped(2):
             wait_until(lambda: not _node(daemon, 1)["up"], 30, "node 1 down")
             status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 60, "the job requeued")
             assert status["reason"].startswith("requeued: TASK_LOST on agent2"), status
             daemon.wait_running(job, 60)  # on agent1 now
-        jobs = daemon.wait_final([holder, job], 120)
-        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
-        ran = container_events.containers(fid)
-        assert len({c.run for c in ran[job]}) == 2  # the run cut off, and the one that finished
-        assert_ran_once(ran[job])  # which never overlapped
-        assert "answered nothing for 1 s: stopping every job" in _executor_logs(cluster, 2)
+        _ran_once_after_its_fence(daemon, cluster, container_events, fid, holder, job)
     finally:
         finish(cluster, daemon)
 
@@ -177,10 +167,7 @@ def test_an_agent_back_under_a_new_id_leaves_no_second_copy_of_its_job(
     daemon = mesos_daemon(cluster, tmp_path, "cosched-new-id", mesos="launch_timeout = 20.0")
     try:
         fid = framework_id_of(daemon)
-        holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
-        job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=120)
-        daemon.wait_running(job, 60)
-        assert _on_node(daemon, job) == 1
+        holder, job = _a_long_job_on_node1(daemon, image)
         old = cluster.agent_id("agent2")
         argv = cluster.kill_agent(2)
         (cluster.run_dir / "agent2" / "work" / "meta" / "slaves" / "latest").unlink()
@@ -188,14 +175,33 @@ def test_an_agent_back_under_a_new_id_leaves_no_second_copy_of_its_job(
         wait_until(lambda: _active_agent_ids(cluster, "agent2") - {old}, 60, "agent2 under a new id")
         status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 90, "the job requeued")
         assert status["reason"].startswith("requeued:"), status
-        jobs = daemon.wait_final([holder, job], 120)
-        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
-        ran = container_events.containers(fid)
-        assert len({c.run for c in ran[job]}) == 2  # the old executor's run, stopped, and the one that finished
-        assert_ran_once(ran[job])  # which never overlapped
-        assert "answered nothing for 1 s: stopping every job" in _executor_logs(cluster, 2)
+        _ran_once_after_its_fence(daemon, cluster, container_events, fid, holder, job)
     finally:
         finish(cluster, daemon)
+
+
+def _a_long_job_on_node1(daemon: Any, image: str) -> tuple[int, int]:
+    """A 3 s job on node 0 and a 45 s one on node 1 (agent2), running: long enough that agent2's fence,
+    not its own end, stops its first copy (a copy that ends while cut off is reported when its agent
+    is back, or, if it never is, the job runs again: once at a time). Their ids."""
+    holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
+    job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=120)
+    daemon.wait_running(job, 60)
+    assert _on_node(daemon, job) == 1
+    return holder, job
+
+
+def _ran_once_after_its_fence(
+    daemon: Any, cluster: Cluster, events: ContainerEvents, fid: str, holder: int, job: int
+) -> None:
+    """Both done; `job` ran twice (agent2's copy, stopped by its executor's fence, and the one that
+    finished), never at once."""
+    jobs = daemon.wait_final([holder, job], 120)
+    assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+    ran = events.containers(fid)
+    assert len({c.run for c in ran[job]}) == 2
+    assert_ran_once(ran[job])
+    assert "answered nothing for 1 s: stopping every job" in _executor_logs(cluster, 2)
 
 
 def _active_agent_ids(cluster: Cluster, hostname: str) -> set[str]:
