@@ -100,7 +100,7 @@ def test_jobs_run_as_nobody_without_capabilities_and_data_dirs_are_nosuid_nodev(
     data = make_data_dir(daemon.root / "ids")
     script = (
         f"id -u > {data}/uid; grep ' {data} ' /proc/self/mountinfo > {data}/mount; "
-        f"grep CapEff /proc/self/status > {data}/caps"
+        f"grep CapEff /proc/self/status > {data}/caps; cat /proc/self/cgroup > {data}/cgroup"
     )
     job = run(daemon, script, data_dirs=[str(data)])
     assert job["state"] == "done", job
@@ -108,6 +108,8 @@ def test_jobs_run_as_nobody_without_capabilities_and_data_dirs_are_nosuid_nodev(
     options = (data / "mount").read_text().split()[5].split(",")
     assert "nosuid" in options and "nodev" in options
     assert (data / "caps").read_text().split()[1] == "0000000000000000"
+    # its own cgroup namespace: every hierarchy's path is its root, no container id (cgroup v1 showed it)
+    assert {line.rpartition(":")[2] for line in (data / "cgroup").read_text().splitlines()} == {"/"}
 
 
 def test_a_data_dir_on_a_read_only_noexec_mount_stays_so_in_the_job(daemon: DaemonProcess) -> None:

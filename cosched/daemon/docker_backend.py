@@ -344,6 +344,7 @@ class DockerBackend:
                     ),
                     privileged=False,
                     network_mode="none",
+                    cgroupns="private",  # its own cgroup as its root: on cgroup v1 the host's showed its container id
                     read_only=True,
                     tmpfs=scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
                     working_dir=workdir,  # the one checked, whatever the image is by the create
