@@ -303,3 +303,11 @@ def test_a_history_window_that_ends_before_it_begins_is_refused(monkeypatch, cap
     rc, _, err = run(monkeypatch, capsys, answers, "history", "--since", "1h", "--until", "2h")
     assert_one_error(rc, err, "--until 7200 s ago is not after --since 3600 s ago")
     assert answers.calls == []
+
+
+def test_logs_says_which_option_is_out_of_range_before_asking(capsys) -> None:
+    """`cosched logs 3 -n 0` printed the API's refusal of its own field, `lines: ...`, not the option."""
+    for lines in ("0", "10001", "x"):
+        with pytest.raises(SystemExit):
+            main(["logs", "3", "-n", lines])
+        assert f"argument -n/--lines: expected 1 to 10000 lines, got '{lines}'" in capsys.readouterr().err

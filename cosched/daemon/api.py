@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cosched.daemon import drain, journal, views
+from cosched.daemon.client import LOG_LINES
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.http_guards import Authenticate, BodyLimit
 from cosched.daemon.identity import Caller, Revocations, load_key, revocations_path
@@ -32,8 +33,6 @@ from cosched.daemon.submissions import Forbidden, Full, Rejected
 # A job or workflow id: an SQLite INTEGER (a larger one cannot even be looked up).
 Id = Annotated[int, Path(ge=-(1 << 63), le=(1 << 63) - 1)]
 HISTORY_LIMIT = 100_000
-LOG_LINES = 10_000
-"""The most lines of a job's output one request reads (and at most `LIVE_LOG_BYTES` of them)."""
 """Ended jobs one history answer lists at most: tens of MB of JSON, built in memory."""
 # A node number (checked against the cluster by `drain`).
 Node = Annotated[int, Path(ge=-(1 << 31), le=(1 << 31) - 1)]

@@ -18,6 +18,9 @@ from typing import Any
 from cosched.errors import CoschedError
 
 DEFAULT_URL = "http://127.0.0.1:6817"
+LOG_LINES = 10_000
+"""The most lines of a job's output one request reads (and at most `LIVE_LOG_BYTES` of them): the
+API refuses more, and `cosched logs -n` says so before asking."""
 
 
 class ApiError(CoschedError):

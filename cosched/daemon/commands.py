@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cosched.daemon import dependencies
-from cosched.daemon.client import ApiError, Client
+from cosched.daemon.client import LOG_LINES, ApiError, Client
 from cosched.daemon.cpus import ranges
 from cosched.errors import ConfigError, CoschedError
 from cosched.policies.asax import loss_outcome
@@ -161,7 +161,7 @@ def add_commands(commands: Any, parser_class: type) -> None:
 
     lp = commands.add_parser("logs", help="the last lines of a job's output: live while it runs (as tail of its file)")
     lp.add_argument("id", type=int)
-    lp.add_argument("-n", "--lines", type=int, default=20, help="lines (default: %(default)s; at most 10000)")
+    lp.add_argument("-n", "--lines", type=_log_lines, default=20, help=f"lines (default: 20; at most {LOG_LINES})")
     common(lp)
     lp.set_defaults(handler=_logs)
 
@@ -279,6 +279,13 @@ def _daemon(args: argparse.Namespace) -> int:
 
     serve(load_config(args.config))
     return 0
+
+
+def _log_lines(text: str) -> int:
+    """`-n`: 1 to `LOG_LINES` (the API's 422 named its own field, `lines`)."""
+    if not text.isdigit() or not 1 <= int(text) <= LOG_LINES:
+        raise argparse.ArgumentTypeError(f"expected 1 to {LOG_LINES} lines, got {text!r}")
+    return int(text)
 
 
 def _duration(text: str) -> float:
