@@ -397,19 +397,27 @@ def test_an_executor_sends_the_token_an_authenticating_agent_gave_it() -> None:
 
 
 @pytest.mark.parametrize(
-    ("failure", "state"),
-    [("refused", "TASK_FAILED"), ("engine 5xx", "TASK_LOST"), ("engine gone", "TASK_LOST")],
+    ("failure", "state", "answers_after"),
+    [
+        ("refused", "TASK_FAILED", True),
+        ("engine 5xx", "TASK_LOST", True),
+        ("engine cut short", "TASK_LOST", True),
+        ("engine gone", "TASK_LOST", False),
+    ],
 )
 def test_a_launch_the_agents_engine_fails_is_a_lost_run_and_one_it_refuses_fails_the_job(
-    failure: str, state: str
+    failure: str, state: str, answers_after: bool
 ) -> None:
     """An engine that refused a job's spec (4xx) fails the job; one gone, or failing on its own (5xx),
     is the machine's fault: reported TASK_FAILED, every job placed on that agent failed at once
-    (a helper's run through a proxy answering 500), where the run is lost and queued again."""
+    (a helper's run through a proxy answering 500), where the run is lost and queued again. A call
+    cut short may have made, even started, the container: it is removed by name once the engine
+    answers, before the report; an engine that never answers is the machine's fault (node drained)."""
     from cosched.daemon.docker_backend import EngineUnavailable, LaunchRefused, RunLost
-    from cosched.mesos.executor import Executor, ExecutorSettings
+    from cosched.mesos.executor import Executor, ExecutorSettings, container_name
 
-    error = {"refused": LaunchRefused, "engine 5xx": RunLost, "engine gone": EngineUnavailable}[failure]
+    error = {"refused": LaunchRefused, "engine 5xx": RunLost}.get(failure, EngineUnavailable)
+    removed: list[str] = []
 
     class Engine:
         instance = "mesos-F"
@@ -417,17 +425,24 @@ def test_a_launch_the_agents_engine_fails_is_a_lost_run_and_one_it_refuses_fails
         def launch(self, *args: object, **kwargs: object) -> None:
             raise error(f"the Docker engine: {failure}")
 
-        def ping(self) -> bool:
-            return False  # gone: the machine's fault, its node drained
+        def remove(self, name: str) -> None:
+            if not answers_after or len(removed) < 1:  # the engine answers again after a moment, or never
+                removed.append("")
+                raise EngineUnavailable("no answer")
+            removed.append(name)
 
     env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
-    executor = Executor(ExecutorSettings.from_env(env), backend=Engine())  # type: ignore[arg-type]
+    executor = Executor(replace(ExecutorSettings.from_env(env), fence=1.0), backend=Engine())  # type: ignore[arg-type]
     sent: list[tuple[str, str, object]] = []
     executor.update = lambda task_id, state, message="", data=None: sent.append((state, message, data))  # type: ignore[method-assign]
     payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
     executor._launch(jobs.job_task("t1", "S0", jobs.executor_info("t1", "F"), payload, 1.0))
     fault = {jobs.ENGINE_FAULT: True} if failure == "engine gone" else None  # its node is drained
     assert sent == [(state, f"could not start: the Docker engine: {failure}", fault)]
+    if failure == "engine cut short":
+        assert removed[-1] == container_name("mesos-F", "t1")
+    if failure == "engine gone":
+        assert len(removed) >= 2 and not any(removed)  # asked again until the wait ended
 
 
 def test_a_request_for_output_and_its_answer_are_checked_and_capped() -> None:

@@ -58,6 +58,9 @@ IDLE_STREAM = 7 * 86400.0
 """How long a read of the agent's stream may wait for an event (an agent sends none while idle)."""
 ANSWER_RETRY = 15.0
 """Seconds a quota answer is retried while the agent refuses it (the framework waits on it)."""
+HALF_MADE_WAIT = 10.0
+"""Seconds a launch the engine cut short waits for it to answer, to remove what it may have made,
+before the run is reported lost with its engine at fault (under the framework's launch timeout)."""
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|secs|mins|hrs|days|weeks)\s*$")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "secs": 1.0, "mins": 60.0, "hrs": 3600.0, "days": 86400.0}
 _UNITS["weeks"] = 7 * _UNITS["days"]
@@ -374,6 +377,7 @@ class Executor:
             if task_id in self.tasks:
                 return  # resent by the agent after a re-subscription: already ours
             self.tasks[task_id] = task
+        name = container_name(self.backend.instance, task_id)
         try:
             container, started = self.backend.launch(
                 job.job_id,
@@ -381,7 +385,7 @@ class Executor:
                 list(job.cpus),
                 job.quota,
                 job.memory_mib,
-                name=container_name(self.backend.instance, task_id),
+                name=name,
                 labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
             )
         except Exception as exc:
@@ -389,8 +393,9 @@ class Executor:
             # failed on its own (a 5xx): the machine's fault, a lost run, which the framework queues
             # again (as TASK_FAILED, one broken engine failed every job placed on its agent).
             state = "TASK_LOST" if isinstance(exc, EngineUnavailable | RunLost) else "TASK_FAILED"
-            # the machine's fault only when its engine does not answer at all (not one call cut short)
-            unreachable = isinstance(exc, EngineUnavailable) and not self.backend.ping()
+            # A call cut short may have made, even started, the container: gone before the job is
+            # queued again. An engine that never answers is the machine's fault: its node is drained.
+            unreachable = isinstance(exc, EngineUnavailable) and not self._remove_half_made(name)
             fault = {jobs.ENGINE_FAULT: True} if unreachable else None
             self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}", fault)
             task.ended = True  # after the update: ended with nothing pending would let the executor leave
@@ -399,6 +404,19 @@ class Executor:
         self.update(task_id, "TASK_RUNNING", data={"container": container, "started": started})
         if task.killing:
             self.backend.kill(container)
+
+    def _remove_half_made(self, name: str) -> bool:
+        """Remove the container `name` a launch cut short may have left, once the engine answers
+        (within `HALF_MADE_WAIT` s, or the fence if shorter); whether it answered."""
+        deadline = time.monotonic() + min(self.settings.fence, HALF_MADE_WAIT)
+        while True:
+            try:
+                self.backend.remove(name)
+                return True
+            except EngineUnavailable:
+                if time.monotonic() >= deadline or self.stopping.is_set():
+                    return False
+                time.sleep(0.5)
 
     def _kill(self, task_id: str) -> None:
         with self.lock:
