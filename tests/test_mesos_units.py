@@ -575,3 +575,30 @@ def test_an_executor_its_agent_refuses_leaves_once_none_of_its_jobs_runs(monkeyp
     started = time.monotonic()
     assert executor._stay_subscribed() == 1
     assert time.monotonic() - started < 1.0
+
+
+def test_a_room_learnt_before_reconciliation_told_of_a_running_task_counts_it_once_sized() -> None:
+    """After a restart the agent's first offer may come before reconciliation tells of the job
+    running there: its room was learnt without that job's core, which then read as other
+    frameworks' (`other frameworks hold 1 core`) until the agent's next offer. Counted in once the
+    daemon tells the task's size; a task launched here was in the offer and is not counted twice."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import new_handle, part_id
+    from cosched.mesos.shares import Room
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
+    backend.agents = ["A1"]
+    with backend.cond:
+        backend.rooms["A1"] = Room(1.05, 0.0)  # what the first offer showed: one core free of two
+        backend._rooms_learnt["A1"] = time.monotonic()
+    assert backend.others_hold(2, 0) == {0: (1, 0)}
+    time.sleep(0.01)
+    handle = new_handle(7)
+    task_id = part_id(handle, 0, 1, 1)
+    update = {"task_id": {"value": task_id}, "agent_id": {"value": "A1"}, "state": "TASK_RUNNING"}
+    backend.on_update({**update, "source": "SOURCE_MASTER", "reason": "REASON_RECONCILIATION"})
+    assert backend.unsized() == [(handle, 7)]
+    backend.size(handle, 0, guest=False)
+    assert backend.others_hold(2, 0) == {}
+    backend.size(handle, 0, guest=False)  # told again: counted once
+    assert backend.rooms["A1"].cpus == pytest.approx(2.1)

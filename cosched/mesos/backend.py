@@ -245,6 +245,8 @@ class MesosBackend(EventHandler):
         self.beyond: set[str] = set()
         """Agents declined for an hour as beyond the cluster's nodes: a REVIVE brings their offers back."""
         self.rooms: dict[str, shares.Room] = {}
+        self._rooms_learnt: dict[str, float] = {}
+        """When each agent's room was learnt (monotonic)."""
         """Agent id -> what cosched could hold there (offered + its own tasks), as its last offers showed:
         the agent less what other frameworks hold (`cosched/mesos/shares.py`, `others_hold`)."""
         self._unsized: set[str] = set()
@@ -492,6 +494,7 @@ class MesosBackend(EventHandler):
         self.book.agent_lost(agent)
         self.beyond.discard(agent)
         self.rooms.pop(agent, None)  # learnt again from its next offer
+        self._rooms_learnt.pop(agent, None)
         for executor in [e for e, (where, _) in self._leaving.items() if where == agent]:
             del self._leaving[executor]
         self._node_down(agent, why)
@@ -537,7 +540,7 @@ class MesosBackend(EventHandler):
                 task = run.tasks.get(name.part)
                 if task is None:
                     agent = status.get("agent_id", {}).get("value", "")
-                    task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores)
+                    task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores, learnt=time.monotonic())
                     if state in LIVE:  # its size (cores, memory, guest) is the daemon's to tell
                         self._unsized.add(name.handle)
                 task.apply(status, time.monotonic())
@@ -762,6 +765,7 @@ class MesosBackend(EventHandler):
             room = shares.room(held[agent], ours[agent])
             if room is not None:
                 self.rooms[agent] = room
+                self._rooms_learnt[agent] = time.monotonic()
 
     @staticmethod
     def _executor_alive(task: Task) -> bool:
@@ -812,6 +816,17 @@ class MesosBackend(EventHandler):
                 if task.size is None:
                     cpus = GUEST_CPUS if guest else float(task.cores)
                     task.size = shares.task_size(cpus, math.ceil(memory_mib * run.share(task)))
+                    self._count_in_room(task, task.size)
+
+    def _count_in_room(self, task: Task, size: tuple[float, float]) -> None:
+        """Under the lock: a task the agent's room was learnt without (an offer came before
+        reconciliation told of it, after a restart) is counted in once its size is known. Left out,
+        what it holds read as other frameworks' until that agent's next offer, which a suppressed
+        framework may not see for long (a helper saw `other frameworks hold 1 core`)."""
+        learnt = self._rooms_learnt.get(task.agent_id)
+        room = self.rooms.get(task.agent_id)
+        if task.learnt and learnt is not None and room is not None and learnt < task.learnt:
+            self.rooms[task.agent_id] = shares.Room(room.cpus + size[0], room.mem + size[1])
 
     def node_status(self) -> list[NodeStatus]:
         with self.cond:

@@ -118,6 +118,8 @@ class Task:
     until the daemon tells its job's size (`MesosBackend.size`)."""
     stopped: float | None = None
     """When an update first said it no longer runs (the daemon's monotonic clock)."""
+    learnt: float = 0.0
+    """When an update first told of it, for a task this daemon did not launch (0: launched here)."""
 
     def apply(self, status: Mapping[str, Any], now: float) -> None:
         """A status update; reconciliation's summary of a state we know better is ignored."""
