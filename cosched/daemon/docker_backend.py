@@ -7,8 +7,8 @@ a restarted daemon finds its own containers (and only its own) by label.
 
 Safety rules the operator can rely on (docs/security.md): a job runs as the
 configured unprivileged uid:gid with every capability dropped and
-`no-new-privileges` (and io_uring closed where the operator gives a seccomp profile,
-`cosched.daemon.seccomp`), under a pids limit, a log size cap and file ulimits, with
+`no-new-privileges`, a seccomp profile never below cosched's floor (`cosched.daemon.seccomp`)
+and a cgroup namespace of its own, under a pids limit, a log size cap and file ulimits, with
 no network and a read-only image: its scratch space (`/tmp`, `/var/tmp`) is
 memory, so a job cannot fill the engine's disk; the only host paths mounted are
 its declared data directories,

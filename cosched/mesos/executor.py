@@ -495,9 +495,10 @@ class Executor:
 
     # -- watching the containers ----------------------------------------------------
     def _watch(self) -> None:
-        """The fence, ends of jobs (every poll interval) and their usage (every sample interval), each
-        step whatever the one before it met: an engine down (ends unreadable) kept the fence from
-        ever running, and its usage report, which is also how a frozen agent's silence is found."""
+        """Ends of jobs, the fence (every poll interval) and usage (every sample interval), each step
+        whatever the one before it met: an engine down (ends unreadable) kept the fence from ever
+        running, and the usage report, which is also how a frozen agent's silence is found. Ends
+        come first: a job that ended just before the fence is reported ended, not lost."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
             steps = [self._collect_ends, self._fence, self._leave_when_done]  # an end first: reported as such
