@@ -28,6 +28,8 @@ from cosched.errors import ConfigError
 
 IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 
+KEY = "config key docker.seccomp_profile"
+"""How every refusal of a profile begins: the config key that named it."""
 AUTO = "auto"
 DEBIAN_PROFILE = "/usr/share/containers/seccomp.json"
 
@@ -87,15 +89,14 @@ def load_profile(path: str) -> str:
 
     The file decides every job's system calls, so no one but root (or the daemon's user) may be
     able to change it: a profile another user could edit would let them open everything."""
-    key = "config key docker.seccomp_profile"
     if not os.path.isabs(path) or os.path.realpath(path) != path:
-        raise ConfigError(f"{key}: {path!r} is not a link-free absolute path")
+        raise ConfigError(f"{KEY}: {path!r} is not a link-free absolute path")
     owners = frozenset({0, os.geteuid()})
     try:
         problem = replaceable_problem(str(Path(path).parent), owners)
         handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError(f"{key}: cannot read {path!r}: {exc.strerror}") from None
+        raise ConfigError(f"{KEY}: cannot read {path!r}: {exc.strerror}") from None
     with os.fdopen(handle, "rb") as file:  # what is checked is what is read
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -104,29 +105,28 @@ def load_profile(path: str) -> str:
             mode = f"{info.st_mode & 0o777:o}"
             problem = f"{path!r} could be changed by a user other than root (owner uid {info.st_uid}, mode {mode})"
         if problem:
-            raise ConfigError(f"{key}: {problem}")
+            raise ConfigError(f"{KEY}: {problem}")
         try:
             profile = json.loads(file.read(MAX_PROFILE_BYTES))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{key}: {path!r} is not a JSON seccomp profile: {exc}") from None
+            raise ConfigError(f"{KEY}: {path!r} is not a JSON seccomp profile: {exc}") from None
     return json.dumps(with_floor(profile, path))
 
 
 def with_floor(profile: object, where: str = "the profile") -> dict[str, object]:
     """`profile` with the calls of `FLOOR` taken out of every rule and given cosched's own:
     taken out first, because libseccomp refuses two actions for one call."""
-    key = "config key docker.seccomp_profile"
     rules = profile.get("syscalls") if isinstance(profile, dict) else None
     if not (isinstance(profile, dict) and isinstance(profile.get("defaultAction"), str) and isinstance(rules, list)):
-        raise ConfigError(f"{key}: {where!r} is not a Docker seccomp profile (`defaultAction` and a `syscalls` list)")
+        raise ConfigError(f"{KEY}: {where!r} is not a Docker seccomp profile (`defaultAction` and a `syscalls` list)")
     _refuse_other_spellings(profile, PROFILE_KEYS, where)
     kept = []
     for rule in rules:
         names = rule.get("names", []) if isinstance(rule, dict) else None
         if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-            raise ConfigError(f"{key}: {where!r} has a rule that is not an object with a `names` list of calls")
+            raise ConfigError(f"{KEY}: {where!r} has a rule that is not an object with a `names` list of calls")
         if not isinstance(rule.get("name", ""), str):
-            raise ConfigError(f"{key}: {where!r} has a rule whose `name` is not one call")
+            raise ConfigError(f"{KEY}: {where!r} has a rule whose `name` is not one call")
         _refuse_other_spellings(rule, RULE_KEYS, where)
         if rule.get("name") in FLOOR:  # the older one-call form
             continue
@@ -145,7 +145,7 @@ def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], whe
         known = folded.get(name.casefold())
         if not name.isascii() or (known is not None and name != known):
             raise ConfigError(
-                f"config key docker.seccomp_profile: {where!r} has the key {name!r}: "
+                f"{KEY}: {where!r} has the key {name!r}: "
                 f"{'spelt otherwise than ' + repr(known) if known else 'not ASCII'}, the engine may read it "
                 "as one of its own and the floor could be passed over"
             )

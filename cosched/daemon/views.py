@@ -10,7 +10,8 @@ import copy
 import math
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cosched.core.view import SchedulerView
 from cosched.daemon import drain, submissions, workflow_stages
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from cosched.daemon.service import Daemon
+
+T = TypeVar("T")
 
 
 def queue(daemon: Daemon) -> list[dict[str, Any]]:
@@ -103,25 +106,25 @@ def _view_over(daemon: Daemon, now: float, queued: list[Any], jobs: list[Any]) -
         if job.state is JobState.RUNNING and job.host >= 0:
             guests.setdefault(job.host, []).append(job)
     core = daemon.core
-    while True:  # copied without the lock, as `_snapshot` copies
-        try:
-            withheld = dict(core.withheld)
-            break
-        except RuntimeError:
-            continue
+    withheld = _copied(lambda: dict(core.withheld))
     by_id = {job.id: job for job in jobs}
     return SchedulerView(now, daemon.cluster, queued, hosts, core.pool, guests, by_id, withheld)
 
 
 def _snapshot(daemon: Daemon) -> tuple[list[Any], list[Any]]:
     """The queue (in the order it is kept) and the core's jobs, copied without the scheduling
-    lock: a pass holds it while it steps the core, and a query must not wait for that.
-    A copy that races a pass's change is simply taken again."""
+    lock: a pass holds it while it steps the core, and a query must not wait for that."""
     core = daemon.core
+    return _copied(lambda: (list(core.queue), list(core.jobs.values())))
+
+
+def _copied(take: Callable[[], T]) -> T:
+    """`take()`, a copy of the core's state, taken without the scheduling lock: a copy that races a pass's
+    change (the dict changed size while being copied) is simply taken again."""
     while True:
         try:
-            return list(core.queue), list(core.jobs.values())
-        except RuntimeError:  # the dict changed size while being copied
+            return take()
+        except RuntimeError:
             continue
 
 

@@ -70,6 +70,7 @@ from cosched.mesos.runs import (
     LIVE,
     Outcome,
     Run,
+    StartFailure,
     Task,
     fence_wait,
     new_handle,
@@ -245,10 +246,10 @@ class MesosBackend(EventHandler):
         self.beyond: set[str] = set()
         """Agents declined for an hour as beyond the cluster's nodes: a REVIVE brings their offers back."""
         self.rooms: dict[str, shares.Room] = {}
-        self._rooms_learnt: dict[str, float] = {}
-        """When each agent's room was learnt (monotonic)."""
         """Agent id -> what cosched could hold there (offered + its own tasks), as its last offers showed:
         the agent less what other frameworks hold (`cosched/mesos/shares.py`, `others_hold`)."""
+        self._rooms_learnt: dict[str, float] = {}
+        """When each agent's room was learnt (monotonic)."""
         self._unsized: set[str] = set()
         """Runs known from reconciliation whose tasks' sizes the daemon has not told yet (`size`)."""
         self._leaving: dict[str, tuple[str, float]] = {}
@@ -933,28 +934,35 @@ class MesosBackend(EventHandler):
         deadline = time.monotonic() + timeout
         while not all(t.ran for t in run.tasks.values()):
             failure = run.start_failure(self._outcome)  # a part that never ran: the job cannot start whole
-            if failure is not None and failure.verdict == "refused":
+            if failure is None:
+                if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                    raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
+            elif failure.verdict == "refused":
                 raise LaunchRefused(failure.why)
-            if failure is not None and failure.verdict == "lost":
+            elif failure.verdict == "lost":
                 raise RunLost(f"part {failure.failed[0].id} {failure.why}", self._faulty_nodes(failure.failed))
-            if failure is not None:  # settling: the fence's wait passes with time, a sweep with offers
-                for task in failure.settling:
-                    if self._outcome(task) == "sweep":
-                        self._want_sweep(task.agent_id)
-                rest = [t for t in run.tasks.values() if t.state in LIVE and not t.killed]
-                for task in rest:  # the job cannot start whole: its other parts must not run alone meanwhile
-                    task.killed = True
-                if rest:
-                    kills = [(t.id, t.agent_id) for t in rest]
-                    threading.Thread(target=self._end_tasks, args=(kills, []), daemon=True).start()
-                self.cond.wait(1.0)
-            elif not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
-                raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
+            else:
+                self._while_settling(run, failure)
+                self.cond.wait(1.0)  # the fence's wait passes with time, a sweep with offers
         now = time.monotonic()
         self.latencies.append((now - launch.requested, now - launch.offered))
         if self.metrics is not None:
             self.metrics.offer_launch_seconds.observe(now - launch.offered)
         return max(float(t.data.get("started", 0.0)) for t in run.tasks.values())
+
+    def _while_settling(self, run: Run, failure: StartFailure) -> None:
+        """Under the lock: while failed parts that may still run settle, their agents are swept where
+        that settles them, and the run's other parts are killed: it cannot start whole, and they must
+        not run alone meanwhile."""
+        for task in failure.settling:
+            if self._outcome(task) == "sweep":
+                self._want_sweep(task.agent_id)
+        rest = [t for t in run.tasks.values() if t.state in LIVE and not t.killed]
+        for task in rest:
+            task.killed = True
+        if rest:
+            kills = [(t.id, t.agent_id) for t in rest]
+            threading.Thread(target=self._end_tasks, args=(kills, []), daemon=True).start()
 
     def _retire(self, launch: _Launch) -> None:
         """Under the lock: a run given up while starting: its tasks are killed, the run forgotten."""

@@ -206,6 +206,11 @@ class Executor:
             lost_since = time.monotonic()
         return 0
 
+    def _running(self) -> list[tuple[str, _Task]]:
+        """Tasks whose container was started and has not ended, copied under the lock."""
+        with self.lock:
+            return [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+
     def _live(self) -> bool:
         with self.lock:
             return any(not t.ended for t in self.tasks.values())
@@ -525,8 +530,7 @@ class Executor:
         since = self._unanswered
         if since is None or time.monotonic() - since < self.settings.fence:
             return
-        with self.lock:
-            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        live = self._running()
         if not live:
             return
         log.error("agent %s answered nothing for %.0f s: stopping every job", self.settings.agent, self.settings.fence)
@@ -537,8 +541,7 @@ class Executor:
             stream.interrupt()
 
     def _collect_ends(self) -> None:
-        with self.lock:
-            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        live = self._running()
         if not live:
             return
         listed = {info.id: info for info in self.backend.labelled(**{LABEL_EXECUTOR: self.settings.executor_id})}
@@ -584,8 +587,7 @@ class Executor:
 
     def _report_usage(self) -> None:
         now = time.time()
-        with self.lock:
-            live = [(task_id, t) for task_id, t in self.tasks.items() if t.container and not t.ended]
+        live = self._running()
         usage = {}
         for task_id, task in live:
             try:
