@@ -32,6 +32,8 @@ class FakeEngine:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.running: dict[int, str] = {}
+        self.runs: dict[int, int] = {}
+        """The run each job's container was launched for (its `cosched.run` label)."""
         self.exits: dict[int, Exit] = {}
         self.unavailable: set[int] = set()
         self.quotas: list[tuple[str, float]] = []
@@ -42,14 +44,24 @@ class FakeEngine:
     def finish(self, job_id: int, code: int = 0) -> None:
         self.exits[job_id] = Exit(code, 0.0, self.clock(), False)
 
-    def launch(self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object):
+    def launch(
+        self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, run: int = 0, **placement: Any
+    ):
+        """A container named by its job, as Docker's: one of the same `run` there already is taken,
+        one an earlier run left is replaced (`DockerBackend._create`)."""
         if job_id in self.unavailable:
             raise EngineUnavailable("engine gone")
+        if self.runs.get(job_id) != run:
+            self.exits.pop(job_id, None)
+        self.runs[job_id] = run
         self.running[job_id] = f"c{job_id}"
         return f"c{job_id}", self.clock() + self.start_delay
 
     def containers(self) -> dict[int, ContainerInfo]:
-        return {j: ContainerInfo(c, j, "exited" if j in self.exits else "running") for j, c in self.running.items()}
+        return {
+            j: ContainerInfo(c, j, "exited" if j in self.exits else "running", run=self.runs.get(j))
+            for j, c in self.running.items()
+        }
 
     def exit_of(self, container: str) -> Exit:
         return self.exits[int(container[1:])]
@@ -60,8 +72,8 @@ class FakeEngine:
             self.finish(job_id, 137)
 
     def remove(self, container: str) -> None:
-        self.running.pop(int(container[1:]), None)
-        self.exits.pop(int(container[1:]), None)
+        for held in (self.running, self.exits, self.runs):
+            held.pop(int(container[1:]), None)
 
     def set_quota(self, container: str, cpus: float) -> None:
         self.quotas.append((container, cpus))

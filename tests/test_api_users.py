@@ -222,13 +222,15 @@ def test_a_full_daemon_or_user_refuses_submissions_with_429_until_jobs_end(
             refused = client.post("/v1/jobs", json=job(image), headers=alice)
             assert refused.status_code == 429, refused.text
             assert refused.json()["error"] == (
-                "alice has 2 jobs queued or running, at most 2 (api.max_jobs_per_user): submit again later"
+                "alice has 2 jobs queued, running or to come in workflows, at most 2 (api.max_jobs_per_user):"
+                " submit again later"
             )
             assert client.post("/v1/jobs", json=job(image), headers=bob).status_code == 201
             full = client.post("/v1/jobs", json=job(image), headers=bob)
             assert (full.status_code, full.json()["error"]) == (
                 429,
-                "the daemon holds 3 jobs queued or running, at most 3 (api.max_jobs): submit again later",
+                "the daemon holds 3 jobs queued, running or to come in workflows, at most 3 (api.max_jobs):"
+                " submit again later",
             )
             assert len(daemon.store.jobs()) == 3
             with daemon.store.transaction() as db:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -246,6 +247,25 @@ def test_non_json_body_is_refused(client: TestClient, daemon: Daemon, content: b
         ({"image": "cosched/not-here:nope"}, "image: ", "not in the local Docker"),
         ({"stages": [{"name": "a", "image": "cosched/not-here:nope"}]}, "stages.a.image: ", "not in the local Docker"),
         ({"name": ""}, "name: ", ""),
+        # each within its own limit, but a stage's job takes the workflow's with its own: were 500s
+        ({"name": "w" * 128, "stages": [{"name": "s" * 128}]}, f"stages.{'s' * 128}.name: ", "257 characters"),
+        ({"app": "p" * 128, "stages": [{"name": "a"}]}, "stages.a.app_class: ", "130 characters"),
+        (
+            {
+                "env": {f"W{i}": "1" for i in range(100)},
+                "stages": [{"name": "a", "env": {f"S{i}": "1" for i in range(100)}}],
+            },
+            "stages.a.env: ",
+            "its job would have 200 variables (the workflow's and the stage's), at most 128",
+        ),
+        (
+            {
+                "data_dirs": [f"/w/{i}" for i in range(10)],
+                "stages": [{"name": "a", "data_dirs": [f"/s/{i}" for i in range(10)]}],
+            },
+            "stages.a.data_dirs: ",
+            "its job would have 20 directories (the workflow's and the stage's), at most 16",
+        ),
     ],
 )
 def test_bad_workflow_is_refused_naming_the_field(
@@ -257,6 +277,36 @@ def test_bad_workflow_is_refused_naming_the_field(
     assert error.startswith(start), error
     assert words in error
     assert nothing_stored(daemon)
+
+
+@pytest.mark.parametrize(
+    ("path", "changes", "field"),
+    [
+        ("/v1/jobs", {"command": "a" * 1_000_000}, "command"),
+        ("/v1/workflows", {"command": "a" * 1_000_000}, "command"),
+        ("/v1/workflows", {"stages": [{"name": "a", "command": "a" * 1_000_000}]}, "stages.0.command"),
+    ],
+)
+def test_a_long_command_string_is_refused_before_it_is_split(
+    tmp_path: Path, image: str, path: str, changes: dict[str, Any], field: str
+) -> None:
+    """A command string is split as a shell would, in a time that grows with the square of a
+    token's length, on the event loop: one of 1 MB held every request for 13 s (a security audit).
+    Past 16 KiB it is refused unsplit; a longer command comes as a list."""
+    daemon = make_daemon(tmp_path, max_body=2 << 20)
+    try:
+        with TestClient(create_app(daemon)) as client:
+            body = job(image, **changes) if path == "/v1/jobs" else workflow(image, **changes)
+            started = time.monotonic()
+            response = client.post(path, json=body)
+            assert time.monotonic() - started < 2
+            assert (response.status_code, error_of(response)) == (
+                422,
+                f"{field}: 1000000 characters in one string, at most 16384: send a longer command as a list",
+            )
+            assert nothing_stored(daemon)
+    finally:
+        daemon.store.close()
 
 
 def test_oversized_body_is_413(client: TestClient, daemon: Daemon, image: str) -> None:

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import threading
 import tomllib
 from pathlib import Path
@@ -988,6 +989,40 @@ def test_a_refused_data_dir_says_nothing_of_what_lies_past_a_directory_its_submi
             assert data_dir_problem(path, (str(root),), nobody) == blocked
 
 
+def test_a_stage_job_keeps_a_jobs_limits_with_what_it_takes_from_its_workflow() -> None:
+    """A stage's job is named `<workflow>.<stage>` and gets the workflow's env and data dirs with
+    its own: each within its own limit, together they passed a job's, and the stage's job spec
+    then failed inside the submission, a 500 (a security audit). At a job's limits a stage is
+    accepted (a key or directory both name counts once); one more is refused, naming the field."""
+    stage = "s" * 63
+    env = {f"W{i}": "1" for i in range(100)}
+    dirs = [f"/d/{i}" for i in range(10)]
+    stages = [
+        {
+            "name": stage,
+            "env": {f"W{i}": "2" for i in range(72, 100)} | {f"S{i}": "2" for i in range(28)},
+            "data_dirs": [f"/d/{i}/" for i in range(4)] + [f"/e/{i}" for i in range(6)],
+        }
+    ]
+    at_limit = _workflow(name="w" * 64, app="p" * 64, env=env, data_dirs=dirs, stages=stages)
+    job = WorkflowSpec.model_validate(at_limit).job_spec(stage)
+    assert (len(job.name), len(job.app_class), len(job.env), len(job.data_dirs)) == (128, 128, 128, 16)
+    for change, problem in (
+        ({"name": "w" * 65}, "name: its job would have 129 characters (the workflow's name, a dot, the stage's)"),
+        ({"app": "p" * 65}, "app_class: its job would have 129 characters (app, a dot, the stage's name)"),
+        ({"env": {**env, "W100": "1"}}, "env: its job would have 129 variables (the workflow's and the stage's)"),
+        (
+            {"data_dirs": [*dirs, "/d/10"]},
+            "data_dirs: its job would have 17 directories (the workflow's and the stage's)",
+        ),
+    ):
+        with pytest.raises(ValidationError) as caught:
+            WorkflowSpec.model_validate({**at_limit, **change})
+        [error] = caught.value.errors()
+        most = 16 if "data_dirs" in change else 128
+        assert str(error["ctx"]["error"]) == f"stages.{stage}.{problem}, at most {most}"
+
+
 # -- the queue view ----------------------------------------------------------------
 
 
@@ -1044,6 +1079,62 @@ def test_a_workflow_whose_stage_is_cancelled_is_cancelled_not_failed(tmp_path: P
     assert (status["state"], status["failed_stage"]) == (how, "a")
     assert {stage: info["state"] for stage, info in status["stages"].items()} == {"a": how, "b": "cancelled"}
     daemon.close()
+
+
+def test_a_workflows_stages_to_come_keep_its_room_under_the_job_caps(tmp_path: Path) -> None:
+    """A workflow needs room for all its stages, but the caps counted only those submitted: five
+    workflows of a stage fanning out to five fit `max_jobs_per_user = 10` and became 25 live jobs
+    once their first stages ended (a security audit). The stages to come keep their room, per user
+    and in all, until a stage fails: the rest never come, and their room is free again."""
+    from fake_engine import Clock, FakeEngine
+
+    from cosched.daemon.service import Daemon
+    from cosched.daemon.submissions import Full
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    document = {
+        "daemon": {"state_dir": str(tmp_path)},
+        "cluster": {"cores": 8, "memory_mib": 8192},
+        "api": {"max_jobs": 12, "max_jobs_per_user": 10},
+        "policies": {"cosched": "none"},
+    }
+    daemon = Daemon(from_dict(document), backend=engine, clock=clock)  # type: ignore[arg-type]
+    daemon.start()
+    shared = {"image": "x", "command": ["true"], "cores": 1, "memory_mib": 64, "walltime": 100}
+    fan_out = WorkflowSpec(
+        **shared, name="fan", stages=[{"name": "a"}, *({"name": f"b{i}", "depends": ["a"]} for i in range(5))]
+    )
+    chain = WorkflowSpec(**shared, name="chain", stages=[{"name": "a"}, {"name": "b", "depends": ["a"]}])
+    _, [mallorys] = daemon.submit_workflow(fan_out, user="mallory")
+    with pytest.raises(Full, match=r"^mallory has 6 jobs queued, running or to come in workflows, at most 10 "):
+        daemon.submit_workflow(fan_out, user="mallory")
+    _, [bobs] = daemon.submit_workflow(fan_out, user="bob")
+    with pytest.raises(Full, match=r"^the daemon holds 12 jobs queued, running or to come in workflows, at most 12 "):
+        daemon.submit_job(JobSpec(**shared), user="carol")
+    daemon.schedule()
+    engine.finish(mallorys)  # her five stages come, in the room they held
+    engine.finish(bobs, 1)  # his never will
+    clock.t += 10
+    daemon.schedule()
+    daemon.schedule()
+    assert len(daemon.store.jobs(("pending", "launching", "running"))) == 5
+    with daemon.store.transaction() as db:
+        assert (daemon.store.count_live(db, "mallory"), daemon.store.count_live(db)) == (5, 5)
+    daemon.submit_workflow(chain, user="mallory")  # within both caps
+    with daemon.store.transaction() as db:
+        assert (daemon.store.count_live(db, "mallory"), daemon.store.count_live(db, "bob")) == (7, 0)
+    daemon.close()
+    # A state file from before the stages to come were kept: its running workflows' are counted at the start.
+    with sqlite3.connect(tmp_path / "state.sqlite") as conn:
+        conn.execute("DROP INDEX workflows_state")
+        conn.execute("ALTER TABLE workflows DROP COLUMN to_come")
+    older = Store(tmp_path / "state.sqlite")
+    try:
+        with older.transaction() as db:
+            assert (older.count_live(db, "mallory"), older.count_live(db, "bob")) == (7, 0)
+    finally:
+        older.close()
 
 
 def test_health_counts_held_jobs_as_pending(tmp_path: Path) -> None:
@@ -1393,9 +1484,13 @@ def test_purge_deletes_what_ended_long_ago_never_a_stage_a_workflow_needs(tmp_pa
         store.close()
 
 
-def test_a_state_file_from_before_charges_were_saved_gets_one_per_ended_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("killed_once", [False, True])
+def test_a_state_file_from_before_charges_were_saved_gets_one_per_ended_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, killed_once: bool
+) -> None:
     """Fair-share is rebuilt from the charges each pass saves; a file an older daemon wrote has none,
-    and starts with each ended job's last run at its cores, or its users' history would be lost."""
+    and starts with each ended job's last run at its cores, or its users' history would be lost.
+    A start killed during the upgrade leaves the file as it was: the next start upgrades it."""
     import sqlite3
 
     from cosched.daemon.store import Store
@@ -1410,6 +1505,15 @@ def test_a_state_file_from_before_charges_were_saved_gets_one_per_ended_run(tmp_
     store.close()
     with sqlite3.connect(tmp_path / "state.sqlite") as conn:
         conn.execute("DROP TABLE charges")
+    if killed_once:
+
+        def killed(self: Store, charged: bool) -> None:
+            raise RuntimeError("killed between the tables' creation and the back-fill")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Store, "_upgrade", killed)
+            with pytest.raises(RuntimeError, match="killed"):
+                Store(tmp_path / "state.sqlite")
     older = Store(tmp_path / "state.sqlite")
     try:
         assert older.charges_since(0.0) == [(ran, "alice", 4.0, 100.0, 160.0)]
@@ -1516,3 +1620,21 @@ def test_an_engine_error_at_a_launch_is_the_jobs_or_a_lost_run(status: int, kind
     outcome = _refused(7, error)
     assert type(outcome).__name__ == kind
     assert str(outcome).startswith("the Docker engine refused job 7: ")
+
+
+@pytest.mark.parametrize(("durable_power", "synchronous"), [(False, 1), (True, 2)])
+def test_durable_power_makes_every_commit_reach_the_disk(tmp_path: Path, durable_power: bool, synchronous: int) -> None:
+    """`daemon.durable_power`: the state file's `synchronous` is FULL (2), else NORMAL (1), whose last
+    commits a power loss may take. The store had the option; the config could not set it."""
+    from fake_engine import Clock, FakeEngine
+
+    from cosched.daemon.service import Daemon
+
+    config = from_dict(
+        {"daemon": {"state_dir": str(tmp_path), "durable_power": durable_power}, "cluster": {"cores": 2}}
+    )
+    daemon = Daemon(config, backend=FakeEngine(Clock()))  # type: ignore[arg-type]
+    try:
+        assert daemon.store._conn().execute("PRAGMA synchronous").fetchone()[0] == synchronous
+    finally:
+        daemon.store.close()

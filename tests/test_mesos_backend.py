@@ -96,7 +96,7 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
     again = _backend(cluster, framework_id=fid)
     try:
         assert again.framework_id == fid
-        assert again.containers()[1] == ContainerInfo(host, 1, "running")
+        assert again.containers()[1] == ContainerInfo(host, 1, "running", run=0)
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == "cosched-backend-test"] == [fid]
         again.kill(host)
         wait_until(lambda: again.containers()[1].state == "exited", 30, "the host killed")

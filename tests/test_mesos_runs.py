@@ -26,7 +26,7 @@ def status(state: str, source: str = "SOURCE_EXECUTOR", reason: str = "", **data
 
 
 def gang(parts: int = 2) -> Run:
-    handle = new_handle(7)
+    handle = new_handle(7, 1)
     run = Run(handle, 7, parts)
     for part in range(parts):
         run.tasks[part] = Task(part_id(handle, part, parts, 1), 7, f"A{part + 1}", 1)
@@ -34,9 +34,12 @@ def gang(parts: int = 2) -> Run:
 
 
 def test_task_ids_name_their_run_part_and_cores() -> None:
-    handle = new_handle(42)
+    handle = new_handle(42, 3)
     name = parse_task(part_id(handle, 1, 3, 4))
     assert name is not None and (name.job_id, name.handle, name.part, name.parts, name.cores) == (42, handle, 1, 3, 4)
+    assert name.run == 3
+    before = parse_task("cosched-job-42-0123abcd-0of1-4c")  # a task of a daemon from before runs were numbered
+    assert before is not None and (before.handle, before.run) == ("cosched-job-42-0123abcd", None)
     assert parse_task("cosched-sweep-abc") is None and parse_task("cosched-job-x") is None
 
 

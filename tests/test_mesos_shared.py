@@ -378,3 +378,17 @@ def test_a_rebuilt_core_starts_with_nothing_held_back() -> None:
     daemon.core = _Core(daemon.cluster)  # rebuilt: recovery offers every node whole
     daemon.core.pool.add(((0, 4), (1, 4)), (1000, 1000))
     assert daemon.step() == [Rescind(((0, 1),), (0,))]
+
+
+@pytest.mark.parametrize("first", [1, 2])
+def test_a_restarted_daemon_is_told_a_jobs_latest_run_whatever_order_reconciliation_gives(first: int) -> None:
+    """A requeued run's end was recorded, then the daemon died before acknowledging it: after the
+    restart, reconciliation tells of that run (ended) and of the next (running). Recovery adopts
+    only the run the state file began last; `containers` names the latest, with its number."""
+    backend = _backend()
+    tasks = ["cosched-job-4-r1-4567abcd-0of1-1c", "cosched-job-4-r2-0123abcd-0of1-1c"]
+    for task in tasks if first == 1 else tasks[::-1]:
+        state = "TASK_RUNNING" if "-r2-" in task else "TASK_KILLED"
+        backend.on_update(_status(task, state, "a2", reason="REASON_RECONCILIATION"))
+    info = backend.containers()[4]
+    assert (info.id, info.run, info.state) == ("cosched-job-4-r2-0123abcd", 2, "running")

@@ -470,7 +470,7 @@ def test_an_executor_that_never_answers_fails_its_jobs_quota_change_not_the_clus
     backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1", quota_timeout=0.3), 1)
     sent: list[str] = []
     monkeypatch.setattr(backend.client, "message", lambda agent, task, data: sent.append(task))
-    handle = new_handle(7)
+    handle = new_handle(7, 1)
     task = Task(part_id(handle, 0, 1, 1), 7, "A1", 1, state="TASK_RUNNING")
     backend.runs[handle] = Run(handle, 7, 1, {0: task})
     with pytest.raises(QuotaMismatch, match=f"no answer to a quota change of task {task.id} in 0 s"):
@@ -593,7 +593,7 @@ def test_a_room_learnt_before_reconciliation_told_of_a_running_task_counts_it_on
         backend._rooms_learnt["A1"] = time.monotonic()
     assert backend.others_hold(2, 0) == {0: (1, 0)}
     time.sleep(0.01)
-    handle = new_handle(7)
+    handle = new_handle(7, 1)
     task_id = part_id(handle, 0, 1, 1)
     update = {"task_id": {"value": task_id}, "agent_id": {"value": "A1"}, "state": "TASK_RUNNING"}
     backend.on_update({**update, "source": "SOURCE_MASTER", "reason": "REASON_RECONCILIATION"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import pytest
 from daemon_support import DaemonProcess, require_engine
 
 from cosched.daemon.client import ApiError
+from cosched.daemon.config import DockerSection
+from cosched.daemon.docker_backend import DockerBackend
 from workloads.images import busybox_image
 
 
@@ -58,3 +61,28 @@ def test_a_requeued_job_runs_again_even_when_the_daemon_dies_after_the_ask(tmp_p
             assert "cosched_jobs_requeued_total 1.0" in answer.read().decode()  # the run after the restart
     finally:
         daemon.cleanup(engine)
+
+
+def test_a_launch_takes_its_own_runs_container_and_never_an_earlier_runs() -> None:
+    """On the real engine, under one container name per job. A launch whose create the engine
+    carried out but whose answer was lost is tried again: it takes that container (its run's). A
+    requeued run's container, its end recorded but its removal cut short by a kill, is still there
+    when the next run launches: the launch took it, an exited container, and nothing ran again."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    backend = DockerBackend(f"rq{uuid.uuid4().hex[:8]}", DockerSection())
+    job: dict[str, Any] = {"image": image, "cores": 1}
+    try:
+        first, _ = backend.launch(7, {**job, "command": ["sh", "-c", "exit 3"]}, [0], 1.0, 64, run=1)
+        again, _ = backend.launch(7, {**job, "command": ["sh", "-c", "exit 5"]}, [0], 1.0, 64, run=1)
+        assert again == first
+        engine.containers.get(first).wait(timeout=30)
+        assert backend.exit_of(first).code == 3
+        second, _ = backend.launch(7, {**job, "command": ["sh", "-c", "exit 0"]}, [0], 1.0, 64, run=2)
+        assert second != first
+        engine.containers.get(second).wait(timeout=30)
+        assert backend.exit_of(second).code == 0
+        assert backend.containers()[7].run == 2 and backend.containers()[7].id == second  # the first is gone
+    finally:
+        for info in backend.containers().values():
+            backend.remove(info.id)

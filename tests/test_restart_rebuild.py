@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from fake_engine import Clock, FakeEngine, clocked_daemon
 
-from cosched.daemon import views
-from cosched.daemon.docker_backend import Sample
+from cosched.daemon import drain, views
+from cosched.daemon.docker_backend import EngineUnavailable, Sample
 from cosched.daemon.identity import ANONYMOUS
 from cosched.daemon.service import Daemon
 from cosched.daemon.specs import JobSpec
@@ -357,4 +357,98 @@ def test_a_walltime_kill_a_restart_collects_is_still_a_walltime_kill(tmp_path: P
     daemon.schedule()
     ended = daemon.store.job(job)
     assert (ended["state"], ended["reason"]) == ("failed", "walltime exceeded")
+    daemon.close()
+
+
+class _Killed(BaseException):
+    """The daemon's SIGKILL, at the engine call it comes in."""
+
+
+@pytest.mark.parametrize("room", [True, False], ids=["started-again-in-that-pass", "left-waiting"])
+def test_a_requeued_job_whose_old_container_a_kill_left_runs_again(tmp_path: Path, room: bool) -> None:
+    """A requeued run's end is recorded (the job `launching` again, or `pending` while its node is
+    drained), then the daemon is killed before the old, exited container is removed. The restart
+    took that container for the new run, or a launch under its name found it: the job ended
+    `failed`, exit 137, and never ran again."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(_spec(1))
+    daemon.schedule()
+    clock.t = 1050.0
+    if not room:
+        drain.drain(daemon, 0, "maintenance", ANONYMOUS)
+    daemon.requeue(job, ANONYMOUS)
+    daemon.schedule()  # the review after the pass kills it: exit 137
+    clock.t = 1060.0
+    remove = engine.remove
+    engine.remove = lambda container: (_ for _ in ()).throw(_Killed())
+    with pytest.raises(_Killed):
+        daemon.schedule()  # the end recorded; the kill comes at the old container's removal
+    engine.remove = remove
+    assert daemon.store.job(job)["state"] == ("launching" if room else "pending")
+    daemon.rebuild()
+    if not room:
+        assert job not in engine.running  # what the requeued run left is removed at the restart
+        drain.resume(daemon, 0, ANONYMOUS)
+    clock.t = 1070.0
+    daemon.schedule()
+    record = daemon.store.job(job)
+    assert (record["state"], record["start"]) == ("running", 1070.0)  # a new run, from the queue
+    clock.t = 1100.0
+    engine.finish(job, 0)
+    daemon.schedule()
+    record = daemon.store.job(job)
+    assert (record["state"], record["exit_code"]) == ("done", 0)
+    daemon.close()
+
+
+def test_a_pass_that_fails_midway_is_undone_from_the_state_file(tmp_path: Path) -> None:
+    """A pass raised after the core stepped and before its decisions were written (here ASAx's
+    features, given more tasks done than there are: a job's progress file once said `5/3`). The
+    core kept Alice's job running with no container, holding its 4 cores for good; now the daemon
+    is rebuilt from the store, and the next pass starts her job. (The progress file is checked
+    now: `test_sandbox.py::test_progress_is_read_only_from_the_process_it_was_remembered_for`.)"""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8, cosched="asax")
+    host = daemon.submit_job(_spec(4), user="mallory")
+    daemon.schedule()
+    clock.t = 1010.0
+    engine.samples[host] = Sample(0.3, 0.1, 5, 3)
+    daemon.sample()
+    alice = daemon.submit_job(_spec(4), user="alice")
+    daemon.submit_job(_spec(4), user="bob")  # ASAx is asked whether mallory's job lends him cores
+    clock.t = 1020.0
+    daemon.schedule()  # raised out of the pass before
+    assert {job.id for job in daemon.core.running} == set(engine.running) == {host}
+    del engine.samples[host]
+    clock.t = 1030.0
+    daemon.schedule()
+    assert daemon.store.job(alice)["state"] == "running" and alice in engine.running
+    daemon.close()
+
+
+def test_a_container_whose_removal_failed_is_removed_by_the_next_reconciliation(tmp_path: Path) -> None:
+    """A job's end is recorded, then the engine fails its container's removal. It was tried again
+    only at the daemon's next start, and a purge (`keep_ended_days`) of that job before then made
+    the start refuse the state file for a container it has no record of."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(_spec(1))
+    daemon.schedule()
+    clock.t = 1100.0
+    engine.finish(job)
+    remove = engine.remove
+
+    def engine_fails(container: str) -> None:
+        raise EngineUnavailable("removing: connection reset")
+
+    engine.remove = engine_fails  # type: ignore[method-assign]
+    daemon.schedule()
+    assert daemon.store.job(job)["state"] == "done" and job in engine.running
+    engine.remove = remove  # type: ignore[method-assign]
+    daemon.reconcile()
+    assert job not in engine.running
     daemon.close()

@@ -380,6 +380,9 @@ def test_progress_is_read_only_from_the_process_it_was_remembered_for(tmp_path: 
     assert process_start(child.pid) == 0 or process_start(child.pid) != start
     assert read_progress(child.pid, start, str(progress)) == (0, 0)
     assert read_progress(os.getpid(), process_start(os.getpid()), str(progress)) == (3, 7)
+    for said in ("5/3", "-1/3", "2/-4", "1/0"):  # no progress: more done than there are, or negative
+        progress.write_text(said)
+        assert read_progress(os.getpid(), process_start(os.getpid()), str(progress)) == (0, 0), said
 
 
 def test_a_job_writes_to_memory_not_to_the_engines_disk(daemon: DaemonProcess) -> None:

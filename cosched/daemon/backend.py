@@ -46,10 +46,13 @@ class Backend(Protocol):
         *,
         slots: Slots = (),
         guest: bool = False,
+        run: int = 0,
     ) -> tuple[str, float]:
-        """Start a job on the core's `slots` (as a guest on another job's cores if `guest`): its
-        handle and start time. LaunchRefused if the job itself cannot start (its image, its
-        command), RunLost if its machines could not run it (see RunLost)."""
+        """Start a job's `run` (`Store.begin_run`) on the core's `slots` (as a guest on another
+        job's cores if `guest`): its handle and start time. What it starts carries `run`
+        (`ContainerInfo.run`); what an earlier run of the job left under its name is not taken for
+        it. LaunchRefused if the job itself cannot start (its image, its command), RunLost if its
+        machines could not run it (see RunLost)."""
         ...
 
     def containers(self) -> dict[int, ContainerInfo]:

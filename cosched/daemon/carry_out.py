@@ -113,7 +113,6 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
         with daemon.store.transaction() as db:
             for p, container, _ in started:
                 daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
-                db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ?", (p.job.id,))
             applied = [(p.quota_seq, p.job.start) for p, _, _ in started if p.quota_seq is not None]
             daemon.store.quotas_applied(db, applied)
         daemon.metrics.launched.inc(len(started))
@@ -131,8 +130,9 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
 def _start(daemon: Daemon, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:
     spec, memory = _as_submitter(daemon, job.id, daemon.specs[job.id]), job.memory * job.cores
     asked = time.perf_counter()
+    run = daemon.store.run_of(job.id)
     started = daemon.backend.launch(
-        job.id, spec, daemon.cpu_map.cpuset(cpus), quota, memory, slots=job.slots, guest=job.host >= 0
+        job.id, spec, daemon.cpu_map.cpuset(cpus), quota, memory, slots=job.slots, guest=job.host >= 0, run=run
     )
     daemon.metrics.launch_seconds.observe(time.perf_counter() - asked)
     return started

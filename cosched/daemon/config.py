@@ -128,6 +128,8 @@ class DaemonSection:
     instance: str = ""
     keep_ended_days: float = 0.0
     keep_decisions_days: float = 0.0
+    durable_power: bool = False
+    """`synchronous=FULL`: each commit reaches the disk before the daemon acts on it (`Store`)."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ log = logging.getLogger("cosched.docker")
 
 LABEL_INSTANCE = "cosched.instance"
 LABEL_JOB = "cosched.job"
+LABEL_RUN = "cosched.run"
 PROGRESS_PATH = "/tmp/cosched-progress"
 """Inside the container: a job writes `done/total` here; the daemon reads it through /proc."""
 SCRATCH_DIRS = ("/tmp", "/var/tmp")
@@ -122,6 +123,13 @@ class ContainerInfo:
     run ended by its machine going away, not by the job: the daemon queues the job again)."""
     note: str = ""
     """Why it is `lost`, in a few words."""
+    run: int | None = None
+    """The job's run it was started for (`Store.begin_run`); None: started before runs were numbered."""
+
+    def is_run(self, run: int) -> bool:
+        """Whether it is of `run`, the one the store began last: only that one may be adopted, what an
+        earlier run left is removed (one from before runs were numbered is taken to be of it)."""
+        return self.run is None or self.run == run
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,13 +266,15 @@ class DockerBackend:
         guest: bool = False,
         name: str = "",
         labels: Mapping[str, str] | None = None,
+        run: int = 0,
     ) -> tuple[str, float]:
         """Create and start a job's container; returns its id and when it started (epoch s).
         (One host: `slots` and `guest` are already in `cpus` and `quota`.) `name` and `labels`
         replace and add to the job's own (the Mesos executor names a container by its task).
 
-        A container with the job's name may already exist if the daemon died
-        between creating it and recording that: then it is that container.
+        A container with the job's name may already exist: this `run`'s, if the daemon died
+        between creating it and recording that (then it is that container), or an earlier run's
+        (`_create`).
         """
         env = dict(spec.get("env") or {})
         env.update(
@@ -286,7 +296,7 @@ class DockerBackend:
                 docker.types.Mount(target=path, source=source, type="bind")
                 for source, path in zip(staged, data_dirs, strict=True)
             ]
-            own = {LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id), **(labels or {})}
+            own = {LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id), LABEL_RUN: str(run), **(labels or {})}
             named = name or self.name_of(job_id)
             container = self._create_and_start(job_id, spec, env, mounts, cpus, quota, memory_mib, named, own)
         finally:
@@ -318,9 +328,7 @@ class DockerBackend:
                 declared = image.get("Volumes") or {}
                 _refuse_volumes_in_data_dirs(spec["image"], declared, bound)
                 workdir = _workdir_outside_data_dirs(spec["image"], image.get("WorkingDir") or "/", bound)
-                container = self.client.containers.create(
-                    spec["image"],
-                    spec["command"],
+                options: dict[str, Any] = dict(
                     name=name,
                     labels=labels,
                     environment=env,
@@ -352,15 +360,14 @@ class DockerBackend:
                     use_config_proxy=False,  # the SDK copies the engine client's proxies, credentials and all, into env
                     detach=True,
                 )
+                container = self._create(job_id, spec, options)
             except docker.errors.ImageNotFound:
                 self._images.pop(spec["image"], None)
                 raise LaunchRefused(
                     f"image {spec['image']!r} is no longer in the engine (removed after the job was accepted)"
                 ) from None
             except docker.errors.APIError as exc:
-                if exc.status_code != 409:
-                    raise _refused(job_id, exc) from None
-                container = self.client.containers.get(name)
+                raise _refused(job_id, exc) from None
             _refuse_volumes(container, spec["image"])
             if container.status == "created":
                 try:
@@ -373,6 +380,29 @@ class DockerBackend:
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"launching job {job_id}: {_reason(exc)}") from None
         return container
+
+    def _create(self, job_id: int, spec: dict[str, Any], options: dict[str, Any]) -> Any:
+        """Create the container of this run (its `LABEL_RUN`). The name may be taken: by this run's,
+        which an earlier call made before its answer was lost (then it is that one), or by what an
+        earlier run left, its end recorded but its removal cut short (removed, then made anew)."""
+        name, run = options["name"], options["labels"].get(LABEL_RUN)
+        for _ in range(2):
+            try:
+                return self.client.containers.create(spec["image"], spec["command"], **options)
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    raise
+            try:
+                taken = self.client.containers.get(name)
+            except docker.errors.NotFound:
+                continue  # removed meanwhile: the name is free
+            if taken.labels.get(LABEL_RUN) == run:
+                return taken
+            log.info(
+                "removing container %s that run %s of job %d left", taken.id[:12], taken.labels.get(LABEL_RUN), job_id
+            )
+            taken.remove(force=True, v=True)
+        raise LaunchRefused(f"job {job_id}: its container name {name} stays taken by another container")
 
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""
@@ -391,7 +421,10 @@ class DockerBackend:
                 job_id = int(item["Labels"][LABEL_JOB])
             except (KeyError, ValueError):
                 continue
-            found.append(ContainerInfo(item["Id"], job_id, item.get("State", "")))
+            run = item["Labels"].get(LABEL_RUN, "")
+            found.append(
+                ContainerInfo(item["Id"], job_id, item.get("State", ""), run=int(run) if run.isdigit() else None)
+            )
         return found
 
     def adopt(self, container_id: str) -> None:

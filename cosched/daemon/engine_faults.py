@@ -15,8 +15,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from cosched.daemon import carry_out, state_faults
-from cosched.daemon.docker_backend import EngineUnavailable
-from cosched.daemon.store import StateError
+from cosched.daemon.docker_backend import ContainerInfo, EngineUnavailable
+from cosched.daemon.store import FINAL, StateError
 
 if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
@@ -25,7 +25,8 @@ log = logging.getLogger("cosched.daemon")
 
 
 def reconcile(daemon: Daemon) -> None:
-    """Compare with what Docker reports: launches the engine lost are retried."""
+    """Compare with what Docker reports: launches the engine lost are retried, and what ended jobs
+    left is removed."""
     with daemon.pass_lock:
         if daemon.state_problem or not ready(daemon):
             return
@@ -41,6 +42,9 @@ def reconcile(daemon: Daemon) -> None:
 def reconcile_launching(daemon: Daemon) -> None:
     """Jobs recorded as launching with no container known: adopt what the engine started, launch the rest."""
     listed = daemon.backend.containers()
+    for left in leftovers(daemon, listed):
+        log.info("removing leftover container %s of job %d", left.id[:12], left.job_id)
+        daemon.backend.remove(left.id)
     relaunch = []
     for record in daemon.store.jobs(("launching",)):
         job = daemon.core.jobs.get(record["id"])
@@ -53,6 +57,9 @@ def reconcile_launching(daemon: Daemon) -> None:
         ):
             continue
         info = listed.get(job.id)
+        if info is not None and not info.is_run(record["launches"]):  # a requeued run's, its removal cut short
+            daemon.backend.remove(info.id)
+            info = None
         if info is None and job.id in daemon.kill_reason:
             daemon.failed_launches[job.id] = daemon.kill_reason[job.id]
             continue
@@ -67,6 +74,15 @@ def reconcile_launching(daemon: Daemon) -> None:
                 daemon.backend.remove(info.id)
             relaunch.append((job, daemon.cpus_of[job.id], job.quota, None))
     carry_out.launch_all(daemon, relaunch)
+
+
+def leftovers(daemon: Daemon, listed: dict[int, ContainerInfo]) -> list[ContainerInfo]:
+    """Containers of jobs whose end the store holds: a pass recorded the end, then its removal was
+    cut short (the engine failing, the daemon killed). Found here, not only at the next start: a
+    job purged from the store (`keep_ended_days`) with its container left would stop that start."""
+    with daemon.store.transaction() as db:
+        states = daemon.store.states(db, listed)
+    return [listed[job_id] for job_id, state in states.items() if state in FINAL]
 
 
 def lost(daemon: Daemon, exc: Exception) -> None:

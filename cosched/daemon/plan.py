@@ -124,6 +124,7 @@ def _mark_launching(daemon: Daemon, db: Any, job: Job, cpus: list[int], now: flo
         quota=job.quota,
         host=job.host,
     )
+    daemon.store.begin_run(db, job.id)
 
 
 def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:

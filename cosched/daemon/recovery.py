@@ -9,8 +9,9 @@ The rules, each safe whatever instant the previous run died at:
   collected by the first pass like any other end.
 - `running` with no container at all: it was removed behind our back; the job
   failed ("container lost").
-- containers of ours for jobs the store calls finished: leftovers of a pass
-  that recorded the end but died before removing them; removed now.
+- containers of ours for jobs the store calls finished, or of a run before
+  the one it began last (a requeued run's): leftovers of a pass that recorded
+  the end but died before removing them; removed now.
 Adopted jobs get the quota the store last decided, applied and read back.
 """
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from cosched.core.events import Event, JobAdopted, JobCancelled, JobHeld, Offer
 from cosched.core.pool import slot_memory
-from cosched.daemon import carry_out, submissions, workflow_stages
+from cosched.daemon import carry_out, engine_faults, submissions, workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
 from cosched.errors import ConfigError
 from cosched.model import Job
@@ -42,6 +43,10 @@ def recover(daemon: Daemon) -> None:
         if record["lost_runs"]:
             daemon.lost_runs[record["id"]] = record["lost_runs"]
         info = listed.pop(record["id"], None)
+        if info is not None and (record["state"] == "pending" or not info.is_run(record["launches"])):
+            log.info("removing container %s that an earlier run of job %d left", info.id[:12], record["id"])
+            backend.remove(info.id)  # its end is recorded (requeued), its removal was cut short
+            info = None
         if record["state"] == "pending":
             queued.append(record)
         elif info is not None and info.state != "created":
@@ -59,7 +64,7 @@ def recover(daemon: Daemon) -> None:
             f"exist under instance {daemon.instance}: it is not the file they were accepted in; put that one back, "
             f"or remove those containers (label cosched.instance={daemon.instance})"
         )
-    for info in listed.values():  # ours, for jobs already finished: leftovers
+    for info in engine_faults.leftovers(daemon, listed):
         log.info("removing leftover container %s of job %d", info.id[:12], info.job_id)
         backend.remove(info.id)
 

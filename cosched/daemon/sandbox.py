@@ -410,7 +410,9 @@ def _start_of(proc: int) -> int:
 
 def read_progress(pid: int, start: int, path: str) -> tuple[int, int]:
     """`done/total` from the file at `path` inside the root of process `pid` started at `start`
-    (`process_start`); (0, 0) if absent, not plain, or if that process is gone.
+    (`process_start`); (0, 0) if absent, not plain, if that process is gone, or if it is not a
+    progress (`0 <= done <= total`): the file is the job's word, and ASAx's features refuse
+    more tasks done than there are (a job writing `5/3` stopped every scheduling pass).
 
     Every component is opened with O_NOFOLLOW from the container's root, so
     a link (absolute links would resolve against the host's root), a FIFO, a
@@ -446,8 +448,8 @@ def read_progress(pid: int, start: int, path: str) -> tuple[int, int]:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return 0, 0
         text = os.read(fd, PROGRESS_MAX_BYTES).decode("ascii", "replace")
-        done, total = text.strip().split("/", 1)
-        return max(0, int(done)), max(0, int(total))
+        done, total = (int(count) for count in text.strip().split("/", 1))
+        return (done, total) if 0 <= done <= total else (0, 0)
     except (OSError, ValueError):
         return 0, 0
     finally:

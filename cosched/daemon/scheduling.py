@@ -10,6 +10,7 @@ across an engine call.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,8 @@ from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
+
+log = logging.getLogger("cosched.daemon")
 
 PASSES_AT_ONCE = 4
 """Passes one `schedule` runs while each leaves work for the next (stages released, dependencies
@@ -58,6 +61,13 @@ def schedule(daemon: Daemon) -> None:
         except StateError as exc:
             with daemon.lock:
                 state_faults.failed(daemon, exc)
+        except Exception:
+            # A pass that failed midway (a bug, a job's input no check foresaw) may have stepped the
+            # core without writing its decisions: a job the core calls running that never launched
+            # would hold its cores for good. The store holds only what was done: start again from it.
+            log.exception("a scheduling pass failed; rebuilding from the state file, as a restart would")
+            with daemon.lock:
+                daemon.rebuild()
     if review:  # after `pass_lock` is let go, which the review takes
         monitoring.review(daemon)
 

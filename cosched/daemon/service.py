@@ -70,7 +70,7 @@ class Daemon:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.store = Store(config.state_dir / "state.sqlite")
+        self.store = Store(config.state_dir / "state.sqlite", durable_power=config.daemon.durable_power)
         self.instance = config.daemon.instance or self._instance_id()
         self.metrics = DaemonMetrics()
         self.backend: Backend = backend or self._backend(config)

@@ -19,8 +19,21 @@ from cosched.daemon import start_window
 from cosched.errors import ConfigError
 from workloads.workflows import Stage, Workflow
 
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
-AppClass = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
+NAME_LENGTH = 128
+"""The longest name of a job, workflow, stage or application class."""
+MAX_ENV = 128
+"""The most environment variables a job may set."""
+MAX_DATA_DIRS = 16
+"""The most data directories a job may mount."""
+MAX_COMMAND_STRING = 16 * 1024
+"""The longest command taken as one string, split as a shell would; longer ones come as a list.
+
+Why: shlex copies a token for each character it adds, so splitting takes the square of a token's
+length, and the API validates a body on its event loop: a 1 MiB command held every request for
+13 s. 16 KiB (four of the longest arguments) is more than anyone types as one line and splits in
+about 10 ms at worst; a list may still carry 256 arguments of 4096 characters."""
+Name = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
+AppClass = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
 Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]
 MAX_WALLTIME = 366 * 86400.0
 MIN_MEMORY_MIB = 6
@@ -45,7 +58,12 @@ class _Strict(BaseModel):
 
 
 def _command(value: Any) -> Any:
+    """A command given as one string, split as a shell would (`sh -c 'exit 3'`); a list as it is."""
     if isinstance(value, str):
+        if len(value) > MAX_COMMAND_STRING:  # refused before shlex sees it: see MAX_COMMAND_STRING
+            raise ValueError(
+                f"{len(value)} characters in one string, at most {MAX_COMMAND_STRING}: send a longer command as a list"
+            )
         try:
             return shlex.split(value)
         except ValueError as exc:
@@ -61,8 +79,10 @@ class Container(_Strict):
     env: dict[
         Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
         Annotated[str, Field(max_length=4096)],
-    ] = Field(default_factory=dict, max_length=128)
-    data_dirs: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(default_factory=list, max_length=16)
+    ] = Field(default_factory=dict, max_length=MAX_ENV)
+    data_dirs: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list, max_length=MAX_DATA_DIRS
+    )
 
     _split = field_validator("command", mode="before")(_command)
 
@@ -196,6 +216,15 @@ class WorkflowSpec(Container):
             for field in ("image", "command", "walltime"):
                 if getattr(stage, field) is None and getattr(self, field) is None:
                     raise ValueError(f"stages.{stage.name}.{field}: missing (and no workflow default)")
+            # Each within its own limit, the workflow's and the stage's together may pass a job's: the
+            # stage's job was then refused at submission by an error no handler knew (a 500).
+            merged = self._merged(stage)
+            for field, most, made_of in _MERGED_LIMITS:
+                size = len(merged[field])
+                if size > most:
+                    raise ValueError(
+                        f"stages.{stage.name}.{field}: its job would have {size} {made_of}, at most {most}"
+                    )
         try:
             self.dag()
         except ConfigError as exc:
@@ -218,24 +247,40 @@ class WorkflowSpec(Container):
         stage = next(s for s in self.stages if s.name == stage_name)
         return f"stages.{stage_name}.{field}" if getattr(stage, field, None) else field
 
+    def _merged(self, stage: StageSpec) -> dict[str, Any]:
+        """The fields of a stage's job made of the workflow's and the stage's (`_MERGED_LIMITS`)."""
+        return {
+            "name": f"{self.name}.{stage.name}",
+            "app_class": stage.app_class or f"{self.app}.{stage.name}",
+            "env": {**self.env, **stage.env},
+            "data_dirs": once([*self.data_dirs, *stage.data_dirs]),
+        }
+
     def job_spec(self, stage_name: str) -> JobSpec:
         """The job one stage is submitted as."""
         stage = next(s for s in self.stages if s.name == stage_name)
         return JobSpec.model_validate(
             dict(
-                name=f"{self.name}.{stage.name}",
                 image=stage.image or self.image,
                 command=stage.command or self.command,
                 cores=self.cores,
                 memory_mib=self.memory_mib,
                 walltime=stage.walltime or self.walltime,
-                app_class=stage.app_class or f"{self.app}.{stage.name}",
                 tasks=stage.tasks,
                 parallel=stage.parallel,
-                env={**self.env, **stage.env},
-                data_dirs=once([*self.data_dirs, *stage.data_dirs]),
                 begin=self.begin,
                 after=[dependency.model_dump() for dependency in self.after],
                 coschedule=self.coschedule,
+                **self._merged(stage),
             )
         )
+
+
+_MERGED_LIMITS = (
+    ("name", NAME_LENGTH, "characters (the workflow's name, a dot, the stage's)"),
+    ("app_class", NAME_LENGTH, "characters (app, a dot, the stage's name)"),
+    ("env", MAX_ENV, "variables (the workflow's and the stage's)"),
+    ("data_dirs", MAX_DATA_DIRS, "directories (the workflow's and the stage's)"),
+)
+"""The job limits a stage's job can pass while the workflow and the stage each keep theirs:
+(field, most, what its size counts)."""

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS workflows (
     submitted REAL NOT NULL,
     state TEXT NOT NULL,
     failed_stage TEXT,
-    user TEXT NOT NULL DEFAULT ''
+    user TEXT NOT NULL DEFAULT '',
+    to_come INTEGER NOT NULL DEFAULT 0  -- stages not submitted yet (count_live)
 );
 CREATE TABLE IF NOT EXISTS jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     reason TEXT,
     log_tail TEXT,
     cancel INTEGER NOT NULL DEFAULT 0,
-    launches INTEGER NOT NULL DEFAULT 0,
+    launches INTEGER NOT NULL DEFAULT 0,  -- runs begun: the last one's number (begin_run)
     workflow INTEGER REFERENCES workflows(id),
     stage TEXT,
     user TEXT NOT NULL DEFAULT '',
@@ -97,6 +98,7 @@ ADDED_COLUMNS = {
     ("jobs", "cpu_seconds"): "REAL",
     ("jobs", "requeue"): "TEXT",
     ("jobs", "lost_runs"): "INTEGER NOT NULL DEFAULT 0",
+    ("workflows", "to_come"): "INTEGER NOT NULL DEFAULT 0",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
 
@@ -142,9 +144,7 @@ class Store:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._keep_private()
-            tables = {row[0] for row in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            self._conn().executescript(SCHEMA)
-            self._upgrade(charged="charges" in tables or "jobs" not in tables)
+            self._make_or_upgrade()
             self._identity = self._file_identity()
         except (OSError, sqlite3.Error) as exc:
             raise ConfigError(f"state file {self.path} is not usable: {exc}") from None
@@ -171,6 +171,23 @@ class Store:
                 finally:
                     os.close(fd)
 
+    def _make_or_upgrade(self) -> None:
+        """The schema made, or an older file upgraded, in one transaction: killed between the
+        tables' creation and the charges' back-fill, a start found `charges` there, took the file
+        for an upgraded one and never back-filled it (fair-share lost its users' history)."""
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            self._upgrade(charged="charges" in tables or "jobs" not in tables)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+
     def _upgrade(self, charged: bool) -> None:
         """Bring a state file from an older daemon up to this schema, in place, keeping every row.
 
@@ -187,13 +204,15 @@ class Store:
         for (table, column), declaration in ADDED_COLUMNS.items():
             present = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
             if column not in present:
-                try:
-                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-                except sqlite3.OperationalError as exc:  # another process (a restart racing one) added it first
-                    if "duplicate column" not in str(exc):
-                        raise
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                if column == "to_come":
+                    conn.execute(
+                        "UPDATE workflows SET to_come = MAX(0, json_array_length(spec, '$.stages')"
+                        " - (SELECT COUNT(*) FROM jobs WHERE jobs.workflow = workflows.id)) WHERE state = 'running'"
+                    )
         conn.execute("CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user, state)")  # a user's live jobs, counted
         conn.execute('CREATE INDEX IF NOT EXISTS jobs_end ON jobs("end")')  # the history, by when jobs ended
+        conn.execute("CREATE INDEX IF NOT EXISTS workflows_state ON workflows(state, user)")  # their stages to come
 
     def _refuse_a_lost_file(self) -> None:
         """A missing state file beside its own WAL or a rescued copy was lost, not never made.
@@ -308,6 +327,8 @@ class Store:
             "INSERT INTO jobs(spec, state, submit, workflow, stage, user) VALUES (?, 'pending', ?, ?, ?, ?)",
             (json.dumps(spec), submit, workflow, stage, user),
         )
+        if workflow is not None:  # one of its stages to come is here
+            db.execute("UPDATE workflows SET to_come = MAX(0, to_come - 1) WHERE id = ?", (workflow,))
         return int(cursor.lastrowid or 0)
 
     def update_job(self, db: sqlite3.Connection, job_id: int, **columns: Any) -> None:
@@ -316,6 +337,18 @@ class Store:
                 columns[key] = json.dumps(columns[key])
         names = ", ".join(f"{name} = ?" for name in columns)
         db.execute(f"UPDATE jobs SET {names} WHERE id = ?", (*columns.values(), job_id))
+
+    def begin_run(self, db: sqlite3.Connection, job_id: int) -> int:
+        """The number of the run a launch begins (`launches`, counted in its `launching` row's
+        transaction). Each run's container carries it, so a restart tells the run the store began
+        last from what an earlier run left (a requeued run whose removal a kill cut short)."""
+        row = db.execute("UPDATE jobs SET launches = launches + 1 WHERE id = ? RETURNING launches", (job_id,))
+        return int(row.fetchone()[0])
+
+    def run_of(self, job_id: int) -> int:
+        """The number of the job's last run begun (`begin_run`)."""
+        row = self._conn().execute("SELECT launches FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return int(row[0]) if row is not None else 0
 
     def set_walltime(self, db: sqlite3.Connection, job_id: int, walltime: float) -> None:
         """A job's walltime in its stored spec: a restarted daemon kills it at this one."""
@@ -340,11 +373,23 @@ class Store:
         return [_job_row(row) for row in self._conn().execute(sql + " ORDER BY id", args)]
 
     def count_live(self, db: sqlite3.Connection, user: str | None = None) -> int:
-        """Jobs queued or running (of `user` only, if given), read inside the caller's transaction."""
-        sql = f"SELECT COUNT(*) FROM jobs WHERE {_IS_LIVE}"
-        if user is None:
-            return int(db.execute(sql, LIVE).fetchone()[0])
-        return int(db.execute(sql + " AND user = ?", (*LIVE, user)).fetchone()[0])
+        """Jobs queued or running, and the stages running workflows have yet to submit (of `user`
+        only, if given), read inside the caller's transaction.
+
+        Why the stages to come: a workflow is accepted only with room for all its stages
+        (`submissions.check_room`), but submits each once its predecessors succeed. Counting only
+        those submitted gave the rest of that room away: five workflows of one stage fanning out to
+        five fit a cap of 10 and became 25 jobs. A failed or cancelled workflow submits no more
+        stages and so holds no more room. A workflow's `to_come` is kept by `add_workflow` and
+        `add_job`: counting its stages from its stored spec read every running workflow's spec (190
+        KB for an array of 1,024) at each submission.
+        """
+        mine, args = ("", ()) if user is None else (" AND user = ?", (user,))
+        jobs = db.execute(f"SELECT COUNT(*) FROM jobs WHERE {_IS_LIVE}{mine}", (*LIVE, *args)).fetchone()[0]
+        to_come = db.execute(
+            f"SELECT COALESCE(SUM(to_come), 0) FROM workflows WHERE state = 'running'{mine}", args
+        ).fetchone()[0]
+        return int(jobs) + int(to_come)
 
     def states(self, db: sqlite3.Connection, job_ids: Iterable[int]) -> dict[int, str]:
         """The state of each of these jobs still in the file, read inside the caller's transaction."""
@@ -449,8 +494,8 @@ class Store:
         self, db: sqlite3.Connection, name: str, spec: dict[str, Any], submitted: float, user: str = ""
     ) -> int:
         cursor = db.execute(
-            "INSERT INTO workflows(name, spec, submitted, state, user) VALUES (?, ?, ?, 'running', ?)",
-            (name, json.dumps(spec), submitted, user),
+            "INSERT INTO workflows(name, spec, submitted, state, user, to_come) VALUES (?, ?, ?, 'running', ?, ?)",
+            (name, json.dumps(spec), submitted, user, len(spec.get("stages") or ())),
         )
         return int(cursor.lastrowid or 0)
 

@@ -77,17 +77,22 @@ def check_room(daemon: Daemon, db: sqlite3.Connection, user: str, count: int) ->
     Why: every live job is a row each pass reads and a place in the core's queue; one
     client submitting in a loop would otherwise slow the daemon for everyone. Counted
     inside the submission's transaction, so two submissions at once cannot both take the
-    last place; a workflow needs room for all its stages at once.
+    last place; a workflow needs room for all its stages at once, and keeps it until they
+    end (`Store.count_live` counts the stages it has yet to submit).
     """
     api = daemon.config.api
     live = daemon.store.count_live(db)
     if live + count > api.max_jobs:
-        raise Full(f"the daemon holds {live} jobs queued or running, at most {api.max_jobs} (api.max_jobs)")
+        raise Full(
+            f"the daemon holds {live} jobs queued, running or to come in workflows, at most {api.max_jobs}"
+            " (api.max_jobs)"
+        )
     if user and api.max_jobs_per_user:
         mine = daemon.store.count_live(db, user)
         if mine + count > api.max_jobs_per_user:
             raise Full(
-                f"{user} has {mine} jobs queued or running, at most {api.max_jobs_per_user} (api.max_jobs_per_user)"
+                f"{user} has {mine} jobs queued, running or to come in workflows, at most {api.max_jobs_per_user}"
+                " (api.max_jobs_per_user)"
             )
 
 

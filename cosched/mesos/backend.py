@@ -535,7 +535,7 @@ class MesosBackend(EventHandler):
             else:
                 run = self.runs.get(name.handle)
                 if run is None:  # learned from reconciliation or a resent update
-                    run = self.runs[name.handle] = Run(name.handle, name.job_id, name.parts)
+                    run = self.runs[name.handle] = Run(name.handle, name.job_id, name.parts, run=name.run)
                     stray = self._recovered and state in LIVE
             if run is not None:
                 task = run.tasks.get(name.part)
@@ -856,13 +856,14 @@ class MesosBackend(EventHandler):
         *,
         slots: Slots = (),
         guest: bool = False,
+        run: int = 0,
     ) -> tuple[str, float]:
         """Start the job's tasks on the agents of its slots, whole or not at all; its handle and
         start time once every task runs."""
         parts = [(node, cores) for node, cores in (slots or ((0, int(spec["cores"])),)) if cores > 0]
-        handle = new_handle(job_id)
-        run = Run(handle, job_id, len(parts))
-        launch = _Launch(run, {}, None, time.monotonic())
+        handle = new_handle(job_id, run)
+        job_run = Run(handle, job_id, len(parts), run=run)
+        launch = _Launch(job_run, {}, None, time.monotonic())
         with self.cond:
             framework_id = self.framework_id
             if framework_id is None:
@@ -887,9 +888,9 @@ class MesosBackend(EventHandler):
                 need = Need(agent, *shares.task_size(task_cpus, memory))
                 needs.append(need)
                 task.size = (need.cpus, need.mem)
-                run.tasks[part] = task
+                job_run.tasks[part] = task
             launch.demand = Demand(handle, tuple(needs))
-            self.runs[handle] = run
+            self.runs[handle] = job_run
             self.launches[handle] = launch
             self._claimed.add(handle)
             self._dirty = True
@@ -1039,14 +1040,18 @@ class MesosBackend(EventHandler):
                 broken += state.kill
                 if state.sweep:
                     self._want_sweep(state.sweep[0].agent_id)
-                info = ContainerInfo(run.handle, run.job_id, state.state, state.note)
+                info = ContainerInfo(run.handle, run.job_id, state.state, state.note, run.run)
                 other = listed.get(run.job_id)
-                if other is None or (run.handle in self._claimed and other.id not in self._claimed):
+                if other is None or self._rank(info) > self._rank(other):
                     listed[run.job_id] = info
         for task in broken:
             log.warning("killing task %s: another part of its gang ended", task.id)
             self._kill_task(task.id, task.agent_id)
         return listed
+
+    def _rank(self, info: ContainerInfo) -> tuple[bool, int]:
+        """Under the lock: which of a job's runs `containers` names: the daemon's own, then the latest."""
+        return info.id in self._claimed, -1 if info.run is None else info.run
 
     # -- sweeps -------------------------------------------------------------------------
     def _want_sweep(self, agent: str, since: float | None = None, delay: float = 0.0) -> None:

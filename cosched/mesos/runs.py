@@ -56,7 +56,7 @@ def fence_wait(fence: float) -> float:
     return fence + FENCE_MARGIN
 
 
-_TASK = re.compile(r"^cosched-job-(\d+)-([0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
+_TASK = re.compile(r"^(cosched-job-(\d+)(?:-r(\d+))?-[0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
 
 
 class TaskName(NamedTuple):
@@ -67,11 +67,14 @@ class TaskName(NamedTuple):
     part: int
     parts: int
     cores: int
+    run: int | None = None
+    """The job's run (`Store.begin_run`); None in a handle made before runs were numbered."""
 
 
-def new_handle(job_id: int) -> str:
-    """A run's handle: each launch of a job is a new run, so a late update of an old one is told apart."""
-    return f"cosched-job-{job_id}-{uuid.uuid4().hex[:8]}"
+def new_handle(job_id: int, run: int) -> str:
+    """A run's handle: each launch of a job is a new run, so a late update of an old one is told
+    apart; the run's number in it tells a restarted daemon which one the state file began last."""
+    return f"cosched-job-{job_id}-r{run}-{uuid.uuid4().hex[:8]}"
 
 
 def part_id(handle: str, part: int, parts: int, cores: int) -> str:
@@ -83,8 +86,8 @@ def parse_task(task: str) -> TaskName | None:
     match = _TASK.match(task)
     if match is None:
         return None
-    job = int(match[1])
-    return TaskName(job, f"cosched-job-{job}-{match[2]}", int(match[3]), int(match[4]), int(match[5]))
+    run = int(match[3]) if match[3] is not None else None
+    return TaskName(int(match[2]), match[1], int(match[4]), int(match[5]), int(match[6]), run)
 
 
 @dataclass
@@ -194,6 +197,8 @@ class Run:
     job_id: int
     parts: int
     tasks: dict[int, Task] = field(default_factory=dict)
+    run: int | None = None
+    """The job's run it is (`TaskName.run`)."""
 
     def share(self, task: Task) -> float:
         """The task's part of the job's quota: its cores over the run's."""
