@@ -29,6 +29,9 @@ class Answers:
         self.calls.append((method, path))
         return self.table[(method, path)]
 
+    def submit(self, path: str, body: Any) -> Any:
+        return self.call("POST", path, body)
+
 
 def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], answers: Answers, *argv: str):
     monkeypatch.setattr(commands, "_client", lambda args: answers)
@@ -188,7 +191,7 @@ def test_a_jobs_own_words_never_reach_the_terminal_raw(monkeypatch, capsys) -> N
         "end": 3.0,
         "log_tail": f"line one\n{hostile}\n\tindented",
     }
-    monkeypatch.setattr(Client, "call", lambda self, method, path, body=None: status)
+    monkeypatch.setattr(Client, "call", lambda self, method, path, body=None, headers=None: status)
     assert main(["status", "7"]) == 0
     out = capsys.readouterr().out
     assert not any(char in out for char in "\x1b\x07\u202e")

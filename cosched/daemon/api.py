@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path as FilePath
 from typing import Annotated, Any
 
-from fastapi import FastAPI, HTTPException, Path, Query, Request, Response
+from fastapi import FastAPI, Header, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
@@ -63,6 +63,19 @@ class Drained(BaseModel):
     reason: str
     since: float
     by: str
+
+
+IdempotencyKey = Annotated[
+    str,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="A submission sent again with the same key (within a day) gets the first answer,"
+        " not a second job (`submissions.answered`)",
+    ),
+]
 
 
 def create_app(daemon: Daemon) -> FastAPI:
@@ -165,15 +178,17 @@ def create_app(daemon: Daemon) -> FastAPI:
                 only_own(request, record["user"], what)
 
     @app.post("/v1/jobs", status_code=201, response_model=Submitted)
-    def submit_job(spec: JobSpec, request: Request) -> Submitted:
+    def submit_job(spec: JobSpec, request: Request, idempotency_key: IdempotencyKey = "") -> Submitted:
         # def, not async: the image lookup asks the engine and the commit may wait on SQLite's lock.
         own_dependencies(request, spec)
-        return Submitted(id=daemon.submit_job(spec, caller(request).user))
+        return Submitted(id=daemon.submit_job(spec, caller(request).user, idempotency_key))
 
     @app.post("/v1/workflows", status_code=201, response_model=WorkflowSubmitted)
-    def submit_workflow(spec: WorkflowSpec, request: Request) -> WorkflowSubmitted:
+    def submit_workflow(
+        spec: WorkflowSpec, request: Request, idempotency_key: IdempotencyKey = ""
+    ) -> WorkflowSubmitted:
         own_dependencies(request, spec)
-        workflow_id, jobs = daemon.submit_workflow(spec, caller(request).user)
+        workflow_id, jobs = daemon.submit_workflow(spec, caller(request).user, idempotency_key)
         return WorkflowSubmitted(id=workflow_id, jobs=jobs)
 
     @app.get("/v1/queue")

@@ -10,9 +10,11 @@ import json
 import os
 import re
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from typing import Any
 
 from cosched.errors import CoschedError
@@ -23,8 +25,21 @@ LOG_LINES = 10_000
 API refuses more, and `cosched logs -n` says so before asking."""
 
 
+SUBMIT_TRIES = 3
+"""How many times `Client.submit` sends a submission whose answer was lost."""
+
+
 class ApiError(CoschedError):
-    """The daemon refused a request, or could not be reached."""
+    """The daemon refused a request (`status`, its HTTP code), or could not be reached (None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AnswerLost(ApiError):
+    """The request may have reached the daemon, but its answer did not come back (a timeout, a
+    connection cut): unlike a refused connection, whether it was carried out is not known."""
 
 
 class Client:
@@ -45,9 +60,22 @@ class Client:
             raise ApiError(f"cannot use the CA file {ca_file}: {getattr(exc, 'strerror', None) or exc}") from None
         self._opener = urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=self.context))
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def submit(self, path: str, body: Any) -> Any:
+        """POST a submission under an `Idempotency-Key` of its own, sent again (`SUBMIT_TRIES`) while
+        its answer is lost or the daemon answers 503: a retry of one the daemon accepted gets that
+        first answer, never a second job. A connection refused is said at once: nothing was sent."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        for attempt in range(1, SUBMIT_TRIES + 1):
+            try:
+                return self.call("POST", path, body, headers)
+            except ApiError as exc:
+                if attempt == SUBMIT_TRIES or not (isinstance(exc, AnswerLost) or exc.status == 503):
+                    raise
+            time.sleep(attempt)
+
+    def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
         request.add_header("Accept", "application/json")
         if data is not None:
             request.add_header("Content-Type", "application/json")
@@ -66,9 +94,11 @@ class Client:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
                 message = exc.reason
-            raise ApiError(f"{message} (HTTP {exc.code})") from None
+            raise ApiError(f"{message} (HTTP {exc.code})", exc.code) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
+            if isinstance(reason, TimeoutError | ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+                raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {reason}") from None
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {reason}") from None
         try:
             return json.loads(answer or b"null")

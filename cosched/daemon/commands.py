@@ -251,8 +251,8 @@ class _ForPeople(Client):
     bidirectional controls make a line read other than it is. `--json` escapes them itself.
     """
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        return printable(super().call(method, path, body))
+    def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
+        return printable(super().call(method, path, body, headers))
 
 
 def printable(value: Any) -> Any:
@@ -375,7 +375,7 @@ def _submit(args: argparse.Namespace) -> int:
             body["after"] = args.dependency
         if args.no_cosched:
             body["coschedule"] = False
-        answer = client.call("POST", "/v1/workflows", body)
+        answer = client.submit("/v1/workflows", body)
         print(json.dumps(answer) if args.json else f"Submitted workflow {answer['id']} (first jobs {answer['jobs']})")
         return 0
     if not args.image or not args.command:
@@ -411,7 +411,7 @@ def _submit(args: argparse.Namespace) -> int:
     if args.array is not None:
         indices, throttle = args.array
         return _submit_array(client, body, indices, throttle, args.json)
-    answer = client.call("POST", "/v1/jobs", body)
+    answer = client.submit("/v1/jobs", body)
     print(json.dumps(answer) if args.json else f"Submitted job {answer['id']}")
     return 0
 
@@ -429,7 +429,7 @@ def _submit_array(client: Client, job: dict[str, Any], indices: list[int], throt
     body["stages"] = [{"name": str(index), "env": {"COSCHED_ARRAY_INDEX": str(index)}, **per_task} for index in indices]
     if throttle is not None:
         body["max_running"] = throttle
-    answer = client.call("POST", "/v1/workflows", body)
+    answer = client.submit("/v1/workflows", body)
     if as_json:
         print(json.dumps(answer))
     else:

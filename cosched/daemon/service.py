@@ -279,13 +279,13 @@ class Daemon:
         recover(self)
 
     # -- entry points: the API's and the periodic jobs' ----------------------
-    def submit_job(self, spec: JobSpec, user: str = "") -> int:
+    def submit_job(self, spec: JobSpec, user: str = "", key: str = "") -> int:
         """See `submissions.submit_job`."""
-        return submissions.submit_job(self, spec, user)
+        return submissions.submit_job(self, spec, user, key)
 
-    def submit_workflow(self, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
+    def submit_workflow(self, spec: WorkflowSpec, user: str = "", key: str = "") -> tuple[int, list[int]]:
         """See `submissions.submit_workflow`."""
-        return submissions.submit_workflow(self, spec, user)
+        return submissions.submit_workflow(self, spec, user, key)
 
     def cancel(self, job_id: int, caller: Caller = ANONYMOUS) -> str:
         """See `job_actions.cancel`."""

@@ -89,6 +89,15 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 CREATE INDEX IF NOT EXISTS decisions_guest ON decisions(guest);
 CREATE INDEX IF NOT EXISTS decisions_host ON decisions(host);
+CREATE TABLE IF NOT EXISTS requests (
+    user TEXT NOT NULL,
+    key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    answer TEXT NOT NULL,
+    at REAL NOT NULL,
+    PRIMARY KEY (user, key)
+);
+CREATE INDEX IF NOT EXISTS requests_at ON requests(at);
 """
 
 ADDED_COLUMNS = {
@@ -101,6 +110,9 @@ ADDED_COLUMNS = {
     ("workflows", "to_come"): "INTEGER NOT NULL DEFAULT 0",
 }
 """Columns newer than the first schema, added to a state file an older daemon wrote (its rows get the default)."""
+
+REQUESTS_KEPT = 86400.0
+"""Seconds a submission's `Idempotency-Key` answers a retry (a day, as payment APIs keep theirs)."""
 
 LIVE = ("pending", "launching", "running")
 _DEPENDED_ON = (
@@ -390,6 +402,30 @@ class Store:
             f"SELECT COALESCE(SUM(to_come), 0) FROM workflows WHERE state = 'running'{mine}", args
         ).fetchone()[0]
         return int(jobs) + int(to_come)
+
+    def answered(self, user: str, key: str, now: float, db: sqlite3.Connection | None = None) -> tuple[str, Any] | None:
+        """(digest, answer) of `user`'s submission sent with the `Idempotency-Key` `key`, if one was
+        accepted in the last `REQUESTS_KEPT` seconds (`remember_answer`); read in `db`'s transaction
+        if given, else as last committed."""
+        row = (
+            (db or self._conn())
+            .execute(
+                "SELECT digest, answer FROM requests WHERE user = ? AND key = ? AND at >= ?",
+                (user, key, now - REQUESTS_KEPT),
+            )
+            .fetchone()
+        )
+        return None if row is None else (str(row[0]), json.loads(row[1]))
+
+    def remember_answer(
+        self, db: sqlite3.Connection, user: str, key: str, digest: str, answer: Any, now: float
+    ) -> None:
+        """In the submission's own transaction: what it was answered, kept `REQUESTS_KEPT` seconds."""
+        db.execute("DELETE FROM requests WHERE at < ?", (now - REQUESTS_KEPT,))
+        db.execute(
+            "INSERT INTO requests(user, key, digest, answer, at) VALUES (?, ?, ?, ?, ?)",
+            (user, key, digest, json.dumps(answer), now),
+        )
 
     def states(self, db: sqlite3.Connection, job_ids: Iterable[int]) -> dict[int, str]:
         """The state of each of these jobs still in the file, read inside the caller's transaction."""

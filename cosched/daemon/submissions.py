@@ -9,6 +9,7 @@ queues what an earlier run accepted through the same `queue` and `job_from`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 from typing import TYPE_CHECKING, Any
@@ -127,27 +128,39 @@ def _accepting(daemon: Daemon) -> None:
         raise StateError(f"not accepting submissions: {daemon.state_problem}")
 
 
-def submit_job(daemon: Daemon, spec: JobSpec, user: str = "") -> int:
-    """Accept one job, owned by `user`: stored before this returns, queued at the next pass."""
+def submit_job(daemon: Daemon, spec: JobSpec, user: str = "", key: str = "") -> int:
+    """Accept one job, owned by `user`: stored before this returns, queued at the next pass. Sent
+    again with the same `key` (`Idempotency-Key`), it answers the job accepted the first time."""
     _accepting(daemon)
+    digest = _digest("job", spec)
+    if key and (earlier := _answered_before(daemon, user, key, digest)) is not None:
+        return int(earlier)
     account = check_account(daemon, user)
     check_job(daemon, spec, account)
     now = daemon.clock()
     document = spec.model_dump()
     document["begin"], document["latest_start"] = _window(spec.begin, spec.latest_start, now)
     with daemon.store.transaction() as db:
+        if key and (earlier := answered(daemon, db, user, key, digest, now)) is not None:
+            return int(earlier)
         check_room(daemon, db, user, 1)
         check_dependencies(daemon, db, document["after"])
         job_id = daemon.store.add_job(db, document, now, user=user)
+        if key:
+            daemon.store.remember_answer(db, user, key, digest, job_id, now)
     queue(daemon, job_id, document, now, user)
     journal.accepted(job_id, document, user=user)
     daemon.metrics.submitted.inc()
     return job_id
 
 
-def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple[int, list[int]]:
-    """Accept a workflow owned by `user`; its first ready stages are submitted now, the rest as they become ready."""
+def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "", key: str = "") -> tuple[int, list[int]]:
+    """Accept a workflow owned by `user`; its first ready stages are submitted now, the rest as they
+    become ready. Sent again with the same `key`, it answers what was accepted the first time."""
     _accepting(daemon)
+    digest = _digest("workflow", spec)
+    if key and (earlier := _answered_before(daemon, user, key, digest)) is not None:
+        return int(earlier[0]), [int(job_id) for job_id in earlier[1]]
     account = check_account(daemon, user)
     for stage in spec.stages:
         try:
@@ -157,15 +170,48 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "") -> tuple
     now = daemon.clock()
     spec.begin = _window(spec.begin, None, now)[0]
     with daemon.store.transaction() as db:
+        if key and (earlier := answered(daemon, db, user, key, digest, now)) is not None:
+            return int(earlier[0]), [int(job_id) for job_id in earlier[1]]
         check_room(daemon, db, user, len(spec.stages))
         check_dependencies(daemon, db, [dependency.model_dump() for dependency in spec.after])
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
         released = workflow_stages.release(daemon.store, db, workflow_id, now)
+        if key:
+            answer = [workflow_id, [job_id for job_id, _ in released]]
+            daemon.store.remember_answer(db, user, key, digest, answer, now)
     for job_id, document in released:
         queue(daemon, job_id, document, now, user, workflow_id)
         journal.accepted(job_id, document, workflow_id, user=user)
     daemon.metrics.submitted.inc(len(released))
     return workflow_id, [job_id for job_id, _ in released]
+
+
+def answered(daemon: Daemon, db: sqlite3.Connection | None, user: str, key: str, digest: str, now: float) -> Any:
+    """What `user`'s submission sent with the `Idempotency-Key` `key` was answered (None: none was).
+
+    Why: a client that lost the answer (a timeout, a connection reset, the daemon killed after
+    the commit) cannot tell whether its job was accepted; sending it again made a second job that
+    ran too. With the same key, the retry gets the first answer instead. The same key with another
+    body is a client's mistake, refused rather than answered with a job it did not describe.
+    """
+    earlier = daemon.store.answered(user, key, now, db)
+    if earlier is None:
+        return None
+    if earlier[0] != digest:
+        raise Rejected("Idempotency-Key", f"{key!r} was sent with another submission; a new one needs a new key")
+    return earlier[1]
+
+
+def _answered_before(daemon: Daemon, user: str, key: str, digest: str) -> Any:
+    """`answered`, before the submission's checks: a retry gets its first answer even where they
+    would now refuse it (its image removed since, its latest start past, the caps reached by it).
+    Asked again in the transaction that stores, for two copies sent at once."""
+    return answered(daemon, None, user, key, digest, daemon.clock())
+
+
+def _digest(kind: str, spec: JobSpec | WorkflowSpec) -> str:
+    """The submission as sent (before its start window is resolved on the daemon's clock)."""
+    return hashlib.sha256(f"{kind}\n{spec.model_dump_json()}".encode()).hexdigest()
 
 
 def _window(begin: float | str | None, latest: float | str | None, now: float) -> tuple[float | None, float | None]:
