@@ -41,6 +41,9 @@ class _SlowEngine:
     def connect(self) -> None:
         pass
 
+    def expect(self, handle: str, job_id: int, slots: Any) -> None:
+        pass
+
     def has_image(self, name: str) -> bool:
         return True
 

@@ -743,3 +743,38 @@ def test_a_silent_master_under_the_daemon(
             assert len(ran[job_id]) == 1
     finally:
         finish(cluster, daemon)
+
+
+def test_a_daemon_restarted_before_an_agent_rejoins_a_new_master_keeps_its_job(
+    zk_cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """The master fails over (ZooKeeper, replicated-log registry) while agent2 is stopped, and the
+    daemon is SIGKILLed and started before agent2 re-registers: the new master answers for none of
+    its tasks. Recovery recorded the job there failed ("container lost while the daemon was down")
+    while it ran on, unknown to the daemon, its core free for the next job. Now the run the state
+    file records is expected: adopted, asked for by name until agent2 is back, and it ends done,
+    once. The fence is long: the executor must not stop the job while its agent is stopped."""
+    name = "cosched-failover-restart"
+    daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper, fence=600.0)
+    agent2 = int((zk_cluster.run_dir / "agent2.pid").read_text())
+    try:
+        fid = framework_id_of(daemon)
+        holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
+        job = daemon.submit(image=image, command=["sleep", "45"], cores=1, memory_mib=64, walltime=300)
+        daemon.wait_running(job, 60)
+        with daemon.db() as db:
+            assert json.loads(db.execute("SELECT slots FROM jobs WHERE id = ?", (job,)).fetchone()[0]) == [[1, 1]]
+        os.kill(agent2, signal.SIGSTOP)
+        try:
+            zk_cluster.restart_master()
+            daemon.signal(signal.SIGKILL)
+            daemon.start(timeout=60)
+            assert daemon.job(job)["state"] == "running"
+        finally:
+            os.kill(agent2, signal.SIGCONT)
+        jobs = daemon.wait_final([holder, job], 120)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        assert_ran_once(container_events.containers(fid)[job])
+        assert re.findall(r"recovered: \d+ adopted, \d+ queued, (\d+) lost", daemon.log.read_text())[-1] == "0"
+    finally:
+        finish(zk_cluster, daemon)

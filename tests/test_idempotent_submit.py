@@ -101,26 +101,61 @@ class _LosesFirstAnswers(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None: ...
 
 
-@pytest.mark.parametrize("lost", [1, client_module.SUBMIT_TRIES])
+TRIES = len(client_module.SUBMIT_WAITS) + 1
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler], port: int = 0) -> http.server.HTTPServer:
+    server = http.server.HTTPServer(("127.0.0.1", port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _stop(server: http.server.HTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("lost", [1, TRIES])
 def test_the_client_sends_a_lost_submission_again_under_the_same_key(
     monkeypatch: pytest.MonkeyPatch, lost: int
 ) -> None:
     monkeypatch.setattr(client_module.time, "sleep", lambda seconds: None)
     handler = type("Handler", (_LosesFirstAnswers,), {"lost": lost, "keys": []})
-    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = _serve(handler)
     try:
         client = Client(f"http://127.0.0.1:{server.server_port}")
-        if lost < client_module.SUBMIT_TRIES:
+        if lost < TRIES:
             assert client.submit("/v1/jobs", JOB) == {"id": 7}
         else:
-            with pytest.raises(client_module.AnswerLost, match="no answer from the cosched daemon"):
+            with pytest.raises(client_module.AnswerLost, match=r"may have been accepted .* see `cosched queue`"):
                 client.submit("/v1/jobs", JOB)
-        assert len(handler.keys) == min(lost + 1, client_module.SUBMIT_TRIES)
+        assert len(handler.keys) == min(lost + 1, TRIES)
         assert len(set(handler.keys)) == 1 and handler.keys[0] is not None
     finally:
-        server.shutdown()
-        server.server_close()
+        _stop(server)
+
+
+def test_a_daemon_killed_after_the_commit_is_waited_for_until_it_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The answer is lost, then the daemon cannot be reached for a while (killed, restarting): the
+    client said `cannot reach` at the first refused retry, of a job that was accepted."""
+    handler = type("Handler", (_LosesFirstAnswers,), {"lost": 1, "keys": []})
+    servers = [_serve(handler)]
+    port = servers[0].server_port
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the daemon dies after the first try, and is back after the third
+        waits.append(seconds)
+        if len(waits) == 1:
+            _stop(servers[0])
+        elif len(waits) == 3:
+            servers.append(_serve(handler, port))
+
+    monkeypatch.setattr(client_module.time, "sleep", sleep)
+    try:
+        assert Client(f"http://127.0.0.1:{port}").submit("/v1/jobs", JOB) == {"id": 7}
+        assert len(waits) == 3 and len(handler.keys) == 2 and len(set(handler.keys)) == 1
+    finally:
+        _stop(servers[-1])
 
 
 def test_a_daemon_that_is_not_there_is_said_at_once_not_retried(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ import pytest
 from cosched.core.events import Offer, Rescind
 from cosched.core.pool import ResourcePool
 from cosched.daemon import nodes
+from cosched.daemon.docker_backend import QuotaMismatch
 from cosched.mesos import shares
 from cosched.mesos.backend import MesosBackend, MesosSettings
 from cosched.mesos.offers import Offer as MesosOffer
@@ -392,3 +393,45 @@ def test_a_restarted_daemon_is_told_a_jobs_latest_run_whatever_order_reconciliat
         backend.on_update(_status(task, state, "a2", reason="REASON_RECONCILIATION"))
     info = backend.containers()[4]
     assert (info.id, info.run, info.state) == ("cosched-job-4-r2-0123abcd", 2, "running")
+
+
+def test_a_run_the_state_file_records_is_known_before_the_master_tells_of_it() -> None:
+    """After a master failover the new master answers for no task of an agent that has not
+    re-registered. A restarted daemon's recovery saw no run of job 6 and recorded it failed
+    while it ran on. Now the run it records (a gang on both nodes, one part told by
+    reconciliation) is expected: listed running, its untold part asked for by name until the
+    master says it runs, and none of its parts killed as a broken gang."""
+    backend = _backend()
+    backend.agents = ["a1", "a2"]
+    asked: list[list[tuple[str, str | None]]] = []
+    backend.client.reconcile = asked.append  # type: ignore[method-assign, assignment]
+    handle = "cosched-job-6-r2-0123abcd"
+    backend.on_update(_status(f"{handle}-0of2-1c", "TASK_RUNNING", "a1", reason="REASON_RECONCILIATION"))
+    backend.expect(handle, 6, ((0, 1), (1, 1)))
+    info = backend.containers()[6]
+    assert (info.id, info.state, info.run) == (handle, "running", 2)
+    assert not any(task.killed for task in backend.runs[handle].tasks.values())
+    for call in backend._ask_unanswered(time.monotonic()):
+        call()
+    assert asked == [[(f"{handle}-1of2-1c", "a2")]]
+    assert backend._ask_unanswered(time.monotonic()) == []  # asked again only after ASK_FIRST s
+    backend.on_update(_status(f"{handle}-1of2-1c", "TASK_RUNNING", "a2", reason="REASON_RECONCILIATION"))
+    assert backend._ask_unanswered(time.monotonic() + 3600) == []  # answered: no more asks
+    assert backend.unsized() == [(handle, 6)]  # its size is the daemon's to tell, as for any run learnt
+
+
+def test_an_expected_run_whose_agent_is_not_back_is_the_jobs_and_is_not_messaged() -> None:
+    """After a failover its agent made no offer yet (its id unknown): a quota change has no one to
+    ask and says so at once (it waited the whole quota timeout, holding up the restart's recovery).
+    An older run of the job that reconciliation told of is not taken for it."""
+    backend = _backend()
+    backend.agents = ["a1", ""]
+    stale = "cosched-job-6-0123abcd"  # a daemon of before runs were numbered launched it
+    backend.on_update(_status(f"{stale}-0of1-1c", "TASK_RUNNING", "a1", reason="REASON_RECONCILIATION"))
+    handle = "cosched-job-6-r3-4567abcd"
+    backend.expect(handle, 6, ((1, 1),))
+    assert backend.containers()[6].id == handle
+    started = time.monotonic()
+    with pytest.raises(QuotaMismatch, match="its agent is not known yet"):
+        backend.set_quota(handle, 0.5)
+    assert time.monotonic() - started < 1

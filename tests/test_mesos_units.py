@@ -354,6 +354,11 @@ def test_mesos_durations_and_the_executor_environment() -> None:
         }
     )
     assert (settings.agent.port, settings.checkpoint, settings.recovery_timeout) == (5051, True, 60.0)
+    agent = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:5051", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "E"}
+    for fence in ("inf", "nan", "0", "-1", "soon", "86401"):  # inf turned the fence off; the others fired it at once
+        with pytest.raises(ConfigError, match=f"COSCHED_FENCE must be seconds in \\(0, 86400\\], got '{fence}'"):
+            ExecutorSettings.from_env({**agent, "COSCHED_FENCE": fence})
+    assert ExecutorSettings.from_env({**agent, "COSCHED_FENCE": "30"}).fence == 30.0
 
 
 def test_an_executor_sends_the_token_an_authenticating_agent_gave_it() -> None:

@@ -16,7 +16,7 @@ from daemon_support import DaemonProcess, require_engine
 
 from cosched.daemon.client import ApiError
 from cosched.daemon.config import DockerSection
-from cosched.daemon.docker_backend import DockerBackend
+from cosched.daemon.docker_backend import DockerBackend, LaunchRefused
 from workloads.images import busybox_image
 
 
@@ -83,6 +83,12 @@ def test_a_launch_takes_its_own_runs_container_and_never_an_earlier_runs() -> No
         engine.containers.get(second).wait(timeout=30)
         assert backend.exit_of(second).code == 0
         assert backend.containers()[7].run == 2 and backend.containers()[7].id == second  # the first is gone
+        # Another instance's container under that name (a Mesos framework id whose label is
+        # another's prefix makes one) is neither taken nor removed.
+        other = DockerBackend(f"rq{uuid.uuid4().hex[:8]}", DockerSection())
+        with pytest.raises(LaunchRefused, match="is another's"):
+            other.launch(7, {**job, "command": ["true"]}, [0], 1.0, 64, run=2, name=backend.name_of(7))
+        assert backend.containers()[7].id == second
     finally:
         for info in backend.containers().values():
             backend.remove(info.id)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fake_engine import Clock, FakeEngine, clocked_daemon
 
-from cosched.daemon import drain, views
+from cosched.daemon import drain, plan, submissions, views
 from cosched.daemon.docker_backend import EngineUnavailable, Sample
 from cosched.daemon.identity import ANONYMOUS
 from cosched.daemon.service import Daemon
@@ -403,12 +403,51 @@ def test_a_requeued_job_whose_old_container_a_kill_left_runs_again(tmp_path: Pat
     daemon.close()
 
 
-def test_a_pass_that_fails_midway_is_undone_from_the_state_file(tmp_path: Path) -> None:
-    """A pass raised after the core stepped and before its decisions were written (here ASAx's
-    features, given more tasks done than there are: a job's progress file once said `5/3`). The
-    core kept Alice's job running with no container, holding its 4 cores for good; now the daemon
-    is rebuilt from the store, and the next pass starts her job. (The progress file is checked
-    now: `test_sandbox.py::test_progress_is_read_only_from_the_process_it_was_remembered_for`.)"""
+def test_a_pass_that_fails_midway_is_undone_from_the_state_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass raised after the core stepped and before its decisions were written (a job's progress
+    file once did it, in ASAx's features: `5/3`). The core kept Alice's job running with no
+    container, holding its 4 cores for good; now the daemon is rebuilt from the store before the
+    next pass, which starts her job. A rebuild cut short (the engine failing in it) is tried again,
+    not passed over: a half-made core had every job forgotten."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8)
+    host = daemon.submit_job(_spec(4), user="mallory")
+    daemon.schedule()
+    alice = daemon.submit_job(_spec(4), user="alice")
+    record = plan.record
+
+    def fails_once(*args: Any) -> Any:
+        monkeypatch.setattr(plan, "record", record)
+        raise RuntimeError("a bug between the core's step and the plan's commit")
+
+    monkeypatch.setattr(plan, "record", fails_once)
+    clock.t = 1020.0
+    daemon.schedule()  # raised out of the pass before
+    assert daemon.rebuild_due and daemon.store.job(alice)["state"] == "pending"
+    containers = engine.containers
+
+    def engine_gone() -> dict[int, Any]:
+        raise EngineUnavailable("listing containers: connection refused")
+
+    engine.containers = engine_gone  # type: ignore[method-assign]
+    daemon.retry_at = 0.0  # its wait (`scheduling.retry_wait`) is over
+    daemon.schedule()  # the rebuild fails in recovery
+    assert daemon.rebuild_due and daemon.failed_passes == 2
+    engine.containers = containers  # type: ignore[method-assign]
+    daemon.retry_at = 0.0
+    clock.t = 1030.0
+    daemon.schedule()
+    assert not daemon.rebuild_due and {job.id for job in daemon.core.running} == {host, alice}
+    assert daemon.store.job(alice)["state"] == "running" and alice in engine.running
+    daemon.close()
+
+
+def test_a_progress_of_more_tasks_done_than_there_are_is_no_progress(tmp_path: Path) -> None:
+    """`5/3` from a job's progress file (through an executor from before `read_progress` checked
+    it) raised in ASAx's features, which every pass then hit while it looked at that lender."""
     clock = Clock()
     engine = FakeEngine(clock)
     daemon = clocked_daemon(tmp_path, clock, engine, cores=8, cosched="asax")
@@ -420,12 +459,8 @@ def test_a_pass_that_fails_midway_is_undone_from_the_state_file(tmp_path: Path) 
     alice = daemon.submit_job(_spec(4), user="alice")
     daemon.submit_job(_spec(4), user="bob")  # ASAx is asked whether mallory's job lends him cores
     clock.t = 1020.0
-    daemon.schedule()  # raised out of the pass before
-    assert {job.id for job in daemon.core.running} == set(engine.running) == {host}
-    del engine.samples[host]
-    clock.t = 1030.0
     daemon.schedule()
-    assert daemon.store.job(alice)["state"] == "running" and alice in engine.running
+    assert not daemon.rebuild_due and daemon.store.job(alice)["state"] == "running"
     daemon.close()
 
 
@@ -451,4 +486,28 @@ def test_a_container_whose_removal_failed_is_removed_by_the_next_reconciliation(
     engine.remove = remove  # type: ignore[method-assign]
     daemon.reconcile()
     assert job not in engine.running
+    daemon.close()
+
+
+def test_a_rebuild_between_a_submissions_commit_and_its_queueing_queues_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild queued the job from the store, then the API's thread queued it again: the next
+    pass raised (`job 1 submitted twice`) and the daemon was rebuilt once more."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=8)
+    queue = submissions.queue
+
+    def rebuilt_first(live: Daemon, *args: Any, **kwargs: Any) -> None:
+        monkeypatch.setattr(submissions, "queue", queue)  # recovery's own calls are plain
+        with live.lock:
+            live.rebuild()  # the pass thread's, after a failure, between the commit and this
+        queue(live, *args, **kwargs)
+
+    monkeypatch.setattr(submissions, "queue", rebuilt_first)
+    job = daemon.submit_job(_spec(2))
+    monkeypatch.setattr(submissions, "queue", queue)
+    daemon.schedule()
+    assert not daemon.rebuild_due and daemon.store.job(job)["state"] == "running"
     daemon.close()

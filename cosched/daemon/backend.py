@@ -55,6 +55,11 @@ class Backend(Protocol):
         machines could not run it (see RunLost)."""
         ...
 
+    def expect(self, handle: str, job_id: int, slots: Slots) -> None:
+        """Before `containers` at a start: a run the state file records as running. Where the
+        machines may not have told of it yet (Mesos, after a master failover), it is listed running
+        until they tell; one host's engine lists all it has, and one it does not is gone."""
+
     def containers(self) -> dict[int, ContainerInfo]:
         """This daemon's jobs the machines know, by job id (`lost` runs too, see ContainerInfo)."""
         ...

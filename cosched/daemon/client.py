@@ -6,6 +6,7 @@ the CLI free of an HTTP dependency of its own.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -25,8 +26,9 @@ LOG_LINES = 10_000
 API refuses more, and `cosched logs -n` says so before asking."""
 
 
-SUBMIT_TRIES = 3
-"""How many times `Client.submit` sends a submission whose answer was lost."""
+SUBMIT_WAITS = (1.0, 2.0, 4.0, 8.0, 16.0)
+"""Seconds `Client.submit` waits before sending again a submission whose answer was lost: half a
+minute in all, about what a daemon killed after the commit takes to be restarted and recover."""
 
 
 class ApiError(CoschedError):
@@ -61,17 +63,31 @@ class Client:
         self._opener = urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=self.context))
 
     def submit(self, path: str, body: Any) -> Any:
-        """POST a submission under an `Idempotency-Key` of its own, sent again (`SUBMIT_TRIES`) while
-        its answer is lost or the daemon answers 503: a retry of one the daemon accepted gets that
-        first answer, never a second job. A connection refused is said at once: nothing was sent."""
+        """POST a submission under an `Idempotency-Key` of its own, sent again (after each of
+        `SUBMIT_WAITS`) while its answer is lost or the daemon answers 503: a retry of one the
+        daemon accepted gets that first answer, never a second job. Once an answer was lost, a
+        daemon that cannot be reached (killed after the commit, restarting) is waited for too; before
+        that, it is said at once (nothing was sent). If no answer ever comes, AnswerLost says the
+        submission may have been accepted, so that it is not simply sent again by hand."""
         headers = {"Idempotency-Key": uuid.uuid4().hex}
-        for attempt in range(1, SUBMIT_TRIES + 1):
+        lost: AnswerLost | None = None
+        for wait in (*SUBMIT_WAITS, None):
             try:
                 return self.call("POST", path, body, headers)
-            except ApiError as exc:
-                if attempt == SUBMIT_TRIES or not (isinstance(exc, AnswerLost) or exc.status == 503):
+            except AnswerLost as exc:
+                lost = exc
+            except ApiError as exc:  # an answer (a refusal holds for the first try too: see `answered`)
+                if exc.status != 503 and not (lost is not None and exc.status is None):
                     raise
-            time.sleep(attempt)
+                if wait is None and lost is None:
+                    raise
+            if wait is None:
+                break
+            time.sleep(wait)
+        raise AnswerLost(
+            f"{lost}; the submission may have been accepted before its answer was lost:"
+            " see `cosched queue` before submitting it again"
+        )
 
     def call(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -95,15 +111,26 @@ class Client:
             except (ValueError, AttributeError):
                 message = exc.reason
             raise ApiError(f"{message} (HTTP {exc.code})", exc.code) from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError | ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
-                raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {reason}") from None
+            if isinstance(reason, _ANSWER_LOST):
+                raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {reason!r}") from None
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {reason}") from None
         try:
             return json.loads(answer or b"null")
         except ValueError:
             raise ApiError(f"{self.url} answered {path} with other than JSON: is it the cosched daemon?") from None
+
+
+_ANSWER_LOST = (
+    TimeoutError,
+    ConnectionResetError,  # http.client.RemoteDisconnected too
+    ConnectionAbortedError,
+    BrokenPipeError,
+    http.client.HTTPException,  # IncompleteRead, BadStatusLine: an answer cut short
+    ssl.SSLEOFError,
+)
+"""What a request may have reached the daemon before (unlike a connection refused)."""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -384,8 +384,11 @@ class DockerBackend:
     def _create(self, job_id: int, spec: dict[str, Any], options: dict[str, Any]) -> Any:
         """Create the container of this run (its `LABEL_RUN`). The name may be taken: by this run's,
         which an earlier call made before its answer was lost (then it is that one), or by what an
-        earlier run left, its end recorded but its removal cut short (removed, then made anew)."""
-        name, run = options["name"], options["labels"].get(LABEL_RUN)
+        earlier run of the same job left, its end recorded but its removal cut short (removed, then
+        made anew). Never by another instance's or job's (a Mesos framework id whose label is
+        another's prefix): that one is refused, not taken nor removed."""
+        name, labels = options["name"], options["labels"]
+        ours = {key: value for key, value in labels.items() if key != LABEL_RUN}  # instance, job (Mesos: task)
         for _ in range(2):
             try:
                 return self.client.containers.create(spec["image"], spec["command"], **options)
@@ -396,13 +399,22 @@ class DockerBackend:
                 taken = self.client.containers.get(name)
             except docker.errors.NotFound:
                 continue  # removed meanwhile: the name is free
-            if taken.labels.get(LABEL_RUN) == run:
+            if any(taken.labels.get(key) != value for key, value in ours.items()):
+                raise LaunchRefused(f"job {job_id}: its container name {name} is another's ({taken.id[:12]})")
+            if taken.labels.get(LABEL_RUN) == labels[LABEL_RUN]:
                 return taken
-            log.info(
-                "removing container %s that run %s of job %d left", taken.id[:12], taken.labels.get(LABEL_RUN), job_id
-            )
-            taken.remove(force=True, v=True)
-        raise LaunchRefused(f"job {job_id}: its container name {name} stays taken by another container")
+            left = taken.labels.get(LABEL_RUN)
+            log.info("removing container %s that run %s of job %d left", taken.id[:12], left, job_id)
+            try:
+                taken.remove(force=True, v=True)
+            except docker.errors.APIError as exc:  # its removal under way (409): the launch is tried again
+                raise EngineUnavailable(
+                    f"launching job {job_id}: removing what an earlier run left: {_reason(exc)}"
+                ) from None
+        raise EngineUnavailable(f"launching job {job_id}: its container name {name} is still taken")
+
+    def expect(self, handle: str, job_id: int, slots: tuple[tuple[int, int], ...]) -> None:
+        """Nothing to learn: the engine lists every container it has (`Backend.expect`)."""
 
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""

@@ -46,9 +46,12 @@ def sample(daemon: Daemon) -> None:
             job = daemon.core.jobs.get(job_id)
             if sample is None or job is None or job_id not in daemon.containers:
                 continue
-            if sample.total > 0:
-                job.tasks = sample.total
-            daemon.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, sample.done, now, quota)))
+            done, total = sample.done, sample.total
+            if not 0 <= done <= (total or job.tasks):  # an older executor's, unchecked (`read_progress`)
+                done, total = 0, 0
+            if total > 0:
+                job.tasks = total
+            daemon.inbox.append(UsageReported(job_id, Usage(sample.cpu, sample.mem, done, now, quota)))
             daemon.metrics.cpu_used[job_id] = sample.cpu * quota
 
 

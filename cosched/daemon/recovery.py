@@ -36,8 +36,12 @@ log = logging.getLogger("cosched.daemon")
 
 def recover(daemon: Daemon) -> None:
     store, backend = daemon.store, daemon.backend
-    listed = backend.containers()
     live = store.jobs(("pending", "launching", "running"))
+    for record in live:
+        if record["state"] == "running" and record["container"]:
+            slots = tuple((int(node), int(cores)) for node, cores in record["slots"] or ())
+            backend.expect(record["container"], record["id"], slots)
+    listed = backend.containers()
     adopted, queued, lost = [], [], []
     for record in live:
         if record["lost_runs"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import wait
 from typing import TYPE_CHECKING
 
 from cosched.core.events import Event, JobCancelled, JobSubmitted
@@ -50,6 +51,8 @@ def schedule(daemon: Daemon) -> None:
     walltime lowered) has the review run after it, once the core has the new walltime.
     """
     with daemon.pass_lock:
+        if not _rebuilt(daemon):
+            return
         with daemon.lock:
             if not state_faults.usable(daemon):
                 return
@@ -65,11 +68,49 @@ def schedule(daemon: Daemon) -> None:
             # A pass that failed midway (a bug, a job's input no check foresaw) may have stepped the
             # core without writing its decisions: a job the core calls running that never launched
             # would hold its cores for good. The store holds only what was done: start again from it.
-            log.exception("a scheduling pass failed; rebuilding from the state file, as a restart would")
-            with daemon.lock:
-                daemon.rebuild()
+            log.exception("a scheduling pass failed; the daemon is rebuilt from the state file, as a restart would")
+            _failed(daemon)
+            daemon.review_due = daemon.review_due or review  # on the rebuilt core, after the next pass
+            return
+        daemon.failed_passes = 0
     if review:  # after `pass_lock` is let go, which the review takes
         monitoring.review(daemon)
+
+
+def retry_wait(failures: int) -> float:
+    """Seconds before the next try after `failures` passes or rebuilds failed in a row: 1, doubling
+    to a minute. A failure that comes back every time (a bug a job's input keeps hitting) costs a
+    rebuild a minute, not one a second with the daemon's lock held."""
+    return float(min(2 ** max(failures - 1, 0), 60))
+
+
+def _failed(daemon: Daemon) -> None:
+    daemon.rebuild_due = True
+    daemon.failed_passes += 1
+    daemon.retry_at = time.monotonic() + retry_wait(daemon.failed_passes)
+
+
+def _rebuilt(daemon: Daemon) -> bool:
+    """Whether a pass may run: not before memory is rebuilt from the store after a failure, which
+    waits `retry_wait`; a rebuild cut short (the engine or the state file failing in it) left the
+    core half made, and is tried again, never passed over."""
+    if not daemon.rebuild_due:
+        return True
+    if time.monotonic() < daemon.retry_at:
+        return False
+    wait([parked.future for parked in list(daemon.launching.values())])  # not under `lock`: the API's
+    with daemon.lock:
+        try:
+            daemon.rebuild()
+            return True
+        except EngineUnavailable as exc:
+            engine_faults.lost(daemon, exc)
+        except StateError as exc:
+            state_faults.failed(daemon, exc)
+        except Exception:
+            log.exception("rebuilding from the state file failed")
+    _failed(daemon)
+    return False
 
 
 def _pass(daemon: Daemon) -> bool:

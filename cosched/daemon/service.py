@@ -122,6 +122,12 @@ class Daemon:
         self.engine_up = True
         self.state_problem = ""
         """Why the state file cannot be used ('' when it can): submissions are refused meanwhile."""
+        self.rebuild_due = False
+        """A pass, or a rebuild, failed midway: memory is rebuilt from the store before the next pass."""
+        self.failed_passes = 0
+        """Passes and rebuilds failed in a row: the next try waits `scheduling.retry_wait` of them."""
+        self.retry_at = 0.0
+        """When (monotonic) the next try after a failure is due."""
         self.saved_decisions = 0
         """How many of ASAx's decisions are in the store (the next pass saves the ones after)."""
 
@@ -276,7 +282,9 @@ class Daemon:
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0
+        self.rebuild_due = True  # until recovery is through: one cut short is tried again
         recover(self)
+        self.rebuild_due = False
 
     # -- entry points: the API's and the periodic jobs' ----------------------
     def submit_job(self, spec: JobSpec, user: str = "", key: str = "") -> int:

@@ -32,6 +32,11 @@ Why: shlex copies a token for each character it adds, so splitting takes the squ
 length, and the API validates a body on its event loop: a 1 MiB command held every request for
 13 s. 16 KiB (four of the longest arguments) is more than anyone types as one line and splits in
 about 10 ms at worst; a list may still carry 256 arguments of 4096 characters."""
+MAX_WORKFLOW_COMMAND_STRINGS = 64 * 1024
+"""The most characters of commands given as strings in one workflow, its stages' and its own.
+
+Why: shlex splits about 2.5 MB a second, whatever the tokens: 64 stages of 16 KiB strings (a 1
+MiB body) held the event loop for half a second per request. 64 KiB of them split in 30 ms."""
 Name = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
 AppClass = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
 Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]
@@ -209,6 +214,21 @@ class WorkflowSpec(Container):
     others wait in the queue, `JobArrayTaskLimit`."""
 
     _window = field_validator("begin", mode="before")(start_window.parse)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _commands_in_all(cls, data: Any) -> Any:
+        """Before any stage's command is split: see MAX_WORKFLOW_COMMAND_STRINGS."""
+        if isinstance(data, dict):
+            stages = data["stages"] if isinstance(data.get("stages"), list) else []
+            commands = [data.get("command"), *(s.get("command") for s in stages if isinstance(s, dict))]
+            total = sum(len(command) for command in commands if isinstance(command, str))
+            if total > MAX_WORKFLOW_COMMAND_STRINGS:
+                raise ValueError(
+                    f"command: {total} characters of commands as strings in the workflow, at most"
+                    f" {MAX_WORKFLOW_COMMAND_STRINGS}: send them as lists"
+                )
+        return data
 
     @model_validator(mode="after")
     def _complete(self) -> WorkflowSpec:

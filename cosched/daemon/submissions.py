@@ -227,9 +227,12 @@ def queue(
     daemon: Daemon, job_id: int, document: dict[str, Any], submit: float, user: str, workflow: int | None = None
 ) -> None:
     """Hand an accepted job (stored already) to the next pass; one with dependencies enters the
-    core held, in the same pass (`cosched.daemon.dependencies`)."""
+    core held, in the same pass (`cosched.daemon.dependencies`). Once: a rebuild between the
+    submission's commit and this call has queued it from the store already."""
     job = job_from(daemon, job_id, document, submit, user, workflow)
     with daemon.lock:
+        if job_id in daemon.specs:
+            return
         daemon.specs[job_id] = document
         daemon.inbox.append(JobSubmitted(job))
         if document.get("after"):

@@ -85,6 +85,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("cosched.mesos")
 
 
+ASK_FIRST = 5.0
+"""Seconds before the master is asked again for expected tasks it has not answered for (`expect`)."""
+ASK_MOST = 60.0
+"""The longest wait between two such asks."""
+
+
 class NoAnswer(MesosError):
     """An executor did not answer a message in time (`MesosBackend._ask`)."""
 
@@ -268,6 +274,11 @@ class MesosBackend(EventHandler):
         """Runs this process launched or the daemon adopted; after recovery any other one is a stray."""
         self._forgotten: dict[str, None] = {}
         """Runs whose end was recorded or that were given up, oldest first (a late update of one is a stray)."""
+        self._unanswered: dict[str, str] = {}
+        """Tasks of runs the state file records running (`expect`) that the master has not told of,
+        or told only as gone: asked for by name (task id -> agent id) until it says they run or ended."""
+        self._next_ask = (0.0, ASK_FIRST)
+        """When to ask for them next (monotonic), and the wait after that."""
         self._recovered = False
         self._queued = 0
         self._dirty = False
@@ -545,6 +556,8 @@ class MesosBackend(EventHandler):
                     if state in LIVE:  # its size (cores, memory, guest) is the daemon's to tell
                         self._unsized.add(name.handle)
                 task.apply(status, time.monotonic())
+                if state not in GONE:  # the master knows where it stands
+                    self._unanswered.pop(task_id, None)
                 if state in GONE and status.get("reason") in AGENT_GONE:
                     self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
                 keep = state not in LIVE and bool(status.get("uuid")) and not stray
@@ -610,7 +623,7 @@ class MesosBackend(EventHandler):
         actions = self.book.decide(demands, self._queued, now, watching=bool(self.down) or self._mapping)
         if self.metrics is not None:
             self.metrics.offers_held.set(len(self.book.held))
-        work: list[Callable[[], None]] = []
+        work: list[Callable[[], None]] = self._ask_unanswered(now)
         for action in actions:
             if isinstance(action, Accept):
                 work.append(self._accept_call(action, [held[o] for o in action.offer_ids]))
@@ -621,6 +634,26 @@ class MesosBackend(EventHandler):
             elif isinstance(action, Revive):
                 work.append(lambda: self._flow(self.client.revive, "REVIVE"))
         return work
+
+    def _ask_unanswered(self, now: float) -> list[Callable[[], None]]:
+        """Under the lock: the RECONCILE naming the expected tasks the master has not answered for, when
+        due (first after `ASK_FIRST` s, then twice as long each time, up to `ASK_MOST`). A master answers
+        nothing for a task whose agent is still re-registering (a failover), so the ask is repeated."""
+        for task in list(self._unanswered):
+            name = parse_task(task)
+            if name is None or name.handle not in self.runs:  # its end recorded, or given up
+                del self._unanswered[task]
+        due, wait = self._next_ask
+        if not self._unanswered or now < due:
+            return []
+        self._next_ask = (now + wait, min(wait * 2, ASK_MOST))
+        return [partial(self._reconcile, [(task, agent or None) for task, agent in sorted(self._unanswered.items())])]
+
+    def _reconcile(self, tasks: list[tuple[str, str | None]]) -> None:
+        try:
+            self.client.reconcile(tasks)
+        except MesosError as exc:  # asked again at the next due round
+            log.warning("RECONCILE of %d task(s) the master has not answered for: %s", len(tasks), exc)
 
     def _accept_call(self, accept: Accept, offers: list[Offer]) -> Callable[[], None]:
         """Take the launches' TaskInfos for this agent out of their runs now (under the lock), their
@@ -1100,6 +1133,35 @@ class MesosBackend(EventHandler):
         self.cond.notify_all()
 
     # -- the daemon's calls on a run ---------------------------------------------------------
+    def expect(self, handle: str, job_id: int, slots: Slots) -> None:
+        """A run the state file records as running, whatever reconciliation told of it.
+
+        Why: after a master failover, the master answers for no task of an agent that has not
+        re-registered yet. Such a run was missing from the restarted daemon's recovery, which
+        recorded its job failed while it ran on: killed as a stray once its agent came back, or,
+        with a master that kept its registry, left running unknown, its core given to another
+        job. Its missing tasks are now known from the handle and `slots` (as `launch` named them),
+        live until the master says otherwise, and asked for by name until it does."""
+        parts = [(node, cores) for node, cores in slots if cores > 0]
+        name = parse_task(part_id(handle, 0, len(parts), parts[0][1])) if parts else None
+        if name is None:
+            return
+        with self.cond:
+            run = self.runs.setdefault(handle, Run(handle, job_id, len(parts), run=name.run))
+            self._claimed.add(handle)  # the job's, before any other run of it reconciliation told of
+            for part, (node, cores) in enumerate(parts):
+                if part in run.tasks:
+                    continue
+                agent = self.agents[node] if 0 <= node < len(self.agents) else ""
+                task = run.tasks[part] = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores)
+                task.learnt = time.monotonic()
+                self._unanswered[task.id] = agent
+                self._unsized.add(handle)
+            if self._unanswered:
+                self._next_ask = (0.0, ASK_FIRST)  # at the next round
+                self._dirty = True
+                self.cond.notify_all()
+
     def adopt(self, handle: str) -> None:
         """Reconciliation told this run's state; it is the daemon's now."""
         with self.cond:
@@ -1198,6 +1260,8 @@ class MesosBackend(EventHandler):
         with self.cond:
             for task, _ in asked:
                 answers.pop(task.id, None)
+                if not task.agent_id:  # expected after a restart, its agent not back yet: no one to ask
+                    raise NoAnswer(f"{what} of task {task.id}: its agent is not known yet")
         deadline = time.monotonic() + timeout
         waiting = {task.id: (task, message) for task, message in asked}
         got: dict[str, Any] = {}

@@ -26,6 +26,7 @@ import base64
 import http.client
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -103,11 +104,25 @@ class ExecutorSettings:
             checkpoint=env.get("MESOS_CHECKPOINT") == "1",
             recovery_timeout=mesos_duration(env.get("MESOS_RECOVERY_TIMEOUT", "15mins")),
             backoff_max=mesos_duration(env.get("MESOS_SUBSCRIPTION_BACKOFF_MAX", "2secs")),
-            sample_interval=float(env.get(jobs.SAMPLE_INTERVAL, "2")),
-            fence=float(env.get(jobs.FENCE, "60")),
+            sample_interval=_seconds(env, jobs.SAMPLE_INTERVAL, "2"),
+            fence=_seconds(env, jobs.FENCE, "60"),
             # The agent hands its executors a token when it authenticates them; without it every call is refused.
             auth=f"Bearer {token}" if (token := env.get("MESOS_EXECUTOR_AUTHENTICATION_TOKEN")) else None,
         )
+
+
+def _seconds(env: Mapping[str, str], key: str, default: str) -> float:
+    """A duration the framework sets, in (0, 86400] as the daemon's config checks it: `inf` would
+    turn the fence off (a cut-off agent's job running on beside its next run), NaN or 0 fire it at
+    the first silent call."""
+    text = env.get(key, default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86400:
+        raise ConfigError(f"cosched executor: {key} must be seconds in (0, 86400], got {text!r}")
+    return value
 
 
 @dataclass
