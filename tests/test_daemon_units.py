@@ -36,7 +36,7 @@ from cosched.daemon.client import ApiError, Client
 from cosched.daemon.commands import _workflow_body
 from cosched.daemon.config import DaemonConfig, DockerSection, from_dict, load_config, validate
 from cosched.daemon.cpus import CpuMap, share_of
-from cosched.daemon.docker_backend import _refused, data_dirs_allowed
+from cosched.daemon.docker_backend import _refused, data_dirs_allowed, runs_as_for
 from cosched.daemon.identity import load_key
 from cosched.daemon.run import bind, hold_state_dir, serve
 from cosched.daemon.specs import JobSpec, WorkflowSpec
@@ -987,6 +987,40 @@ def test_a_refused_data_dir_says_nothing_of_what_lies_past_a_directory_its_submi
             path = str(private / name)
             blocked = f"{path!r}: {str(private)!r} above it does not let uid 65534 (its submitter) pass"
             assert data_dir_problem(path, (str(root),), nobody) == blocked
+
+
+def test_with_the_job_user_a_data_dir_below_a_directory_it_may_not_pass_is_refused(tmp_path: Path) -> None:
+    """Every job runs as `docker.job_user` (`run_as = "job_user"`): Alice's 0700 directory in the
+    data root kept her files from uid 65534's own processes, not from another user's job, which
+    named a data dir inside it and got the mount (the daemon, root, opens the path; a helper's
+    audit). The directories below the data root must let that uid pass; the root and those above
+    it are the operator's (a root below pytest's 0700 temporary directory stays usable)."""
+    import tempfile
+
+    from cosched.daemon.sandbox import SandboxRefused, open_data_dir
+
+    if os.geteuid() != 0:
+        missing("giving a directory to another owner needs root")
+    with tempfile.TemporaryDirectory(dir="/tmp") as open_to_all:
+        root = Path(open_to_all) / "data"
+        private = root / "alice"
+        inside = private / "run1"
+        inside.mkdir(parents=True)
+        for directory in (Path(open_to_all), root):
+            directory.chmod(0o755)
+        private.chmod(0o700)
+        os.chown(private, 2001, 2001)
+        os.chown(inside, 65534, 65534)
+        who = "docker.job_user, as which jobs run"
+        blocked = f"{str(inside)!r}: {str(private)!r} above it does not let uid 65534 ({who}) pass"
+        assert data_dirs_allowed([str(inside)], (str(root),)) == blocked
+        with pytest.raises(SandboxRefused, match="does not let uid 65534"):  # and at launch
+            open_data_dir(str(inside), (str(root),), *runs_as_for(None, "65534:65534"))
+        private.chmod(0o711)
+        assert data_dirs_allowed([str(inside)], (str(root),)) == ""
+    behind = tmp_path / "root"  # pytest's tmp_path is root's, 0700: above the root, not checked
+    (behind / "d").mkdir(parents=True)
+    assert data_dirs_allowed([str(behind / "d")], (str(behind),)) == ""
 
 
 def test_a_stage_job_keeps_a_jobs_limits_with_what_it_takes_from_its_workflow() -> None:

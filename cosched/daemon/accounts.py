@@ -41,6 +41,12 @@ class Account:
         return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
 
 
+def job_user_account(job_user: str) -> Account:
+    """`docker.job_user` ('uid:gid', checked with the config) as the account jobs run as."""
+    uid, _, gid = job_user.partition(":")
+    return Account(int(uid), int(gid))
+
+
 def account_of(user: str) -> Account:
     """`user`'s account in this host's user database; NoAccount naming why it cannot run jobs."""
     try:

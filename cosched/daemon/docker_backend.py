@@ -33,7 +33,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
-from cosched.daemon.accounts import Account, account_in
+from cosched.daemon.accounts import Account, account_in, job_user_account
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
 from cosched.daemon.sandbox import (
@@ -289,7 +289,7 @@ class DockerBackend:
             if nested := nesting_problem(data_dirs):  # accepted before nesting was refused
                 raise SandboxRefused(nested)
             for path in data_dirs:
-                fds.append(open_data_dir(path, self.settings.data_roots, account))
+                fds.append(open_data_dir(path, self.settings.data_roots, *runs_as_for(account, self.settings.job_user)))
             staged = self.staging.pin(job_id, fds) if self.staging and fds else data_dirs
             # Mounts, not binds: a bind is one "source:target:mode" string, which a ':' in a path breaks.
             mounts = [
@@ -687,11 +687,20 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 300 else "..." + text[-297:]
 
 
-def data_dirs_allowed(paths: list[str], roots: tuple[str, ...], account: Account | None = None) -> str:
-    """'' if every path is an existing directory under one of `roots`, reached through no link (and
-    through directories `account` may pass, if given), and none nests in another, else the problem."""
-    problem = next((problem for path in paths if (problem := data_dir_problem(path, roots, account))), "")
+def data_dirs_allowed(
+    paths: list[str], roots: tuple[str, ...], account: Account | None = None, job_user: str = DockerSection.job_user
+) -> str:
+    """'' if every path is an existing directory under one of `roots`, reached through no link and
+    through directories the job may pass (`runs_as`), and none nests in another, else the problem."""
+    runs_as, whole = runs_as_for(account, job_user)
+    problem = next((problem for path in paths if (problem := data_dir_problem(path, roots, runs_as, whole))), "")
     return problem or nesting_problem(paths)
+
+
+def runs_as_for(account: Account | None, job_user: str) -> tuple[Account, bool]:
+    """The account a job's data dirs must let pass, and whether from `/` (`sandbox._walk`): its
+    submitter's, every directory; else `docker.job_user`'s, those below the data root."""
+    return (account, True) if account is not None else (job_user_account(job_user), False)
 
 
 def _refuse_volumes_in_data_dirs(image: str, declared: Iterable[str], bound: set[str]) -> None:

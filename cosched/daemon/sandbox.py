@@ -63,9 +63,10 @@ class SandboxRefused(CoschedError):
     """A job's data directory is not what was accepted (replaced by a link, moved out of the roots)."""
 
 
-def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None = None) -> str:
+def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None = None, whole: bool = True) -> str:
     """'' if `path` is a plain path to an existing directory under a data root, reached through
-    no link (and, with `account`, through directories that let it pass), else the problem.
+    no link (and, with `account`, through directories that let it pass: every one if `whole`,
+    those below its data root if not, see `_walk`), else the problem.
 
     It is walked as `open_data_dir` walks it at launch, each directory's permission checked
     before anything in it is looked at, so a refusal says nothing about what lies past a
@@ -73,7 +74,7 @@ def data_dir_problem(path: str, roots: tuple[str, ...], account: Account | None 
     where the link leads (it may lead into a directory the submitter may not pass).
     """
     try:
-        os.close(_walk(path, roots, account))
+        os.close(_walk(path, roots, account, whole))
     except _Stopped as stop:
         return stop.submitted
     except ValueError as exc:  # a NUL byte
@@ -161,7 +162,7 @@ _HOST_TREES = frozenset({"/", "/proc", "/sys", "/dev", "/etc", "/boot", "/run", 
 """Roots that would hand jobs the host itself, refused whatever their owner and mode."""
 
 
-def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = None) -> int:
+def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = None, whole: bool = True) -> int:
     """An O_DIRECTORY descriptor of `path`, reached without following any link.
 
     `path` was accepted link-free under a data root (`data_dir_problem`); if
@@ -173,7 +174,7 @@ def open_data_dir(path: str, roots: tuple[str, ...], account: Account | None = N
     pass (another user's 0700 home) unless this does.
     """
     try:
-        return _walk(path, roots, account)
+        return _walk(path, roots, account, whole)
     except _Stopped as stop:
         raise SandboxRefused(stop.launched) from None
 
@@ -203,13 +204,19 @@ class _Stopped(Exception):
         }[why]
 
 
-def _walk(path: str, roots: tuple[str, ...], account: Account | None) -> int:
+def _walk(path: str, roots: tuple[str, ...], account: Account | None, whole: bool = True) -> int:
     """Open `path` from `/` one component at a time, never following a link, never going up.
 
     Why no '.' or '..': a '..' is not a link, so O_NOFOLLOW lets it through, and it climbs from
     wherever the walk is: a job renaming a directory of its own between two steps walked the
     daemon past `/` to any host directory, mounted read-write. Only a plain path is walked, and
     downwards only, each step from the descriptor of the directory before it.
+
+    With `account`, the job's, each directory passed must let it pass: the daemon, root, opens
+    the path and the job gets the mount, so the kernel never checks them. `whole` (a submitter's
+    account): every one from `/`. Not `whole` (`docker.job_user`, which every job runs as): those
+    below the data root, which users make (a user's 0700 directory there kept out only that
+    user's own processes, not another's job); the root and what lies above it are the operator's.
     """
     if not os.path.isabs(path):
         raise _Stopped(path, "relative")
@@ -217,12 +224,14 @@ def _walk(path: str, roots: tuple[str, ...], account: Account | None) -> int:
         raise _Stopped(path, "plain")
     if not _under(path, roots):
         raise _Stopped(path, "root", ", ".join(roots) or "none configured")
+    root_depth = max(len(Path(root).parts) for root in roots if _under(path, (root,)))
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         walked = "/"
         for part in Path(path).parts[1:]:
-            if account is not None and not may_search(fd, account):
-                raise _Stopped(path, "pass", _unreachable(path, walked, account))
+            below_root = len(Path(walked).parts) > root_depth
+            if account is not None and (whole or below_root) and not may_search(fd, account):
+                raise _Stopped(path, "pass", _unreachable(path, walked, account, whole))
             walked = os.path.join(walked, part)
             try:
                 child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
@@ -301,8 +310,9 @@ def _access_acl(directory: int) -> list[tuple[int, int, int]] | None:
     return [struct.unpack_from("<HHI", body, offset) for offset in range(0, len(body), 8)]
 
 
-def _unreachable(path: str, parent: str, account: Account) -> str:
-    return f"{path!r}: {parent!r} above it does not let uid {account.uid} (its submitter) pass"
+def _unreachable(path: str, parent: str, account: Account, submitter: bool) -> str:
+    who = "its submitter" if submitter else "docker.job_user, as which jobs run"
+    return f"{path!r}: {parent!r} above it does not let uid {account.uid} ({who}) pass"
 
 
 class StagingMounts:

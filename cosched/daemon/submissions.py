@@ -61,7 +61,8 @@ def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> 
             "memory_mib",
             f"{memory} MiB asked, the cluster has {daemon.cluster.memory_per_node * daemon.cluster.nodes}",
         )
-    problem = data_dirs_allowed(spec.data_dirs, daemon.config.docker.data_roots, account)
+    docker = daemon.config.docker
+    problem = data_dirs_allowed(spec.data_dirs, docker.data_roots, account, docker.job_user)
     if problem:
         raise Rejected("data_dirs", problem)
     if not daemon.backend.has_image(spec.image):
