@@ -435,3 +435,16 @@ def test_an_expected_run_whose_agent_is_not_back_is_the_jobs_and_is_not_messaged
     with pytest.raises(QuotaMismatch, match="its agent is not known yet"):
         backend.set_quota(handle, 0.5)
     assert time.monotonic() - started < 1
+    # Asked for without its agent, a master answers TASK_LOST for a task it does not know, even one
+    # whose agent is on its way back: passed over (the job was queued again while it ran there).
+    task = f"{handle}-0of1-1c"
+    backend.on_update({"task_id": {"value": task}, "state": "TASK_LOST", "reason": "REASON_RECONCILIATION"})
+    assert backend.containers()[6].state == "running" and backend.runs[handle].tasks[0].state == "TASK_STAGING"
+    backend.agents[1] = "a2"  # its agent offers: asked again, by name
+    asked: list[list[tuple[str, str | None]]] = []
+    backend.client.reconcile = asked.append  # type: ignore[method-assign, assignment]
+    for call in backend._ask_unanswered(time.monotonic() + 3600):
+        call()
+    assert asked == [[(task, "a2")]]
+    backend.on_update(_status(task, "TASK_RUNNING", "a2", reason="REASON_RECONCILIATION"))
+    assert backend.runs[handle].tasks[0].agent_id == "a2" and backend._unanswered == {}

@@ -111,26 +111,14 @@ class Client:
             except (ValueError, AttributeError):
                 message = exc.reason
             raise ApiError(f"{message} (HTTP {exc.code})", exc.code) from None
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, _ANSWER_LOST):
-                raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {reason!r}") from None
-            raise ApiError(f"cannot reach the cosched daemon at {self.url}: {reason}") from None
+        except urllib.error.URLError as exc:  # connecting or sending: the daemon has no whole request
+            raise ApiError(f"cannot reach the cosched daemon at {self.url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException) as exc:  # the request sent, its answer cut short or late
+            raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {exc!r}") from None
         try:
             return json.loads(answer or b"null")
         except ValueError:
             raise ApiError(f"{self.url} answered {path} with other than JSON: is it the cosched daemon?") from None
-
-
-_ANSWER_LOST = (
-    TimeoutError,
-    ConnectionResetError,  # http.client.RemoteDisconnected too
-    ConnectionAbortedError,
-    BrokenPipeError,
-    http.client.HTTPException,  # IncompleteRead, BadStatusLine: an answer cut short
-    ssl.SSLEOFError,
-)
-"""What a request may have reached the daemon before (unlike a connection refused)."""
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -407,11 +407,11 @@ class DockerBackend:
             log.info("removing container %s that run %s of job %d left", taken.id[:12], left, job_id)
             try:
                 taken.remove(force=True, v=True)
-            except docker.errors.APIError as exc:  # its removal under way (409): the launch is tried again
-                raise EngineUnavailable(
-                    f"launching job {job_id}: removing what an earlier run left: {_reason(exc)}"
-                ) from None
-        raise EngineUnavailable(f"launching job {job_id}: its container name {name} is still taken")
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:  # its removal under way: the run is lost, the job queued again
+                    raise RunLost(f"container {taken.id[:12]} an earlier run left is still being removed") from None
+                raise _refused(job_id, exc) from None  # the engine answers: not waited for (`_refused`)
+        raise RunLost(f"container name {name} still taken after its earlier run's container was removed")
 
     def expect(self, handle: str, job_id: int, slots: tuple[tuple[int, int], ...]) -> None:
         """Nothing to learn: the engine lists every container it has (`Backend.expect`)."""

@@ -28,7 +28,7 @@ def reconcile(daemon: Daemon) -> None:
     """Compare with what Docker reports: launches the engine lost are retried, and what ended jobs
     left is removed."""
     with daemon.pass_lock:
-        if daemon.state_problem or not ready(daemon):
+        if daemon.state_problem or daemon.rebuild_due or not ready(daemon):  # rebuilt first (`scheduling`)
             return
         try:
             reconcile_launching(daemon)

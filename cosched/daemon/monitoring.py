@@ -59,7 +59,7 @@ def review(daemon: Daemon) -> None:
     """Kill jobs past their walltime; check every running job's quota against its cgroup."""
     with daemon.pass_lock:
         with daemon.lock:
-            if not daemon.engine_up:
+            if not daemon.engine_up or daemon.rebuild_due:  # a core a failed pass left: not acted on
                 return
             now = daemon.clock()
             running = [

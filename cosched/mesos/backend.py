@@ -89,6 +89,9 @@ ASK_FIRST = 5.0
 """Seconds before the master is asked again for expected tasks it has not answered for (`expect`)."""
 ASK_MOST = 60.0
 """The longest wait between two such asks."""
+REREGISTER_GRACE = 600.0
+"""Seconds an expected task's "gone" answer, given without its agent, is passed over: a Mesos
+master's `agent_reregister_timeout` (10 min), after which it calls an agent not back unreachable."""
 
 
 class NoAnswer(MesosError):
@@ -274,9 +277,9 @@ class MesosBackend(EventHandler):
         """Runs this process launched or the daemon adopted; after recovery any other one is a stray."""
         self._forgotten: dict[str, None] = {}
         """Runs whose end was recorded or that were given up, oldest first (a late update of one is a stray)."""
-        self._unanswered: dict[str, str] = {}
+        self._unanswered: dict[str, int] = {}
         """Tasks of runs the state file records running (`expect`) that the master has not told of,
-        or told only as gone: asked for by name (task id -> agent id) until it says they run or ended."""
+        or told only as gone: asked for by name (task id -> its node) until it says they run or ended."""
         self._next_ask = (0.0, ASK_FIRST)
         """When to ask for them next (monotonic), and the wait after that."""
         self._recovered = False
@@ -555,7 +558,8 @@ class MesosBackend(EventHandler):
                     task = run.tasks[name.part] = Task(task_id, name.job_id, agent, name.cores, learnt=time.monotonic())
                     if state in LIVE:  # its size (cores, memory, guest) is the daemon's to tell
                         self._unsized.add(name.handle)
-                task.apply(status, time.monotonic())
+                if not self._agentless_answer(task, status):
+                    task.apply(status, time.monotonic())
                 if state not in GONE:  # the master knows where it stands
                     self._unanswered.pop(task_id, None)
                 if state in GONE and status.get("reason") in AGENT_GONE:
@@ -647,7 +651,29 @@ class MesosBackend(EventHandler):
         if not self._unanswered or now < due:
             return []
         self._next_ask = (now + wait, min(wait * 2, ASK_MOST))
-        return [partial(self._reconcile, [(task, agent or None) for task, agent in sorted(self._unanswered.items())])]
+        asked = [(task, self._agent_at(node) or None) for task, node in sorted(self._unanswered.items())]
+        return [partial(self._reconcile, asked)]
+
+    def _agent_at(self, node: int) -> str:
+        """Under the lock: the agent id of `node` ('' while no agent offered for it since the start)."""
+        return self.agents[node] if 0 <= node < len(self.agents) else ""
+
+    def _agentless_answer(self, task: Task, status: dict[str, Any]) -> bool:
+        """Under the lock: a "gone" answer for an expected task asked for without its agent (none
+        offered for its node since the start), to be passed over for `REREGISTER_GRACE` s.
+
+        Why: asked without an agent, a master answers TASK_LOST for a task it does not know, even
+        one whose agent is on its way back after a failover (it holds back its answer only when
+        told the agent): the job was queued again while it ran there. Asked again once the agent
+        offers, with its id, the answer is the master's word."""
+        node = self._unanswered.get(task.id)
+        return (
+            node is not None
+            and status.get("state") in GONE
+            and not status.get("agent_id", {}).get("value")
+            and not self._agent_at(node)
+            and time.monotonic() - task.learnt < REREGISTER_GRACE
+        )
 
     def _reconcile(self, tasks: list[tuple[str, str | None]]) -> None:
         try:
@@ -1152,10 +1178,9 @@ class MesosBackend(EventHandler):
             for part, (node, cores) in enumerate(parts):
                 if part in run.tasks:
                     continue
-                agent = self.agents[node] if 0 <= node < len(self.agents) else ""
-                task = run.tasks[part] = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores)
-                task.learnt = time.monotonic()
-                self._unanswered[task.id] = agent
+                task_id = part_id(handle, part, len(parts), cores)
+                task = run.tasks[part] = Task(task_id, job_id, self._agent_at(node), cores, learnt=time.monotonic())
+                self._unanswered[task.id] = node
                 self._unsized.add(handle)
             if self._unanswered:
                 self._next_ask = (0.0, ASK_FIRST)  # at the next round
