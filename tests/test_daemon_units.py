@@ -1672,3 +1672,57 @@ def test_durable_power_makes_every_commit_reach_the_disk(tmp_path: Path, durable
         assert daemon.store._conn().execute("PRAGMA synchronous").fetchone()[0] == synchronous
     finally:
         daemon.store.close()
+
+
+class _EngineRemovingSlowly:
+    """A container name taken by what an earlier run of the job left, whose removal the engine
+    has under way: a create is a 409 (name taken), and so is a removal (removal in progress).
+    Only a removal an earlier call timed out on produces that, which no test can time."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        self.containers = self
+        self.labels = labels
+        self.id = "0123456789abcdef"
+
+    @staticmethod
+    def _conflict(what: str) -> None:
+        import docker
+
+        response = requests.Response()
+        response.status_code = 409
+        raise docker.errors.APIError(what, response, explanation=f"{what}: removal of container is already in progress")
+
+    def create(self, *args: object, **options: object) -> None:
+        self._conflict("create")
+
+    def get(self, name: str) -> _EngineRemovingSlowly:
+        return self
+
+    def remove(self, **options: object) -> None:
+        self._conflict("remove")
+
+
+@pytest.mark.parametrize("same_job", [True, False])
+def test_a_leftover_whose_removal_is_under_way_loses_the_run_and_anothers_is_refused(same_job: bool) -> None:
+    """The run's container name is taken by an earlier run's, which the engine is still removing.
+    Raised as the engine unreachable, every later pass found it back, relaunched the job and lost
+    it again: no end collected, no job started (a review). The run is lost instead (the job goes
+    back to the queue, `ends.MAX_LOST_RUNS` caps it). A container of another instance or job under
+    that name is neither taken nor removed: the launch is refused."""
+    from cosched.daemon.docker_backend import (
+        LABEL_INSTANCE,
+        LABEL_JOB,
+        LABEL_RUN,
+        DockerBackend,
+        LaunchRefused,
+        RunLost,
+    )
+
+    backend = DockerBackend("x", DockerSection())
+    left = {LABEL_INSTANCE: "x", LABEL_JOB: "7" if same_job else "8", LABEL_RUN: "1"}
+    backend._client = _EngineRemovingSlowly(left)  # type: ignore[assignment]
+    options = {"name": "cosched-x-7", "labels": {LABEL_INSTANCE: "x", LABEL_JOB: "7", LABEL_RUN: "2"}}
+    with pytest.raises(
+        RunLost if same_job else LaunchRefused, match="still being removed" if same_job else "another's"
+    ):
+        backend._create(7, {"image": "i", "command": ["true"]}, options)

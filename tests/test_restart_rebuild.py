@@ -427,6 +427,10 @@ def test_a_pass_that_fails_midway_is_undone_from_the_state_file(
     clock.t = 1020.0
     daemon.schedule()  # raised out of the pass before
     assert daemon.rebuild_due and daemon.store.job(alice)["state"] == "pending"
+    checked: list[str] = []
+    monkeypatch.setattr(engine, "verify_quota", lambda container, cpus: checked.append(container) or True)
+    daemon.review()  # nothing is done on the core the failed pass left
+    assert checked == []
     containers = engine.containers
 
     def engine_gone() -> dict[int, Any]:
