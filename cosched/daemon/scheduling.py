@@ -51,11 +51,12 @@ def schedule(daemon: Daemon) -> None:
     walltime lowered) has the review run after it, once the core has the new walltime.
     """
     with daemon.pass_lock:
-        if not _rebuilt(daemon):
-            return
         with daemon.lock:
             if not state_faults.usable(daemon):
                 return
+        if not _rebuilt(daemon):
+            return
+        with daemon.lock:
             review, daemon.review_due = daemon.review_due, False
         try:
             for _ in range(PASSES_AT_ONCE):

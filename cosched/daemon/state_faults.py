@@ -25,14 +25,16 @@ def usable(daemon: Daemon) -> bool:
 
     A pass that could not write its decisions has stepped the core all the
     same; once a write succeeds again, core and daemon are rebuilt from the
-    store, which holds nothing that was not done.
+    store, which holds nothing that was not done: before the next pass, as
+    after any failed pass (`scheduling._rebuilt`, which waits for launches
+    under way without holding the lock the API needs).
     """
     try:
         daemon.store.check()
         if daemon.state_problem:
             daemon.store.probe()
             log.warning("state file %s is writable again; rebuilding from it", daemon.store.path)
-            daemon.rebuild()
+            daemon.rebuild_due, daemon.retry_at = True, 0.0
             daemon.state_problem = ""
     except StateError as exc:
         failed(daemon, exc)
