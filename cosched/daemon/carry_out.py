@@ -129,8 +129,8 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
 
 def _start(daemon: Daemon, job: Job, cpus: list[int], quota: float) -> tuple[str, float]:
     spec, memory = _as_submitter(daemon, job.id, daemon.specs[job.id]), job.memory * job.cores
-    asked = time.perf_counter()
     run = daemon.store.run_of(job.id)
+    asked = time.perf_counter()  # the engine's time alone (`launch_seconds`)
     started = daemon.backend.launch(
         job.id, spec, daemon.cpu_map.cpuset(cpus), quota, memory, slots=job.slots, guest=job.host >= 0, run=run
     )

@@ -388,7 +388,7 @@ def validate(config: DaemonConfig) -> DaemonConfig:
         )
     for key in ("launch_timeout", "hold_timeout", "refuse_seconds", "revive_interval", "fence"):
         value = getattr(config.mesos, key)
-        if not 0 < value <= 86400:
+        if not a_duration(value):
             raise ConfigError(f"config key mesos.{key}: must be in (0, 86400] seconds, got {value}")
     for name in config.mesos.order_by:
         if not name or not name.isprintable() or any(c.isspace() or c in ":;" for c in name):
@@ -403,9 +403,15 @@ def validate(config: DaemonConfig) -> DaemonConfig:
             f"got {config.mesos.watchdog_heartbeats}"
         )
     for f in fields(intervals):
-        if not 0 < getattr(intervals, f.name) <= 86400:  # NaN fails too
+        if not a_duration(getattr(intervals, f.name)):
             raise ConfigError(f"config key intervals.{f.name}: must be in (0, 86400] seconds")
     return config
+
+
+def a_duration(seconds: float) -> bool:
+    """Whether `seconds` is in (0, 86400], as every interval and timeout must be (NaN and inf are
+    not): also what a Mesos executor checks of those the framework hands it."""
+    return 0 < seconds <= 86400
 
 
 def validate_job_settings(docker: DockerSection, here: bool = True) -> None:

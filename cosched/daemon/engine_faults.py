@@ -42,9 +42,7 @@ def reconcile(daemon: Daemon) -> None:
 def reconcile_launching(daemon: Daemon) -> None:
     """Jobs recorded as launching with no container known: adopt what the engine started, launch the rest."""
     listed = daemon.backend.containers()
-    for left in leftovers(daemon, listed):
-        log.info("removing leftover container %s of job %d", left.id[:12], left.job_id)
-        daemon.backend.remove(left.id)
+    remove_leftovers(daemon, listed)
     relaunch = []
     for record in daemon.store.jobs(("launching",)):
         job = daemon.core.jobs.get(record["id"])
@@ -76,13 +74,17 @@ def reconcile_launching(daemon: Daemon) -> None:
     carry_out.launch_all(daemon, relaunch)
 
 
-def leftovers(daemon: Daemon, listed: dict[int, ContainerInfo]) -> list[ContainerInfo]:
-    """Containers of jobs whose end the store holds: a pass recorded the end, then its removal was
-    cut short (the engine failing, the daemon killed). Found here, not only at the next start: a
-    job purged from the store (`keep_ended_days`) with its container left would stop that start."""
+def remove_leftovers(daemon: Daemon, listed: dict[int, ContainerInfo]) -> None:
+    """Remove the containers of jobs whose end the store holds: a pass recorded the end, then its
+    removal was cut short (the engine failing, the daemon killed). Done at every reconciliation,
+    not only at the next start: a job purged from the store (`keep_ended_days`) with its container
+    left would stop that start."""
     with daemon.store.transaction() as db:
         states = daemon.store.states(db, listed)
-    return [listed[job_id] for job_id, state in states.items() if state in FINAL]
+    for job_id, state in states.items():
+        if state in FINAL:
+            log.info("removing leftover container %s of job %d", listed[job_id].id[:12], job_id)
+            daemon.backend.remove(listed[job_id].id)
 
 
 def lost(daemon: Daemon, exc: Exception) -> None:

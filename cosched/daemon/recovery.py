@@ -68,9 +68,7 @@ def recover(daemon: Daemon) -> None:
             f"exist under instance {daemon.instance}: it is not the file they were accepted in; put that one back, "
             f"or remove those containers (label cosched.instance={daemon.instance})"
         )
-    for info in engine_faults.leftovers(daemon, listed):
-        log.info("removing leftover container %s of job %d", info.id[:12], info.job_id)
-        backend.remove(info.id)
+    engine_faults.remove_leftovers(daemon, listed)
 
     now = daemon.clock()
     with store.transaction() as db:

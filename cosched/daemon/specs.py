@@ -28,15 +28,16 @@ MAX_DATA_DIRS = 16
 MAX_COMMAND_STRING = 16 * 1024
 """The longest command taken as one string, split as a shell would; longer ones come as a list.
 
-Why: shlex copies a token for each character it adds, so splitting takes the square of a token's
-length, and the API validates a body on its event loop: a 1 MiB command held every request for
-13 s. 16 KiB (four of the longest arguments) is more than anyone types as one line and splits in
-about 10 ms at worst; a list may still carry 256 arguments of 4096 characters."""
+Why: shlex copies a token for each character it adds, so past some KiB splitting grows with the
+square of a token's length, and the API validates a body on its event loop: a 1 MiB command held
+every request for 13 s. 16 KiB (four of the longest arguments) is more than anyone types as one
+line and splits in about 10 ms at worst; a list may still carry 256 arguments of 4096 characters."""
 MAX_WORKFLOW_COMMAND_STRINGS = 64 * 1024
 """The most characters of commands given as strings in one workflow, its stages' and its own.
 
-Why: shlex splits about 2.5 MB a second, whatever the tokens: 64 stages of 16 KiB strings (a 1
-MiB body) held the event loop for half a second per request. 64 KiB of them split in 30 ms."""
+Why: even under `MAX_COMMAND_STRING` shlex splits only about 2.5 MB a second: 64 stages of 16 KiB
+strings (a 1 MiB body) held the event loop for half a second per request. 64 KiB of them split in
+30 ms."""
 Name = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
 AppClass = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
 Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]

@@ -161,7 +161,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "", key: str
     _accepting(daemon)
     digest = _digest("workflow", spec)
     if key and (earlier := _answered_before(daemon, user, key, digest)) is not None:
-        return int(earlier[0]), [int(job_id) for job_id in earlier[1]]
+        return _workflow_answer(earlier)
     account = check_account(daemon, user)
     for stage in spec.stages:
         try:
@@ -172,7 +172,7 @@ def submit_workflow(daemon: Daemon, spec: WorkflowSpec, user: str = "", key: str
     spec.begin = _window(spec.begin, None, now)[0]
     with daemon.store.transaction() as db:
         if key and (earlier := answered(daemon, db, user, key, digest, now)) is not None:
-            return int(earlier[0]), [int(job_id) for job_id in earlier[1]]
+            return _workflow_answer(earlier)
         check_room(daemon, db, user, len(spec.stages))
         check_dependencies(daemon, db, [dependency.model_dump() for dependency in spec.after])
         workflow_id = daemon.store.add_workflow(db, spec.name, spec.model_dump(), now, user=user)
@@ -201,6 +201,11 @@ def answered(daemon: Daemon, db: sqlite3.Connection | None, user: str, key: str,
     if earlier[0] != digest:
         raise Rejected("Idempotency-Key", f"{key!r} was sent with another submission; a new one needs a new key")
     return earlier[1]
+
+
+def _workflow_answer(earlier: Any) -> tuple[int, list[int]]:
+    """A workflow's first answer as `remember_answer` kept it: [workflow id, its first jobs]."""
+    return int(earlier[0]), [int(job_id) for job_id in earlier[1]]
 
 
 def _answered_before(daemon: Daemon, user: str, key: str, digest: str) -> Any:

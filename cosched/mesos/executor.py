@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
 from cosched.daemon.sandbox import StagingMounts, root_problem
 from cosched.errors import ConfigError
@@ -112,15 +113,15 @@ class ExecutorSettings:
 
 
 def _seconds(env: Mapping[str, str], key: str, default: str) -> float:
-    """A duration the framework sets, in (0, 86400] as the daemon's config checks it: `inf` would
-    turn the fence off (a cut-off agent's job running on beside its next run), NaN or 0 fire it at
-    the first silent call."""
+    """A duration the framework sets, checked as the daemon's config checks it (`a_duration`): `inf`
+    would turn the fence off (a cut-off agent's job running on beside its next run), NaN or 0 fire
+    it at the first silent call."""
     text = env.get(key, default)
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 < value <= 86400:
+    if not a_duration(value):
         raise ConfigError(f"cosched executor: {key} must be seconds in (0, 86400], got {text!r}")
     return value
 
