@@ -21,7 +21,7 @@ import pytest
 from conftest import require_module
 from daemon_support import DaemonProcess, require_engine
 
-from cosched.daemon.client import ApiError, Client
+from cosched.daemon.client import AnswerLost, ApiError, Client
 from cosched.daemon.config import ApiSection, from_dict, validate
 from cosched.daemon.tls import server_context
 from cosched.errors import ConfigError
@@ -103,7 +103,7 @@ def test_bad_tls_files_are_one_line_errors(tmp_path: Path) -> None:
 def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Path) -> None:
     """With a certificate its CA signed, `cosched queue --ca-file` reaches the daemon over HTTPS. The
     same without the CA (the system's trust) is refused as an unverified certificate, and plain HTTP
-    to the HTTPS port gets no answer: a token never travels in the clear."""
+    to the HTTPS port is told to use https (a submission is not retried as if its answer were lost)."""
     engine = require_engine()
     daemon, ca = https_daemon(tmp_path)
     try:
@@ -116,9 +116,12 @@ def test_the_daemon_serves_https_and_the_cli_checks_its_certificate(tmp_path: Pa
         assert shown.returncode == 0 and shown.stdout.strip() == "no jobs", shown.stderr
         with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED"):
             Client(daemon.client.url, "", timeout=10).call("GET", "/v1/health")
-        # plain HTTP: the server closes the connection, an answer lost (`client.AnswerLost`)
-        with pytest.raises(ApiError, match="no answer from the cosched daemon at http://"):
-            Client(daemon.client.url.replace("https:", "http:"), "", timeout=10).call("GET", "/v1/health")
+        # plain HTTP: the server closes the connection unread; the client finds the port speaks TLS and
+        # says so at once, never an answer lost that `submit` would wait on for half a minute
+        plain = Client(daemon.client.url.replace("https:", "http:"), "", timeout=10)
+        with pytest.raises(ApiError, match=r"serves HTTPS .* give https://") as refused:
+            plain.submit("/v1/jobs", {"image": "none", "command": ["true"], "cores": 1, "walltime": 60})
+        assert not isinstance(refused.value, AnswerLost)
         assert "API on https://127.0.0.1:" in daemon.log.read_text()
     finally:
         daemon.cleanup(engine)

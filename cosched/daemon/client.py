@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import socket
 import ssl
 import time
 import urllib.error
@@ -114,6 +115,10 @@ class Client:
         except urllib.error.URLError as exc:  # connecting or sending: the daemon has no whole request
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException) as exc:  # the request sent, its answer cut short or late
+            if self.context is None and _speaks_tls(self.url, self.timeout):
+                raise ApiError(
+                    f"{self.url} serves HTTPS (the plain request was never read): give https:// in its URL"
+                ) from None
             raise AnswerLost(f"no answer from the cosched daemon at {self.url}: {exc!r}") from None
         try:
             return json.loads(answer or b"null")
@@ -131,6 +136,22 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 _TOKEN = re.compile(r"[\x21-\x7e]*")
 """What a bearer token may hold: visible ASCII (a header value cannot carry a newline or UTF-8)."""
+
+
+def _speaks_tls(url: str, timeout: float) -> bool:
+    """Whether `url`'s port completes a TLS handshake: an https daemon given a plain request closes the
+    connection unread, which would otherwise read as an answer lost and be retried for half a minute.
+    Only whether it speaks TLS is asked, so its certificate is not checked here."""
+    parts = urllib.parse.urlsplit(url)
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        raw = socket.create_connection((parts.hostname, parts.port or 80), timeout=min(timeout, 5.0))
+        with raw, context.wrap_socket(raw, server_hostname=parts.hostname):
+            return True
+    except (OSError, ValueError):  # ssl.SSLError is an OSError
+        return False
 
 
 def _checked_url(url: str) -> str:
