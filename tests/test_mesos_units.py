@@ -531,6 +531,69 @@ def test_an_executor_whose_engine_is_down_too_still_fences_its_jobs() -> None:
     assert sent == ["TASK_LOST"] and engine.killed == ["c1"]
 
 
+@pytest.mark.parametrize("engine_returns", [True, False])
+def test_a_container_the_fence_killed_without_the_engine_is_removed_once_the_engine_answers(
+    monkeypatch: pytest.MonkeyPatch, engine_returns: bool
+) -> None:
+    """The fence stops a job by its pid while the engine is down: the exited container stayed in the
+    engine for ever, since the executor then left and nobody else removes it. Now the executor stays
+    until the engine answers and removes it, for `LEFT_WAIT` s at most, then leaves it, saying so."""
+    from cosched.daemon.docker_backend import EngineUnavailable
+    from cosched.mesos import executor as executor_module
+    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
+
+    monkeypatch.setattr(executor_module, "LEFT_WAIT", 1.0)
+
+    class FlakyEngine:
+        instance = "mesos-F"
+
+        def __init__(self) -> None:
+            self.up = False
+            self.removed: list[str] = []
+
+        def labelled(self, **labels: str) -> list[object]:
+            if not self.up:
+                raise EngineUnavailable("cannot reach the Docker engine")
+            return []
+
+        def remove(self, container: str) -> None:
+            if not self.up:
+                raise EngineUnavailable("cannot reach the Docker engine")
+            self.removed.append(container)
+
+        def sample(self, *args: object) -> None:
+            raise EngineUnavailable("cannot reach the Docker engine")
+
+        def kill_without_engine(self, container: str) -> bool:
+            return True
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    settings = replace(ExecutorSettings.from_env(env), fence=0.3, sample_interval=0.1, poll_interval=0.05)
+    engine = FlakyEngine()
+    executor = Executor(settings, backend=engine)  # type: ignore[arg-type]
+    sent: list[str] = []
+    executor.update = lambda task_id, state, message="", data=None: sent.append(state)  # type: ignore[method-assign]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1")
+    executor.served = True
+    watcher = threading.Thread(target=executor._watch, daemon=True)
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sent == ["TASK_LOST"]
+        time.sleep(0.3)
+        assert not executor.done, "left with its stopped container still in the engine"
+        engine.up = engine_returns
+        watcher.join(10)
+    finally:
+        executor.stopping.set()
+        watcher.join(5)
+    assert executor.done
+    assert engine.removed == (["c1"] if engine_returns else [])
+
+
 def test_a_container_is_killed_by_its_remembered_pid_and_never_another_process(tmp_path: Path) -> None:
     """The fence's kill when the engine cannot be asked: by a pidfd of the pid remembered at launch,
     checked against its start time, so a pid the kernel gave to another process is left alone."""

@@ -60,6 +60,9 @@ IDLE_STREAM = 7 * 86400.0
 """How long a read of the agent's stream may wait for an event (an agent sends none while idle)."""
 ANSWER_RETRY = 15.0
 """Seconds a quota answer is retried while the agent refuses it (the framework waits on it)."""
+LEFT_WAIT = 600.0
+"""Seconds an executor whose tasks all ended stays for the engine to answer, to remove the containers
+it stopped without it (`_remove_left`); after that it leaves them to the engine, with an error line."""
 HALF_MADE_WAIT = 10.0
 """Seconds a launch the engine cut short waits for it to answer, to remove what it may have made,
 before the run is reported lost with its engine at fault (under the framework's launch timeout)."""
@@ -134,6 +137,8 @@ class _Task:
     container: str = ""
     killing: bool = False
     ended: bool = False
+    left: bool = False
+    """Its container stopped while the engine could not be asked (`_stop`), so not removed yet."""
 
 
 @dataclass
@@ -163,6 +168,8 @@ class Executor:
         self._launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="cosched-launch")
         self._unanswered: float | None = None
         """Since when every call to the agent failed (None: the last one was answered)."""
+        self._left_since = 0.0
+        """When `_remove_left` first found a container to remove (0: never)."""
 
     # -- the stream ------------------------------------------------------------
     def run(self) -> int:
@@ -472,6 +479,7 @@ class Executor:
                     else:
                         how = "its process killed by pid" if killed else "its process already gone"
                         log.warning("removing the container of task %s: %s; %s", task_id, exc, how)
+                    task.left = True
             self.update(task_id, state, message)
 
     def _message(self, data: bytes) -> None:
@@ -522,7 +530,7 @@ class Executor:
         come first: a job that ended just before the fence is reported ended, not lost."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
-            steps = [self._collect_ends, self._fence, self._leave_when_done]  # an end first: reported as such
+            steps = [self._collect_ends, self._fence, self._remove_left, self._leave_when_done]  # an end first
             if time.monotonic() - last_sample >= self.settings.sample_interval:
                 last_sample = time.monotonic()
                 steps.append(self._report_usage)
@@ -587,10 +595,34 @@ class Executor:
                 reason = "out of memory" if exit.oom else f"exit code {exit.code}"
                 self.update(task_id, "TASK_FAILED", reason, data)
 
+    def _remove_left(self) -> None:
+        """Remove the containers `_stop` could only kill (the engine down during a fence): nobody else
+        removes them once this executor has left, and the engine would keep them, exited, for ever.
+        Tried at each poll, quietly, for `LEFT_WAIT` s from the first try (the fence has said the
+        engine is down)."""
+        with self.lock:
+            left = [(task_id, t) for task_id, t in self.tasks.items() if t.left]
+        if not left:
+            return
+        self._left_since = self._left_since or time.monotonic()
+        if time.monotonic() - self._left_since > LEFT_WAIT:
+            names = ", ".join(t.container for _, t in left)
+            log.error("the Docker engine did not answer for %.0f s: containers %s left to it, exited", LEFT_WAIT, names)
+            for _, task in left:
+                task.left = False
+            return
+        for task_id, task in left:
+            try:
+                self.backend.remove(task.container)
+            except EngineUnavailable:
+                return
+            task.left = False
+            log.info("removed the container of task %s, stopped while the engine was down", task_id)
+
     def _leave_when_done(self) -> None:
         """Every task ended and the agent acknowledged each end: this executor has nothing left to do."""
         with self.lock:
-            ended = all(t.ended for t in self.tasks.values())
+            ended = all(t.ended and not t.left for t in self.tasks.values())
         with self.updates.lock:
             pending = bool(self.updates.pending)
         if self.served and ended and not pending and not self._launching:
