@@ -193,6 +193,12 @@ class Cluster:
         """Total capacity in the allocation unit (cores or nodes)."""
         return self.nodes if self.allocation is Allocation.NODE else self.cores
 
+    def memory_on_one_node(self, cores: int, memory_per_core: int) -> int:
+        """The most MiB of a job one node must hold: memory is per core, and a gang's fullest node
+        has at most a node's cores of it. The daemon's submission check and the core's refusal both
+        compare it with `memory_per_node`, so a job the API accepts is never refused a pass later."""
+        return min(cores, self.cores_per_node) * memory_per_core
+
     def units_for(self, job: Job) -> int:
         """A job's size in this cluster's allocation unit."""
         if self.allocation is Allocation.NODE:

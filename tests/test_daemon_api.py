@@ -152,7 +152,7 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         ({"command": []}, "command", ""),
         ({"command": "echo 'unclosed"}, "command", "cannot split command"),
         ({"image": "cosched/not-here:nope"}, "image", "is not in the local Docker engine"),
-        ({"memory_mib": 5000}, "memory_mib", "the cluster has 4096"),
+        ({"memory_mib": 5000}, "memory_mib", "5000 MiB asked on one node, and a node has 4096 MiB"),
         ({"data_dirs": ["/etc"]}, "data_dirs", "not under a configured data root"),
         ({"data_dirs": ["/\x00"]}, "data_dirs", "must not contain a NUL character"),
         ({"env": {"1BAD": "x"}}, "env", ""),

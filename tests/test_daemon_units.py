@@ -1115,6 +1115,67 @@ def test_a_workflow_whose_stage_is_cancelled_is_cancelled_not_failed(tmp_path: P
     daemon.close()
 
 
+def test_a_workflow_whose_stage_the_core_refuses_fails_and_frees_its_room(tmp_path: Path) -> None:
+    """A stage the core refuses (here: a per-user core cap lowered before a restart) was marked
+    failed alone: its workflow stayed `running` for ever, and its stages to come kept their room
+    under the job caps (an audit of the two worlds). It now fails its workflow as a failed run does."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4, max_cores_per_user=4)
+    spec = {"name": "w", "image": "x", "command": "true", "cores": 2, "memory_mib": 64, "walltime": 100}
+    workflow, [first] = daemon.submit_workflow(
+        WorkflowSpec(**spec, stages=[{"name": "a"}, {"name": "b", "depends": ["a"]}])
+    )
+    blocker = daemon.submit_job(JobSpec(image="x", command=["true"], cores=4, memory_mib=64, walltime=100))
+    daemon.close()
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4, max_cores_per_user=1)
+    daemon.schedule()
+    status = views.workflow_status(daemon, workflow)
+    assert status is not None
+    assert (status["state"], status["failed_stage"]) == ("failed", "a")
+    assert {stage: info["state"] for stage, info in status["stages"].items()} == {"a": "failed", "b": "cancelled"}
+    assert "max_cores_per_user" in str(daemon.store.job(first)["reason"])
+    assert daemon.store.job(blocker)["state"] == "failed"
+    with daemon.store.transaction() as db:
+        assert daemon.store.count_live(db) == 0  # stage b's room is free again
+    daemon.close()
+
+
+def test_the_api_refuses_a_job_whose_memory_no_node_holds_as_the_core_would(tmp_path: Path) -> None:
+    """Two nodes of 4 cores and 4,096 MiB: a 2-core job asking 6,000 MiB fits the cluster's 8,192 in
+    all, was accepted, and was refused by the core's per-node rule at the next pass (an audit of
+    the two worlds). Both now read one rule (`Cluster.memory_on_one_node`); a gang spread over both
+    nodes may still ask for all of it."""
+    from fake_engine import Clock, FakeEngine
+
+    from cosched.daemon.service import Daemon
+    from cosched.daemon.submissions import Rejected
+
+    clock = Clock()
+    config = from_dict(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "cluster": {"nodes": 2, "cores": 8, "memory_mib": 8192},
+            "policies": {"cosched": "none"},
+        }
+    )
+    daemon = Daemon(config, backend=FakeEngine(clock), clock=clock)  # type: ignore[arg-type]
+    daemon.start()
+    spec = {"image": "x", "command": ["true"], "walltime": 100}
+    with pytest.raises(Rejected, match=r"^memory_mib: 6000 MiB asked on one node, and a node has 4096 MiB$"):
+        daemon.submit_job(JobSpec(**spec, cores=2, memory_mib=6000))
+    with pytest.raises(Rejected, match=r"^memory_mib: 9000 MiB asked, 4500 MiB of it on one node, and a node has"):
+        daemon.submit_job(JobSpec(**spec, cores=8, memory_mib=9000, span=True))
+    gang = daemon.submit_job(JobSpec(**spec, cores=8, memory_mib=8192, span=True))
+    daemon.schedule()
+    assert daemon.store.job(gang)["state"] == "running"
+    daemon.close()
+
+
 def test_a_workflows_stages_to_come_keep_its_room_under_the_job_caps(tmp_path: Path) -> None:
     """A workflow needs room for all its stages, but the caps counted only those submitted: five
     workflows of a stage fanning out to five fit `max_jobs_per_user = 10` and became 25 live jobs

@@ -267,3 +267,20 @@ def test_load_errors_are_one_line_naming_the_file(tmp_path: Path, text: str, pro
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read workflow file"):
         load_workflow(tmp_path / "absent.toml")
+
+
+def test_a_stage_the_core_refuses_fails_its_workflow_in_replay() -> None:
+    """A stage whose memory no node holds is refused by the core: in replay its workflow was left
+    neither finished nor failed, with no word (an audit of the two worlds). It now fails as the
+    daemon's does: the stage named, the ones after it never submitted."""
+    from cosched.model import Cluster, JobState
+    from cosched.replay.driver import PolicySet, replay
+    from cosched.replay.workflow_runs import WorkflowRuns
+
+    runs = WorkflowRuns(lambda workflow, stage: (100.0, 50.0))
+    stages = (Stage("a", "custom.a", True, 1, ()), Stage("b", "custom.b", True, 1, ("a",)))
+    jobs = runs.submit(Workflow("w", "custom", 2, 3000, stages), 0.0)
+    result = replay(jobs, Cluster(2, 4, memory_per_node=4096), PolicySet(), react=runs.react)
+    [run] = runs.runs.values()
+    assert [job.state for job in result.rejected] == [JobState.FAILED]
+    assert (run.finished, run.failed_stage, list(run.jobs)) == (True, "a", ["a"])

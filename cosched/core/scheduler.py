@@ -840,7 +840,7 @@ class Scheduler:
         if not job.span and job.cores > cluster.cores_per_node:
             return f"job {job.id} needs {job.cores} cores on one node, nodes have {cluster.cores_per_node}"
         if job.memory and cluster.memory_per_node:
-            per_node = min(job.cores, cluster.cores_per_node) * job.memory
+            per_node = cluster.memory_on_one_node(job.cores, job.memory)
             if per_node > cluster.memory_per_node:
                 return f"job {job.id} needs {per_node} MiB on a node, nodes have {cluster.memory_per_node}"
         return ""

@@ -100,6 +100,8 @@ def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], acti
             elif isinstance(action, Reject):  # refused, or its latest start passed: durable with the reason
                 store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
                 daemon.specs.pop(action.job.id, None)
+                if action.job.workflow is not None:  # a stage that can never start fails its workflow
+                    workflow_stages.fail(store, db, int(action.job.workflow), _stage_of(daemon, action.job.id))
         rejected = any(isinstance(action, Reject) for action in actions)
         plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
         _save_learning(daemon, db, ends)

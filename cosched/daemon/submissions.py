@@ -55,11 +55,12 @@ def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> 
     if spec.cores > per_node and not _spans(daemon, spec.model_dump()):
         where = "a Mesos agent" if daemon.config.backend.kind == "mesos" else "a node"
         raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
-    memory = _memory_mib(daemon, spec)
-    if memory > daemon.cluster.memory_per_node * daemon.cluster.nodes:
+    memory = _memory_mib(daemon, spec.model_dump())
+    on_a_node = daemon.cluster.memory_on_one_node(spec.cores, math.ceil(memory / spec.cores))
+    if on_a_node > daemon.cluster.memory_per_node:
+        of_it = f", {on_a_node} MiB of it on one node" if on_a_node != memory else " on one node"
         raise Rejected(
-            "memory_mib",
-            f"{memory} MiB asked, the cluster has {daemon.cluster.memory_per_node * daemon.cluster.nodes}",
+            "memory_mib", f"{memory} MiB asked{of_it}, and a node has {daemon.cluster.memory_per_node} MiB"
         )
     docker = daemon.config.docker
     problem = data_dirs_allowed(spec.data_dirs, docker.data_roots, account, docker.job_user)
@@ -264,7 +265,7 @@ def job_from(
     daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, user: str, workflow: int | None = None
 ) -> Job:
     cores = int(spec["cores"])
-    memory = spec.get("memory_mib") or cores * daemon.config.cluster.default_memory_per_core
+    memory = _memory_mib(daemon, spec)
     begin, latest_start = start_window.stored(spec)
     return Job(
         id=job_id,
@@ -292,8 +293,6 @@ def _spans(daemon: Daemon, spec: dict[str, Any]) -> bool:
     return bool(span) if span is not None else daemon.config.backend.kind != "mesos"
 
 
-def _memory_mib(daemon: Daemon, spec: JobSpec) -> int:
+def _memory_mib(daemon: Daemon, spec: dict[str, Any]) -> int:
     """A job's memory in all: as asked, or `default_memory_per_core` per core (Slurm's DefMemPerCPU)."""
-    if spec.memory_mib is not None:
-        return spec.memory_mib
-    return spec.cores * daemon.config.cluster.default_memory_per_core
+    return int(spec.get("memory_mib") or int(spec["cores"]) * daemon.config.cluster.default_memory_per_core)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from cosched.core.events import Event, JobSubmitted
+from cosched.core.events import Event, JobEnded, JobSubmitted, Reject
 from cosched.core.scheduler import Scheduler
 from cosched.core.validate import ValidatingScheduler
 from cosched.errors import SchedulingError
@@ -110,7 +110,9 @@ class ReplayResult:
 
 Reactor = Callable[[float, list[Event]], list[Event]]
 """Sees each step's backend events and may add submissions (workflow stages whose
-predecessors just finished) to the same step."""
+predecessors just finished) to the same step. A job the core refuses is told to it as a
+failed end after that step (a refused stage fails its workflow, as the daemon's `plan` has
+it); a failed end adds nothing."""
 
 
 class Replay:
@@ -208,6 +210,8 @@ class Replay:
                 actions, next_wake = decision.actions, decision.wake_at
                 if actions:
                     apply(now, actions)
+                    if react is not None:
+                        react(now, _refused(actions, now))
                 self.passes_run += 1
                 if pause is not None and pause(now):
                     self.seconds += time.perf_counter() - started_at
@@ -235,6 +239,8 @@ class Replay:
         actions = self.step(now, []).actions
         if actions:
             self.backend.apply(now, actions)
+            if self.react is not None:
+                self.react(now, _refused(actions, now))
         self.passes_run += 1
 
     def result(self) -> ReplayResult:
@@ -270,6 +276,11 @@ def replay(jobs: Sequence[Job], cluster: Cluster, policies: PolicySet | None = N
     job does, and gets it back when it ends (`SimulatedBackend.admit`).
     """
     return Replay(jobs, cluster, policies, **options).run()
+
+
+def _refused(actions: list[Any], now: float) -> list[Event]:
+    """The jobs a step refused, as failed ends for the reactor."""
+    return [JobEnded(a.job.id, failed=True, at=now) for a in actions if isinstance(a, Reject)]
 
 
 def _finished(submitted: list[Job], rejected: list[Job]) -> list[Job]:
