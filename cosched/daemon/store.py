@@ -133,9 +133,13 @@ _NEEDED = (
     " OR guest IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
     " OR host IN (SELECT id FROM jobs WHERE state IN ('pending', 'launching', 'running'))"
     " OR (json_extract(body, '$.loss') IS NULL AND json_extract(body, '$.host_runtime') IS NOT NULL"
-    "     AND json_extract(body, '$.executed') AND json_extract(body, '$.fraction') > 0)"
+    "     AND json_extract(body, '$.executed') AND json_extract(body, '$.fraction') > 0"
+    "     AND COALESCE(json_extract(body, '$.note'), '') = '')"
 )
-"""The decisions a restarted daemon needs (one parameter: how many of the last to keep in any case)."""
+"""The decisions a restarted daemon needs (one parameter: how many of the last to keep in any case).
+The last clause: a lending whose lender ended and that is still to be scored; one with a note
+(its lender failed or was cancelled, unscored) is settled, as `ASAx.restore` reads it, and was
+reloaded, and kept from the purge, for ever."""
 
 DECISIONS_KEPT = 256
 """Lending decisions a daemon keeps in memory and reloads at start (the store keeps all; `explain` reads them here)."""

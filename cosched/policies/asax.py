@@ -22,6 +22,7 @@ nothing for the lender, so it is logged but not learned from.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -416,9 +417,10 @@ class ASAx(CoschedulePolicy):
             self.resolved.append(decision)
 
     def since(self, seq: int) -> list[LendingDecision]:
-        """The decisions numbered `seq` and later that are still in memory."""
-        first = self.decisions[0].seq if self.decisions else self.decided
-        return self.decisions[max(0, seq - first) :]
+        """The decisions numbered `seq` and later that are still in memory. Found by number, not by
+        subtracting the first one's: a restart reloads the last ones and older ones still needed,
+        with gaps between (the new ones were then not saved when made, and a kill lost them)."""
+        return self.decisions[bisect_left(self.decisions, seq, key=_seq) :]
 
     def forget(self, keep: int) -> None:
         """Keep only the last `keep` decisions in memory (the daemon's store has every one).
@@ -432,6 +434,10 @@ class ASAx(CoschedulePolicy):
     def explain(self, job_id: int) -> list[LendingDecision]:
         """Every decision in which `job_id` was the guest or the lender."""
         return [d for d in self.decisions if job_id in (d.guest, d.host)]
+
+
+def _seq(decision: LendingDecision) -> int:
+    return decision.seq
 
 
 def _kind(job: Job) -> Kind:
