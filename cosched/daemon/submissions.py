@@ -59,9 +59,7 @@ def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> 
     on_a_node = daemon.cluster.memory_on_one_node(spec.cores, math.ceil(memory / spec.cores))
     if on_a_node > daemon.cluster.memory_per_node:
         of_it = f", {on_a_node} MiB of it on one node" if on_a_node != memory else " on one node"
-        raise Rejected(
-            "memory_mib", f"{memory} MiB asked{of_it}, and a node has {daemon.cluster.memory_per_node} MiB"
-        )
+        raise Rejected("memory_mib", f"{memory} MiB asked{of_it}, and a node has {daemon.cluster.memory_per_node} MiB")
     docker = daemon.config.docker
     problem = data_dirs_allowed(spec.data_dirs, docker.data_roots, account, docker.job_user)
     if problem:
