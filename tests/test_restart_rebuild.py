@@ -241,7 +241,7 @@ def _lenders_loss(state_dir: Path, restart_at: float | None) -> tuple[float | No
     restart at `restart_at` or none: the loss, the runtime alone it was held against, and how it
     was found."""
     daemon, clock, engine, host, guest = _lending(state_dir)
-    for moment in (1030.0, 1050.0, 1100.0, 1200.0, 1400.0):
+    for moment in (1030.0, 1050.0, 1075.0, 1100.0, 1200.0, 1400.0):
         clock.t = moment
         if moment == restart_at:
             daemon.rebuild()
@@ -259,10 +259,17 @@ def _lenders_loss(state_dir: Path, restart_at: float | None) -> tuple[float | No
 
 
 @pytest.mark.usefixtures("lend_most")
-@pytest.mark.parametrize("restart_at", [1030.0, 1200.0], ids=["while-it-lends", "after-the-guest-ended"])
+@pytest.mark.parametrize(
+    "restart_at",
+    [1030.0, 1075.0, 1200.0],
+    ids=["while-it-lends", "after-a-sample-in-the-lending", "after-the-guest-ended"],
+)
 def test_a_lenders_loss_is_the_same_with_a_restart_between(tmp_path: Path, restart_at: float) -> None:
     """A restored lending had no lender to read samples from, no end and no pace while it lent: it
-    was closed at the lender's end at full quota, and scored 0 where the live daemon scored 0.35."""
+    was closed at the lender's end at full quota, and scored 0 where the live daemon scored 0.35.
+    Restarted after the lender's sample in the lending (1050) and before the lending's end, it was
+    closed with no reading (the sample lived in memory only) and scored 0 again (an audit): each
+    sample in a lending is now noted on its decision in the state file."""
     live = _lenders_loss(tmp_path / "live", restart_at=None)
     assert live[0] is not None and live[0] > 0.1 and live[2].startswith("its own pace")
     assert _lenders_loss(tmp_path / "restarted", restart_at) == pytest.approx(live)
@@ -586,3 +593,61 @@ def test_a_lending_left_unscored_is_not_reloaded_or_kept_for_ever(tmp_path: Path
     assert daemon.store.decisions_needed(0) == []
     assert daemon.store.purge_decisions(1e12, 0) == 1
     daemon.close()
+
+
+def _two_lendings(state_dir: Path, restart: bool) -> list[tuple[Any, ...]]:
+    """H (8 cores) is sampled alone at 2.4 CPUs busy and lends to G1; once G1 ends, H is sampled
+    sharing nothing, at its reduced quota, and lends to G2; H ends at 1400 (scored on its own pace)."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(state_dir, clock, engine, cores=8, cosched="asax", min_guest_share=0.0)
+    host = daemon.submit_job(_spec(8))
+    daemon.schedule()
+    clock.t = 1010.0
+    _measured(daemon, engine, host)
+    first = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    clock.t = 1030.0
+    daemon.sample()  # the first sample under a new quota reads nothing
+    engine.samples[host] = Sample(0.4, 0.1, 0, 0)  # 1.6 of the 4 CPUs it kept: slower than alone at 2.4
+    daemon.sample()
+    daemon.schedule()
+    clock.t = 1100.0
+    engine.finish(first)
+    daemon.schedule()
+    clock.t = 1150.0
+    daemon.sample()
+    engine.samples[host] = Sample(0.1, 0.1, 0, 0)
+    daemon.sample()
+    daemon.schedule()
+    second = daemon.submit_job(_spec(4))
+    daemon.schedule()
+    assert [daemon.store.job(g)["host"] for g in (first, second)] == [host, host]
+    clock.t = 1200.0
+    engine.samples[host] = Sample(1.0, 0.1, 0, 0)
+    daemon.sample()
+    daemon.schedule()
+    if restart:
+        clock.t = 1300.0
+        daemon.rebuild()
+        daemon.schedule()
+    clock.t = 1400.0
+    engine.finish(host)
+    daemon.schedule()
+    scored = [
+        (d["guest"], d["loss"], d["baseline"], d["note"]) for g in (first, second) for d in daemon.store.decisions(g)
+    ]
+    daemon.close()
+    return scored
+
+
+@pytest.mark.usefixtures("lend_most")
+def test_a_lender_of_two_lendings_is_held_to_its_pace_alone_after_a_restart(tmp_path: Path) -> None:
+    """The pace a lender kept when last measured alone (0.8 CPUs, at 1150) scores every lending it
+    made; it lived in memory only, and after a restart the first lending was held to the pace
+    decided on then (2.4): a runtime alone of 245 s where the live daemon found 275, and a loss of
+    1.0 for 0.91 (an audit found 0.0 for 0.91 before the samples in a lending were saved too). It
+    is now saved with each decision (`lender_alone`)."""
+    live = _two_lendings(tmp_path / "live", restart=False)
+    assert all(loss is not None and loss > 0.5 for _, loss, _, _ in live), live
+    assert _two_lendings(tmp_path / "restarted", restart=True) == pytest.approx(live)

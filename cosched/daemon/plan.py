@@ -136,7 +136,7 @@ def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
     if ends:  # every end may teach a kind's runtime alone
         daemon.store.set_meta(db, "baselines", daemon.asax.baselines.to_state())
     new = daemon.asax.since(daemon.saved_decisions)
-    resolved, daemon.asax.resolved = daemon.asax.resolved, []
+    resolved, daemon.asax.resolved = [*daemon.asax.resolved, *daemon.asax.lending_paces()], []
     if not new and not resolved:
         return
     for decision in [*resolved, *new]:

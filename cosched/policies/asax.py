@@ -96,10 +96,14 @@ class LendingDecision:
     lent_until: float | None = None
     """When the lending ended (its guest's end, or its lender's)."""
     shared_busy: float | None = None
-    """CPUs the lender kept busy while it lent (None: no sample fell in the lending)."""
+    """CPUs the lender kept busy while it lent, by its last sample in the lending (None: no sample
+    fell in it); noted at each sample (`lending_paces`), not only at the lending's end."""
     shared_quota: float | None = None
     """The quota the lender kept while it lent. These four are what its loss needs: saved with the
     decision, so a restart before the lender's end scores it as the live daemon would."""
+    lender_alone: float | None = None
+    """CPUs the lender kept busy when last measured alone at full quota, as of this decision: its
+    pace alone for every lending it is scored on, which a restart takes back from here."""
 
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -225,6 +229,7 @@ class ASAx(CoschedulePolicy):
                 learner=learner,
             )
             decision.seq = self.decided
+            decision.lender_alone = self._alone.get(host.id)
             self.decided += 1
             self.decisions.append(decision)
             lent = decision.fraction * host.cores
@@ -339,11 +344,26 @@ class ASAx(CoschedulePolicy):
         decision = item.decision
         if decision.lent_until is not None:
             return
-        host = item.host
-        measured = host is not None and host.usage is not None and host.usage.at > item.decision.time
         decision.lent_until, decision.shared_quota = end, shared_quota
-        decision.shared_busy = busy_cpus(host) if measured and host is not None else None
+        self._note_pace(item)  # else the last one noted stands (a restart's lender has no sample yet)
         self.resolved.append(decision)
+
+    def lending_paces(self) -> list[LendingDecision]:
+        """The lendings under way whose lender was sampled since their pace was last noted, with it
+        noted (`shared_busy`), for a caller that saves them: a restart before the lending ends then
+        closes it on the reading the live daemon would have used, not on none."""
+        return [item.decision for item in self._lent_to.values() if self._note_pace(item)]
+
+    @staticmethod
+    def _note_pace(item: _Pending) -> bool:
+        """Note the lender's last sample taken in the lending on its decision; whether it changed."""
+        host, decision = item.host, item.decision
+        if host is None or host.usage is None or host.usage.at <= decision.time:
+            return False
+        busy = busy_cpus(host)
+        changed = busy != decision.shared_busy
+        decision.shared_busy = busy
+        return changed
 
     def verdict(self, job: Job, runtime: float, stretches: Sequence[Stretch]) -> tuple[float | None, float | None, str]:
         """A lender's loss, the runtime alone it was held against, and how it was found.
@@ -390,6 +410,8 @@ class ASAx(CoschedulePolicy):
         for decision in decisions:
             self.decisions.append(decision)
             self.decided = max(self.decided, decision.seq + 1)
+            if decision.host in running and decision.lender_alone is not None:  # the last one stands
+                self._alone[decision.host] = decision.lender_alone
             self._asked.add((decision.guest, decision.host))
             self._asked_by.setdefault(decision.guest, set()).add(decision.host)
             if decision.executed and decision.fraction > 0 and decision.guest in running:
