@@ -651,3 +651,25 @@ def test_a_lender_of_two_lendings_is_held_to_its_pace_alone_after_a_restart(tmp_
     live = _two_lendings(tmp_path / "live", restart=False)
     assert all(loss is not None and loss > 0.5 for _, loss, _, _ in live), live
     assert _two_lendings(tmp_path / "restarted", restart=True) == pytest.approx(live)
+
+
+@pytest.mark.usefixtures("lend_most")
+def test_a_lending_whose_lender_was_lost_while_the_daemon_was_down_is_resolved(tmp_path: Path) -> None:
+    """H's container vanished while the daemon was down: recovery failed H, but its lending waited
+    for an end that never comes, `pending (the lender is still running)` for ever (an audit)."""
+    from cosched.policies.asax import LOST_WHILE_DOWN, loss_outcome
+
+    daemon, clock, engine, host, guest = _lending(tmp_path)
+    clock.t = 1100.0
+    engine.remove(f"c{host}")
+    daemon.rebuild()
+    daemon.schedule()
+    assert daemon.store.job(host)["state"] == "failed" and _awaiting(daemon) == {}
+    clock.t = 1200.0
+    engine.finish(guest)
+    daemon.schedule()
+    daemon.rebuild()
+    [decision] = daemon.store.decisions(guest)
+    assert decision["loss"] is None and loss_outcome(decision) == LOST_WHILE_DOWN
+    assert daemon.store.decisions_needed(0) == []
+    daemon.close()

@@ -400,12 +400,15 @@ class ASAx(CoschedulePolicy):
         An executed lending whose loss is not known yet waits again for its
         lender's end, with what was saved of it (its lender's pace then and while
         it lent), so a restart loses no learning and asks no pair twice. Its lender,
-        if `running`, is watched again. A guest still running that outlived its
+        if `running`, is watched again; where `running` is given (the daemon's recovery)
+        and the lender is not in it, its run was lost unseen: no end will come, and the
+        lending is resolved without a loss. A guest still running that outlived its
         lender ran shared all the same: its end teaches no runtime alone.
         (Logs from before lenders were scored by their own pace may hold lendings
         whose lender ended unscored: the runtime alone of their kind scores them
         if it is known by now, else they are left without a verdict.)
         """
+        told = running is not None  # the daemon's recovery says which jobs run; a lender not among them never ends
         running = running or {}
         for decision in decisions:
             self.decisions.append(decision)
@@ -421,6 +424,10 @@ class ASAx(CoschedulePolicy):
             pending = _Pending(decision, np.asarray(decision.distributions, dtype=float), running.get(decision.host))
             if decision.busy_then is None:  # saved before busy_then was
                 decision.busy_then = float(decision.features.get("cpu", 1.0)) * decision.host_cores
+            if decision.host_runtime is None and told and decision.host not in running:
+                decision.note = LOST_WHILE_DOWN  # its run is over, its end unseen: nothing to learn
+                self.resolved.append(decision)
+                continue
             if decision.host_runtime is None:
                 self._awaiting.setdefault(decision.host, []).append(pending)
                 self._shared.add(decision.host)  # its runtime is not one alone
@@ -482,6 +489,7 @@ def busy_cpus(job: Job) -> float:
 
 NOT_CARRIED_OUT = "none: not carried out (too little CPU for the guest)"
 LOST_RUN = "none: the lender's run was lost with its machine (it was queued again)"
+LOST_WHILE_DOWN = "none: the lender's run was lost while the daemon was down"
 
 
 def loss_outcome(decision: dict[str, Any]) -> str:
