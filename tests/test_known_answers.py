@@ -160,6 +160,22 @@ def test_runs_last_their_runtime_cut_at_walltime() -> None:
     assert {j.id: j.state for j in result.jobs} == {1: JobState.FAILED, 2: JobState.DONE}
 
 
+@pytest.mark.parametrize("lending", [False, True])
+def test_a_job_cut_at_its_walltime_fails_whether_or_not_others_share_cores(lending: bool) -> None:
+    """H and G lend (Static, half of H to G) on node 0 while V overruns its walltime on node 1,
+    sharing nothing: once any lending had happened, every later end was judged by a rate it never
+    had, and V, killed at 200, ended `done` (an audit of the two worlds). It fails, as with none."""
+    from cosched.policies.cosched import Static
+
+    workload = jobs((0, 2, 50, 100), (0, 2, 500, 200), (0, 2, 50, 100))
+    cosched = Static(0.5) if lending else "none"
+    result = replay(workload, Cluster(nodes=2, cores_per_node=2), PolicySet("fcfs", "easy", cosched=cosched))
+    states = {j.id: j.state for j in result.jobs}
+    assert states == {1: JobState.DONE, 2: JobState.FAILED, 3: JobState.DONE}
+    assert {j.id: j.end for j in result.jobs}[2] == 200
+    assert ({j.id: j.start for j in result.jobs}[3] == 0) is lending  # G ran as H's guest
+
+
 def core(cluster: Cluster) -> Scheduler:
     return Scheduler(cluster, FCFS(), EASY(), Requested(), FirstFit())
 

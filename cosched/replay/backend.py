@@ -142,6 +142,8 @@ class SimulatedBackend:
                 if runtime is None:
                     runtime = job.walltime
                 self.running[job.id] = job
+                if runtime > job.walltime:  # killed at its walltime: its natural end says so at its end
+                    self._natural_end[job.id] = now + runtime
                 self._schedule_end(job, now + min(runtime, job.walltime))
                 if self.account:
                     self._open(now, job, float(job.cores), 1.0)
@@ -232,12 +234,14 @@ class SimulatedBackend:
                 self._ended.append(job)
             if self.account:
                 self.accounts[job.id].close(at)
-            if not shared:  # killed at its walltime if it would have run longer: failed, as the daemon's review
-                events.append(JobEnded(job.id, failed=(job.runtime or 0.0) > job.walltime))
+            # Ended before its work did (its walltime, a kill): failed, as the daemon's review has it.
+            # Only a job whose rate changed, or that would overrun, has a natural end apart from `at`.
+            natural = self._natural_end.pop(job.id, at)
+            self._speed.pop(job.id, None)
+            events.append(JobEnded(job.id, failed=natural > at + 1e-9))
+            if not shared:
                 events.append(Offer(job.slots, memory_of(self.cluster, job, job.slots) if memory_of else None))
                 continue
-            killed = self._natural_end.get(job.id, at) > at + 1e-9
-            events.append(JobEnded(job.id, failed=killed))
             offer = self._released(job)
             if offer is not None:
                 events.append(offer)
