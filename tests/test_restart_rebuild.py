@@ -673,3 +673,81 @@ def test_a_lending_whose_lender_was_lost_while_the_daemon_was_down_is_resolved(t
     assert decision["loss"] is None and loss_outcome(decision) == LOST_WHILE_DOWN
     assert daemon.store.decisions_needed(0) == []
     daemon.close()
+
+
+def test_a_released_stage_competes_for_its_predecessors_cores_as_in_replay(tmp_path: Path) -> None:
+    """SJF on 4 cores: X (2 cores, walltime 1000) and stage a of workflow W (2 cores, walltime 100)
+    start at 1000; Y (2 cores, walltime 1000) waits from 1001; a ends at 1050 and releases b
+    (walltime 10). In replay b is submitted into the step that frees a's cores, and SJF starts it
+    before Y. The daemon released b a pass later, after Y had taken them: b waited for X or Y to
+    end (an audit of the two worlds). Both worlds now start b at 1050 and Y at 1060."""
+    from cosched.daemon.specs import WorkflowSpec
+    from cosched.model import Cluster, Job
+    from cosched.replay.driver import PolicySet, replay
+    from cosched.replay.workflow_runs import WorkflowRuns
+    from workloads.workflows import Stage, Workflow
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4, queue="sjf", backfill="easy")
+    x = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, memory_mib=64, walltime=1000))
+    stages = [{"name": "a", "walltime": 100}, {"name": "b", "walltime": 10, "depends": ["a"]}]
+    workflow, [a] = daemon.submit_workflow(
+        WorkflowSpec(name="w", image="x", command=["true"], cores=2, memory_mib=64, stages=stages)
+    )
+    daemon.schedule()
+    clock.t = 1001.0
+    y = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, memory_mib=64, walltime=1000))
+    daemon.schedule()
+    clock.t = 1050.0
+    engine.finish(a)
+    daemon.schedule()
+    [b] = [row["id"] for row in daemon.store.jobs(workflow=workflow) if row["stage"] == "b"]
+    clock.t = 1060.0
+    engine.finish(b)
+    daemon.schedule()
+    live = {name: daemon.store.job(job)["start"] for name, job in (("X", x), ("a", a), ("b", b), ("Y", y))}
+    daemon.close()
+
+    sizes = {"a": (100.0, 50.0), "b": (10.0, 10.0)}
+    runs = WorkflowRuns(lambda workflow, stage: sizes[stage.name], first_job_id=3)
+    w = Workflow("w", "custom", 2, 64, (Stage("a", "a", True, 1, ()), Stage("b", "b", True, 1, ("a",))))
+    jobs = [Job(id=1, submit=1000.0, cores=2, walltime=1000.0, runtime=1000.0), *runs.submit(w, 1000.0)]
+    jobs.append(Job(id=2, submit=1001.0, cores=2, walltime=1000.0, runtime=1000.0))
+    result = replay(jobs, Cluster(1, 4), PolicySet("sjf", "easy"), react=runs.react)
+    by_name = {"X": 1, "Y": 2, **{stage: job.id for stage, job in next(iter(runs.runs.values())).jobs.items()}}
+    starts = {job.id: job.start for job in result.jobs}
+    assert live == {name: starts[job] for name, job in by_name.items()}
+    assert (live["b"], live["Y"]) == (1050.0, 1060.0)
+
+
+def test_a_stage_released_by_a_pass_that_fails_is_released_once_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stages are released into the pass's own transaction before the core's step: a pass that
+    raises after the step leaves no row of them, and the pass after the rebuild releases them once."""
+    from cosched.daemon.specs import WorkflowSpec
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4)
+    stages = [{"name": "a"}, {"name": "b", "depends": ["a"]}]
+    spec = WorkflowSpec(name="w", image="x", command=["true"], cores=2, memory_mib=64, walltime=100, stages=stages)
+    workflow, [a] = daemon.submit_workflow(spec)
+    daemon.schedule()
+    record = plan.record
+
+    def fails_once(*args: Any) -> Any:
+        monkeypatch.setattr(plan, "record", record)
+        raise RuntimeError("a bug between the core's step and the plan's commit")
+
+    monkeypatch.setattr(plan, "record", fails_once)
+    clock.t = 1010.0
+    engine.finish(a)
+    daemon.schedule()
+    assert daemon.rebuild_due and [row["stage"] for row in daemon.store.jobs(workflow=workflow)] == ["a"]
+    daemon.retry_at = 0.0
+    daemon.schedule()
+    rows = {row["stage"]: row["state"] for row in daemon.store.jobs(workflow=workflow)}
+    assert rows == {"a": "done", "b": "running"}
+    daemon.close()

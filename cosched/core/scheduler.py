@@ -318,14 +318,19 @@ class Scheduler:
         if self._backfill_ended is not None:
             self._backfill_ended(job, job.host >= 0 or job.id in self.guests)
         self._leave_running(job, job.end, now, actions)
-        if self._killing and job.id in self._killing:
-            self._killing.discard(job.id)
-            job.state = JobState.CANCELLED
-        else:
-            job.state = JobState.FAILED if event.failed else JobState.DONE
+        job.state = self.end_state(job.id, event.failed)
+        self._killing.discard(job.id)
         self._view.epoch += 1
         if self._observe is not None:
             self._observe(job, now)
+
+    def end_state(self, job_id: int, failed: bool) -> JobState:
+        """What a running job's end leaves it: cancelled if a cancel was killing it, else failed or
+        done. A caller that acts on an end in the step that takes it (the daemon releases the next
+        workflow stage into that step, as replay does) asks this one rule first."""
+        if job_id in self._killing:
+            return JobState.CANCELLED
+        return JobState.FAILED if failed else JobState.DONE
 
     def _on_cancelled(self, event: JobCancelled, now: float, actions: list[Action]) -> None:
         job = self.jobs.get(event.job_id)

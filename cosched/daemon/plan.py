@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
 
 
+Released = list[tuple[int, dict[str, Any]]]
+"""Stages submitted in a pass, (job id, spec)."""
+
+
 @dataclass(slots=True)
 class Plan:
     """What one pass decided, written to the store before it is carried out."""
@@ -29,83 +33,82 @@ class Plan:
     launches: list[tuple[Job, list[int], float, int | None]] = field(default_factory=list)
     quotas: list[tuple[int, float, int]] = field(default_factory=list)
     kills: list[int] = field(default_factory=list)
-    submitted: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    submitted: Released = field(default_factory=list)
+    """Workflow stages its ends released (before the core's step: `workflow_stages.released_by`)."""
     settled: int = 0
     """Jobs whose dependencies it settled: released or cancelled by the next pass."""
 
 
-def record(daemon: Daemon, now: float, ends: list[End], cancels: list[Job], actions: list[Any]) -> Plan:
-    """Write everything this pass decided, in one transaction, before doing any of it."""
-    plan = Plan()
+def record(
+    daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[Job], actions: list[Any], released: Released
+) -> Plan:
+    """Write everything this pass decided, in its transaction (`db`: the caller's, which holds the
+    stages its ends released, `released`), before doing any of it."""
+    plan = Plan(submitted=list(released))
     store = daemon.store
-    with store.transaction() as db:
-        for end in ends:
-            job = end.job
-            if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
-                store.update_job(
-                    db,
-                    job.id,
-                    state="pending",
-                    start=None,
-                    slots=None,
-                    cpus=None,
-                    quota=None,
-                    host=-1,
-                    container=None,
-                    reason=f"requeued: {end.reason}",
-                    requeue=None,
-                    lost_runs=daemon.lost_runs.get(job.id, 0),
-                )
-                continue
-            state = job.state.value if job.state is not JobState.RUNNING else "failed"
+    for end in ends:
+        job = end.job
+        if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
             store.update_job(
                 db,
                 job.id,
-                state=state,
-                end=end.at,
-                exit_code=end.exit_code,
-                cpu_seconds=end.cpu_seconds,
-                reason=end.reason,
-                log_tail=end.log_tail,
+                state="pending",
+                start=None,
+                slots=None,
+                cpus=None,
+                quota=None,
+                host=-1,
+                container=None,
+                reason=f"requeued: {end.reason}",
+                requeue=None,
+                lost_runs=daemon.lost_runs.get(job.id, 0),
             )
+            continue
+        state = job.state.value if job.state is not JobState.RUNNING else "failed"
+        store.update_job(
+            db,
+            job.id,
+            state=state,
+            end=end.at,
+            exit_code=end.exit_code,
+            cpu_seconds=end.cpu_seconds,
+            reason=end.reason,
+            log_tail=end.log_tail,
+        )
+        if job.workflow is not None and state != "done":  # a success released its next stages before the step
+            workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), state)
+    for job in cancels:
+        if job.state is JobState.CANCELLED:
+            store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
+            daemon.specs.pop(job.id, None)
             if job.workflow is not None:
-                workflow_id = int(job.workflow)
-                if state == "done":
-                    plan.submitted += workflow_stages.release(store, db, workflow_id, now)
-                else:
-                    workflow_stages.fail(store, db, workflow_id, _stage_of(daemon, job.id), state)
-        for job in cancels:
-            if job.state is JobState.CANCELLED:
-                store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
-                daemon.specs.pop(job.id, None)
-                if job.workflow is not None:
-                    workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), "cancelled")
-        for action in actions:
-            if isinstance(action, Launch):
-                cpus = daemon.cpu_map.take(action.slots)
-                _mark_launching(daemon, db, action.job, cpus, now)
-                plan.launches.append((action.job, cpus, float(action.job.cores), None))
-            elif isinstance(action, Colocate):
-                cpus = share_of(daemon.cpus_of[action.host_id], action.slots, daemon.cpu_map)
-                _mark_launching(daemon, db, action.guest, cpus, now)
-                # A guest starts on a lent quota: logged, so its quota history is complete.
-                seq = store.log_quota(db, action.guest.id, action.quota, now)
-                plan.launches.append((action.guest, cpus, action.quota, seq))
-            elif isinstance(action, SetQuota):
-                seq = store.log_quota(db, action.job_id, action.cpus, action.at)
-                store.update_job(db, action.job_id, quota=action.cpus)
-                plan.quotas.append((action.job_id, action.cpus, seq))
-            elif isinstance(action, Kill):
-                plan.kills.append(action.job_id)
-            elif isinstance(action, Reject):  # refused, or its latest start passed: durable with the reason
-                store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
-                daemon.specs.pop(action.job.id, None)
-                if action.job.workflow is not None:  # a stage that can never start fails its workflow
-                    workflow_stages.fail(store, db, int(action.job.workflow), _stage_of(daemon, action.job.id))
-        rejected = any(isinstance(action, Reject) for action in actions)
-        plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
-        _save_learning(daemon, db, ends)
-        store.charge(db, daemon.core.charged)
+                workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), "cancelled")
+    for action in actions:
+        if isinstance(action, Launch):
+            cpus = daemon.cpu_map.take(action.slots)
+            _mark_launching(daemon, db, action.job, cpus, now)
+            plan.launches.append((action.job, cpus, float(action.job.cores), None))
+        elif isinstance(action, Colocate):
+            cpus = share_of(daemon.cpus_of[action.host_id], action.slots, daemon.cpu_map)
+            _mark_launching(daemon, db, action.guest, cpus, now)
+            # A guest starts on a lent quota: logged, so its quota history is complete.
+            seq = store.log_quota(db, action.guest.id, action.quota, now)
+            plan.launches.append((action.guest, cpus, action.quota, seq))
+        elif isinstance(action, SetQuota):
+            seq = store.log_quota(db, action.job_id, action.cpus, action.at)
+            store.update_job(db, action.job_id, quota=action.cpus)
+            plan.quotas.append((action.job_id, action.cpus, seq))
+        elif isinstance(action, Kill):
+            plan.kills.append(action.job_id)
+        elif isinstance(action, Reject):  # refused, or its latest start passed: durable with the reason
+            store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
+            daemon.specs.pop(action.job.id, None)
+            if action.job.workflow is not None:  # a stage that can never start fails its workflow
+                workflow_stages.fail(store, db, int(action.job.workflow), _stage_of(daemon, action.job.id))
+    rejected = any(isinstance(action, Reject) for action in actions)
+    plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
+    _save_learning(daemon, db, ends)
+    store.charge(db, daemon.core.charged)
     return plan
 
 

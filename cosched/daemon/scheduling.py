@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Event, JobCancelled, JobSubmitted
 from cosched.daemon import (
@@ -27,6 +27,7 @@ from cosched.daemon import (
     plan,
     state_faults,
     submissions,
+    workflow_stages,
 )
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.store import DECISIONS_KEPT, StateError
@@ -115,8 +116,8 @@ def _rebuilt(daemon: Daemon) -> bool:
 
 
 def _pass(daemon: Daemon) -> bool:
-    """The pass itself; True when it left the next one work: workflow stages submitted that the
-    core has not seen, or dependencies settled (releases and cancels in the inbox).
+    """The pass itself; True when it left the next one work: dependencies settled (releases and
+    cancels in the inbox). Workflow stages its ends release enter the core in its own step.
 
     Runs under `pass_lock`; `lock` is taken only to step the core and write
     the plan, so the engine calls that carry the plan out hold no one up.
@@ -142,17 +143,21 @@ def _pass(daemon: Daemon) -> bool:
             ended_now.add(end.job.id)
             if offer is not None and (offer := nodes.live_part(daemon, offer)) is not None:
                 events.append(offer)
-        while daemon.inbox:
-            event = daemon.inbox.popleft()
-            if isinstance(event, JobSubmitted) and event.job.submit > now:
-                # Accepted after this pass read its clock (while it collected ends): the pass is
-                # that late, so no job enters the core before its submission.
-                now = event.job.submit
-            events.append(event)
-        cancels = _cancel_targets(daemon, events)
-        decision = daemon.core.step(now, events)
-        daemon.reservations = decision.reservations
-        planned = plan.record(daemon, now, ended, cancels, decision.actions)
+        with daemon.store.transaction() as db:  # the stages its ends release, and all it decides
+            released = workflow_stages.released_by(daemon, db, ended, now)
+            for job_id, document in released:
+                _queue_stage(daemon, job_id, document, now)
+            while daemon.inbox:
+                event = daemon.inbox.popleft()
+                if isinstance(event, JobSubmitted) and event.job.submit > now:
+                    # Accepted after this pass read its clock (while it collected ends): the pass is
+                    # that late, so no job enters the core before its submission.
+                    now = event.job.submit
+                events.append(event)
+            cancels = _cancel_targets(daemon, events)
+            decision = daemon.core.step(now, events)
+            daemon.reservations = decision.reservations
+            planned = plan.record(daemon, db, now, ended, cancels, decision.actions, released)
         for end in ended:
             daemon.containers.pop(end.job.id, None)
             daemon.kill_reason.pop(end.job.id, None)
@@ -175,16 +180,23 @@ def _pass(daemon: Daemon) -> bool:
     with daemon.lock:
         for job_id, document in planned.submitted:
             record = daemon.store.job(job_id)
-            user, workflow = (record["user"], record["workflow"]) if record else ("", None)
-            submissions.queue(daemon, job_id, document, now, user, workflow)
-            journal.accepted(job_id, document, workflow, user=user)
+            journal.accepted(
+                job_id, document, record["workflow"] if record else None, user=record["user"] if record else ""
+            )
         daemon.metrics.submitted.inc(len(planned.submitted))
         daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
         if daemon.asax is not None:  # saved and counted: memory holds only recent decisions
             daemon.asax.forget(DECISIONS_KEPT)
         queued = len(daemon.core.queue)
     daemon.backend.queued(queued)
-    return bool(planned.submitted or planned.settled)
+    return bool(planned.settled)
+
+
+def _queue_stage(daemon: Daemon, job_id: int, document: dict[str, Any], now: float) -> None:
+    """A released stage, into the inbox this very pass drains (its row is in the pass's transaction)."""
+    record = daemon.store.job(job_id)
+    user, workflow = (record["user"], record["workflow"]) if record else ("", None)
+    submissions.queue(daemon, job_id, document, now, user, workflow)
 
 
 def _cancel_targets(daemon: Daemon, events: list[Event]) -> list[Job]:

@@ -3,26 +3,35 @@
 The same model as replay's `WorkflowRuns`, kept in the store instead of memory
 so that a restart loses no progress: which stages exist is which job rows
 exist, and a stage's end and the submission of the stages it unblocks are
-written in one transaction.
+written in one transaction, the pass's, and enter the core in one step.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from cosched.daemon.specs import WorkflowSpec
 from cosched.daemon.store import Store
+from cosched.model import JobState
+
+if TYPE_CHECKING:
+    from cosched.daemon.ends import End
+    from cosched.daemon.service import Daemon
 
 
-def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) -> list[tuple[int, dict[str, Any]]]:
-    """Submit every stage of a workflow that is ready and not yet submitted: [(job id, spec)]."""
+def release(
+    store: Store, db: sqlite3.Connection, workflow_id: int, now: float, done_now: Iterable[str] = ()
+) -> list[tuple[int, dict[str, Any]]]:
+    """Submit every stage of a workflow that is ready and not yet submitted: [(job id, spec)].
+    `done_now`: stages whose success this pass is writing, in this transaction."""
     record = store.workflow(workflow_id)
     if record is None or record["state"] == "done":
         return []
     spec = WorkflowSpec.model_validate(record["spec"])
     rows = {row["stage"]: row for row in _stage_rows(db, workflow_id)}
-    done = {stage for stage, row in rows.items() if row["state"] == "done"}
+    done = {stage for stage, row in rows.items() if row["state"] == "done"} | set(done_now)
     if len(done) == len(spec.stages):
         store.update_workflow(db, workflow_id, "done")
         return []
@@ -34,6 +43,26 @@ def release(store: Store, db: sqlite3.Connection, workflow_id: int, now: float) 
         job_id = store.add_job(db, job_spec, now, workflow_id, stage.name, user=record["user"])
         submitted.append((job_id, job_spec))
     return submitted
+
+
+def released_by(
+    daemon: Daemon, db: sqlite3.Connection, ended: list[End], now: float
+) -> list[tuple[int, dict[str, Any]]]:
+    """The stages this pass's ends release, submitted in the pass's transaction before the core's
+    step, so that they compete for the cores those ends free, as replay's `WorkflowRuns.react`
+    submits them into the same step. Which ends succeed is the core's rule (`end_state`); one
+    released a pass later lost its predecessor's cores to any job queued behind it (an audit)."""
+    succeeded: dict[int, list[str]] = {}
+    for end in ended:
+        job = end.job
+        if job.workflow is None or end.lost or daemon.core.end_state(job.id, end.failed) is not JobState.DONE:
+            continue
+        record = daemon.store.job(job.id)
+        succeeded.setdefault(int(job.workflow), []).append(str(record["stage"]) if record else "")
+    released = []
+    for workflow_id, stages in succeeded.items():
+        released += release(daemon.store, db, workflow_id, now, done_now=stages)
+    return released
 
 
 STOPPED = ("failed", "cancelled")
