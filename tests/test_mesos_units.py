@@ -326,12 +326,24 @@ def test_bad_task_data_is_named(data: object, problem: str) -> None:
         (b'{"type": "quota", "task": "t"}', "'cpus' > 0"),
         (b'{"type": "quota", "task": "t", "cpus": -1}', "'cpus' > 0"),
         (b'{"type": "quota", "task": 3, "cpus": 1}', "needs 'task'"),
+        # a usage NaN read as idle by ASAx (`max(0, nan)` is 0), a string stopped the review
+        (b'{"type": "usage", "tasks": {"t": {"cpu": NaN, "mem": 0.1, "done": 0, "total": 0}}}', "finite 'cpu'"),
+        (b'{"type": "usage", "tasks": {"t": {"cpu": "0.5", "mem": 0.1, "done": 0, "total": 0}}}', "finite 'cpu'"),
+        (b'{"type": "usage", "tasks": {"t": {"cpu": 0.5, "mem": 0.1, "done": 5, "total": 3}}}', "'done' <= 'total'"),
+        (
+            b'{"type": "usage", "tasks": {"t": {"cpu": 0.5, "mem": 0.1, "done": 0, "total": 0, "quota": 0}}}',
+            "'quota' > 0",
+        ),
+        (b'{"type": "usage", "tasks": []}', "needs 'tasks'"),
     ],
 )
 def test_bad_messages_are_named(data: bytes, problem: str) -> None:
     with pytest.raises(jobs.BadPayload, match=problem):
         jobs.parse_message(data)
     assert jobs.parse_message(jobs.quota_message("t", 0.5)) == {"type": "quota", "task": "t", "cpus": 0.5}
+    sample = {"cpu": 0.5, "mem": 0.1, "done": 1, "total": 3, "quota": 2.0}
+    assert jobs.parse_message(jobs.usage_message(1.0, {"t": sample}))["tasks"] == {"t": sample}
+    assert jobs.parse_message(jobs.usage_message(1.0, {}))["tasks"] == {}  # the fence's probe
 
 
 def test_mesos_durations_and_the_executor_environment() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fake_engine import Clock, FakeEngine, clocked_daemon
 
@@ -750,4 +751,16 @@ def test_a_stage_released_by_a_pass_that_fails_is_released_once_by_the_next(
     daemon.schedule()
     rows = {row["stage"]: row["state"] for row in daemon.store.jobs(workflow=workflow)}
     assert rows == {"a": "done", "b": "running"}
+    daemon.close()
+
+
+def test_asaxs_draws_go_on_after_a_restart_where_they_were(tmp_path: Path) -> None:
+    """Each start seeded ASAx's draws again from `policies.seed`: a daemon restarted in a loop drew
+    the same actions again and again (an audit). Where the draws are is saved with each decision."""
+    daemon, _, _, _, _ = _lending(tmp_path)
+    assert daemon.asax is not None
+    drawn = daemon.asax.rng.bit_generator.state
+    assert drawn != np.random.default_rng(0).bit_generator.state and daemon.asax.decided == 1
+    daemon.rebuild()
+    assert daemon.asax.rng.bit_generator.state == drawn
     daemon.close()

@@ -144,6 +144,10 @@ def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
         return
     for decision in [*resolved, *new]:
         daemon.store.save_decision(db, decision.seq + 1, decision.as_dict())
+    if new:  # where its draws are: a restart goes on from there, not from the seed's first ones again
+        daemon.store.set_meta(
+            db, "draws", {"seed": daemon.config.policies.seed, "state": daemon.asax.rng.bit_generator.state}
+        )
     daemon.saved_decisions = daemon.asax.decided
     daemon.store.set_meta(db, "weights", daemon.asax.book.to_state())
     daemon.store.set_meta(db, "learner", daemon.config.policies.learner)  # what the weights' keys are

@@ -174,6 +174,12 @@ class Daemon:
         baselines = self.store.get_meta("baselines")
         if baselines is not None:
             asax.baselines = RuntimeBaselines.from_state(baselines)
+        draws = self.store.get_meta("draws")
+        if isinstance(draws, dict) and draws.get("seed") == p.seed:  # a new seed starts its own draws
+            try:
+                asax.rng.bit_generator.state = draws["state"]
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("ASAx: the saved state of its draws is not usable (%s): they start from the seed", exc)
         return asax
 
     def _new_core(self) -> Scheduler:

@@ -250,12 +250,40 @@ def parse_message(data: bytes) -> Json:
         cpus = body.get("cpus")
         if not isinstance(body.get("task"), str) or not isinstance(cpus, int | float) or not cpus > 0:
             raise BadPayload("quota message: needs 'task' (a task id) and 'cpus' > 0")
+    if body["type"] == "usage":
+        tasks = body.get("tasks")
+        if not isinstance(tasks, dict) or not all(_a_sample(sample) for sample in tasks.values()):
+            raise BadPayload(
+                "usage message: needs 'tasks', each a sample of finite 'cpu' and 'mem' >= 0 (and 'quota' > 0),"
+                " and whole 'done' <= 'total'"
+            )
     if body["type"] == "log":
         lines, text = body.get("lines"), body.get("text")
         asked = isinstance(lines, int) and not isinstance(lines, bool) and lines > 0
         if not isinstance(body.get("task"), str) or not (asked or isinstance(text, str)):
             raise BadPayload("log message: needs 'task' (a task id) and 'lines' > 0, or its answer's 'text'")
     return body
+
+
+def _a_sample(sample: Any) -> bool:
+    """One task's usage as `usage_message` writes it. Python's JSON reads `NaN`, which `max(0, x)`
+    turns into 0: a lender that looks idle to ASAx; a string stopped the daemon's review."""
+
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    return (
+        isinstance(sample, dict)
+        and number(sample.get("cpu"))
+        and number(sample.get("mem"))
+        and whole(sample.get("done"))
+        and whole(sample.get("total"))
+        and sample["done"] <= sample["total"]
+        and ("quota" not in sample or (number(sample["quota"]) and sample["quota"] > 0))
+    )
 
 
 def _scalar(name: str, value: float) -> Json:
