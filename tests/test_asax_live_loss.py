@@ -194,3 +194,16 @@ def test_a_requeued_lenders_pending_lending_is_resolved_unscored_and_its_next_ru
     assert decision.loss is None and decision.host_runtime is None  # not scored against the new run
     assert policy.baselines.expected(("x", 4)) == pytest.approx(100.0)  # the new run was one alone
     assert policy.baselines.expected(("y", 2)) is None  # B was a guest
+
+
+def test_each_lending_of_a_lender_is_learnt_by_the_learner_it_was_decided_with() -> None:
+    """A lender's lendings were all charged to its first one's learner: after a restart with
+    another `learner`, a restored lending and a new one about the same lender landed in one (an
+    audit of ASAx's live learning). Each goes to its own."""
+    policy = ASAx(HALF, loss="live")
+    policy.restore([_waiting(learner="x"), _waiting(seq=1, guest=3, learner="all")])
+    lender = Job(id=1, submit=0.0, cores=4, walltime=400.0, stage="x")
+    lender.start, lender.end, lender.quota = 0.0, 150.0, 2.0
+    lender.state = JobState.DONE
+    policy.observe(lender, 150.0)
+    assert [policy.book.get(learner).ledger.cases for learner in ("x", "all")] == [1, 1]

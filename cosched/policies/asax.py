@@ -307,11 +307,11 @@ class ASAx(CoschedulePolicy):
             for lent in (item.decision for item in pending)
         ]
         loss, baseline, note = self.verdict(job, runtime, stretches)
-        weights = self.book.get(pending[0].decision.learner or pending[0].decision.app_class)
         for item in pending:
             decision = item.decision
             decision.loss, decision.baseline, decision.note = loss, baseline, note
             self.resolved.append(decision)
+            weights = self.book.get(decision.learner or decision.app_class)  # its own: a restart may change `learner`
             if loss is not None and weights.observe(item.dists, decision.action, loss):
                 self.weight_history.append((now, decision.learner, [float(a) for a in weights.alpha]))
 
