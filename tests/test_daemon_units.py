@@ -184,6 +184,23 @@ def test_a_token_a_header_cannot_carry_is_one_line(token: str) -> None:
         Client("http://127.0.0.1:1", token)
 
 
+def test_a_plain_daemon_that_does_not_answer_is_not_probed_for_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An https daemon answers a plain request by closing the connection; a plain one gone silent
+    times out, and asking its port for a TLS handshake then added up to 5 s to each try (a review)."""
+    from cosched.daemon import client as client_module
+    from cosched.daemon.client import AnswerLost
+
+    probed: list[str] = []
+    monkeypatch.setattr(client_module, "_speaks_tls", lambda url, timeout: probed.append(url) or False)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes the connection; nobody reads or answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(AnswerLost, match="no answer from the cosched daemon"):
+            Client(url, "", timeout=0.5).call("GET", "/v1/health")
+    assert probed == []
+
+
 def test_an_answer_that_is_not_json_is_one_line() -> None:
     """A URL that answers, but not as the daemon does (a web server's HTML page)."""
 

@@ -335,6 +335,8 @@ def test_bad_task_data_is_named(data: object, problem: str) -> None:
             "'quota' > 0",
         ),
         (b'{"type": "usage", "tasks": []}', "needs 'tasks'"),
+        (b'{"type": "quota", "task": "t", "cpus": Infinity}', "'cpus' > 0"),
+        (b'{"type": "quota_applied", "task": "t", "cpus": NaN}', "'cpus' \\(finite, or null\\)"),
     ],
 )
 def test_bad_messages_are_named(data: bytes, problem: str) -> None:
@@ -344,6 +346,7 @@ def test_bad_messages_are_named(data: bytes, problem: str) -> None:
     sample = {"cpu": 0.5, "mem": 0.1, "done": 1, "total": 3, "quota": 2.0}
     assert jobs.parse_message(jobs.usage_message(1.0, {"t": sample}))["tasks"] == {"t": sample}
     assert jobs.parse_message(jobs.usage_message(1.0, {}))["tasks"] == {}  # the fence's probe
+    assert jobs.parse_message(jobs.quota_applied("t", None, "no such task"))["cpus"] is None
 
 
 def test_mesos_durations_and_the_executor_environment() -> None:

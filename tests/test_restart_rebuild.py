@@ -655,20 +655,32 @@ def test_a_lender_of_two_lendings_is_held_to_its_pace_alone_after_a_restart(tmp_
 
 
 @pytest.mark.usefixtures("lend_most")
-def test_a_lending_whose_lender_was_lost_while_the_daemon_was_down_is_resolved(tmp_path: Path) -> None:
+@pytest.mark.parametrize("guest_ended_first", [False, True])
+def test_a_lending_whose_lender_was_lost_while_the_daemon_was_down_is_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guest_ended_first: bool
+) -> None:
     """H's container vanished while the daemon was down: recovery failed H, but its lending waited
-    for an end that never comes, `pending (the lender is still running)` for ever (an audit)."""
+    for an end that never comes, `pending (the lender is still running)` for ever (an audit). With
+    its guest ended before and newer decisions past `DECISIONS_KEPT` (0 here), recovery's failing
+    H first kept the lending from being reloaded at all (a review)."""
+    from cosched.daemon import recovery
     from cosched.policies.asax import LOST_WHILE_DOWN, loss_outcome
 
+    monkeypatch.setattr(recovery, "DECISIONS_KEPT", 0)
     daemon, clock, engine, host, guest = _lending(tmp_path)
+    if guest_ended_first:
+        clock.t = 1050.0
+        engine.finish(guest)
+        daemon.schedule()
     clock.t = 1100.0
     engine.remove(f"c{host}")
     daemon.rebuild()
     daemon.schedule()
     assert daemon.store.job(host)["state"] == "failed" and _awaiting(daemon) == {}
-    clock.t = 1200.0
-    engine.finish(guest)
-    daemon.schedule()
+    if not guest_ended_first:
+        clock.t = 1200.0
+        engine.finish(guest)
+        daemon.schedule()
     daemon.rebuild()
     [decision] = daemon.store.decisions(guest)
     assert decision["loss"] is None and loss_outcome(decision) == LOST_WHILE_DOWN

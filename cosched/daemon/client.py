@@ -115,7 +115,7 @@ class Client:
         except urllib.error.URLError as exc:  # connecting or sending: the daemon has no whole request
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException) as exc:  # the request sent, its answer cut short or late
-            if self.context is None and _speaks_tls(self.url, self.timeout):
+            if self.context is None and isinstance(exc, _CLOSED_UNREAD) and _speaks_tls(self.url, self.timeout):
                 raise ApiError(
                     f"{self.url} serves HTTPS (the plain request was never read): give https:// in its URL"
                 ) from None
@@ -136,6 +136,11 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 _TOKEN = re.compile(r"[\x21-\x7e]*")
 """What a bearer token may hold: visible ASCII (a header value cannot carry a newline or UTF-8)."""
+
+
+_CLOSED_UNREAD = (http.client.BadStatusLine, ConnectionResetError)
+"""How an https daemon answers a plain request: the connection closed (or a TLS alert read as a
+status line), never silence; a timeout is not probed (it would add the probe's wait to each try)."""
 
 
 def _speaks_tls(url: str, timeout: float) -> bool:

@@ -18,7 +18,7 @@ Adopted jobs get the quota the store last decided, applied and read back.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Event, JobAdopted, JobCancelled, JobHeld, Offer
 from cosched.core.pool import slot_memory
@@ -71,6 +71,9 @@ def recover(daemon: Daemon) -> None:
     engine_faults.remove_leftovers(daemon, listed)
 
     now = daemon.clock()
+    # Read while lost lenders still count as live (`_NEEDED`): failed below, a lending of theirs whose
+    # guest ended and that 256 newer ones pushed back would be reloaded no more, nor resolved.
+    needed = store.decisions_needed(DECISIONS_KEPT) if daemon.asax is not None else []
     with store.transaction() as db:
         for record in queued:
             store.update_job(
@@ -133,7 +136,7 @@ def recover(daemon: Daemon) -> None:
         if (store.job(job.id) or {}).get("cancel"):
             daemon.kill_reason[job.id] = "cancelled by user"
             daemon.inbox.append(JobCancelled(job.id))
-    _restore_learning(daemon, jobs)
+    _restore_learning(daemon, jobs, needed)
     _restore_usage(daemon, now, jobs, before)
     daemon.core.step(now, events)
     carry_out.apply_quotas(daemon, [(job.id, job.quota, None) for job in jobs.values()])
@@ -165,14 +168,14 @@ def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
     return Offer(tuple(enumerate(cores)), tuple(memory))
 
 
-def _restore_learning(daemon: Daemon, adopted: dict[int, Job]) -> None:
+def _restore_learning(daemon: Daemon, adopted: dict[int, Job], needed: list[dict[str, Any]]) -> None:
     """Decisions come back. A lending whose guest never started is marked not carried out (a
     requeued guest's ran: it waits for its lender's end), in the state file too, at the next pass:
     by the next restart the guest may run, and the lending would pass for one carried out."""
     if daemon.asax is None:
         return
     decisions, voided = [], []
-    for body in daemon.store.decisions_needed(DECISIONS_KEPT):
+    for body in needed:
         decision = LendingDecision(**body)
         if decision.loss is None and decision.executed and decision.fraction > 0 and decision.lent_until is None:
             guest = daemon.store.job(decision.guest)

@@ -248,8 +248,12 @@ def parse_message(data: bytes) -> Json:
         raise BadPayload("message: expected a JSON object with a 'type'")
     if body["type"] == "quota":
         cpus = body.get("cpus")
-        if not isinstance(body.get("task"), str) or not isinstance(cpus, int | float) or not cpus > 0:
+        if not isinstance(body.get("task"), str) or not (_number(cpus) and cpus > 0):
             raise BadPayload("quota message: needs 'task' (a task id) and 'cpus' > 0")
+    if body["type"] == "quota_applied":  # NaN read back would pass any check of it against the quota asked
+        cpus = body.get("cpus")
+        if not isinstance(body.get("task"), str) or not (cpus is None or _number(cpus)):
+            raise BadPayload("quota_applied message: needs 'task' (a task id) and 'cpus' (finite, or null)")
     if body["type"] == "usage":
         tasks = body.get("tasks")
         if not isinstance(tasks, dict) or not all(_a_sample(sample) for sample in tasks.values()):
@@ -268,22 +272,24 @@ def parse_message(data: bytes) -> Json:
 def _a_sample(sample: Any) -> bool:
     """One task's usage as `usage_message` writes it. Python's JSON reads `NaN`, which `max(0, x)`
     turns into 0: a lender that looks idle to ASAx; a string stopped the daemon's review."""
-
-    def number(value: Any) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-
-    def whole(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
     return (
         isinstance(sample, dict)
-        and number(sample.get("cpu"))
-        and number(sample.get("mem"))
-        and whole(sample.get("done"))
-        and whole(sample.get("total"))
+        and _number(sample.get("cpu"))
+        and _number(sample.get("mem"))
+        and _whole(sample.get("done"))
+        and _whole(sample.get("total"))
         and sample["done"] <= sample["total"]
-        and ("quota" not in sample or (number(sample["quota"]) and sample["quota"] > 0))
+        and ("quota" not in sample or (_number(sample["quota"]) and sample["quota"] > 0))
     )
+
+
+def _number(value: Any) -> bool:
+    """A finite number >= 0 (JSON's `true` is not one; Python's JSON reads `NaN` and `Infinity`)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _scalar(name: str, value: float) -> Json:
