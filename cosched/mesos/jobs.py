@@ -15,7 +15,7 @@ import binascii
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from cosched.daemon.config import DockerSection, validate_job_settings
 from cosched.errors import ConfigError
@@ -283,7 +283,7 @@ def _a_sample(sample: Any) -> bool:
     )
 
 
-def _number(value: Any) -> bool:
+def _number(value: Any) -> TypeGuard[float]:
     """A finite number >= 0 (JSON's `true` is not one; Python's JSON reads `NaN` and `Infinity`)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
