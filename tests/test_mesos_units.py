@@ -609,6 +609,40 @@ def test_a_container_the_fence_killed_without_the_engine_is_removed_once_the_eng
     assert engine.removed == (["c1"] if engine_returns else [])
 
 
+@pytest.mark.parametrize("engine_up", [True, False])
+def test_an_executor_that_leaves_otherwise_removes_what_the_fence_left_first(
+    monkeypatch: pytest.MonkeyPatch, engine_up: bool
+) -> None:
+    """Only the usual way out waited for the engine to remove a container the fence could only kill;
+    an executor leaving because its agent is gone (or refuses it, or shuts it down) left it in the
+    engine (a review). `run` now removes it on every way out, within `LEFT_WAIT`."""
+    from cosched.daemon.docker_backend import EngineUnavailable
+    from cosched.mesos import executor as executor_module
+    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
+
+    monkeypatch.setattr(executor_module, "LEFT_WAIT", 0.3)
+    removed: list[str] = []
+
+    class Engine:
+        instance = "mesos-F"
+
+        def remove(self, container: str) -> None:
+            if not engine_up:
+                raise EngineUnavailable("cannot reach the Docker engine")
+            removed.append(container)
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    settings = replace(
+        ExecutorSettings.from_env(env), poll_interval=0.05
+    )  # no checkpointing: an unreachable agent ends it
+    executor = Executor(settings, backend=Engine())  # type: ignore[arg-type]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1", ended=True, left=True)
+    assert executor.run() == 1
+    assert removed == (["c1"] if engine_up else [])
+    assert not executor.tasks["t1"].left
+
+
 def test_a_container_is_killed_by_its_remembered_pid_and_never_another_process(tmp_path: Path) -> None:
     """The fence's kill when the engine cannot be asked: by a pidfd of the pid remembered at launch,
     checked against its start time, so a pid the kernel gave to another process is left alone."""

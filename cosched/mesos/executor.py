@@ -190,6 +190,7 @@ class Executor:
             watcher.join(timeout=30)
             self._kill_all("executor exiting")
             self._launcher.shutdown(wait=True)
+            self._settle_left()
 
     def _stay_subscribed(self) -> int:
         """With checkpointing, a lost agent is waited for up to MESOS_RECOVERY_TIMEOUT (it may be restarting)."""
@@ -603,6 +604,7 @@ class Executor:
         with self.lock:
             left = [(task_id, t) for task_id, t in self.tasks.items() if t.left]
         if not left:
+            self._left_since = 0.0
             return
         self._left_since = self._left_since or time.monotonic()
         if time.monotonic() - self._left_since > LEFT_WAIT:
@@ -616,8 +618,27 @@ class Executor:
                 self.backend.remove(task.container)
             except EngineUnavailable:
                 return
+            except Exception as exc:  # the engine answered and refused: asking again would not help
+                log.error(
+                    "removing container %s of task %s, stopped while the engine was down: %s",
+                    task.container,
+                    task_id,
+                    exc,
+                )
+            else:
+                log.info("removed the container of task %s, stopped while the engine was down", task_id)
             task.left = False
-            log.info("removed the container of task %s, stopped while the engine was down", task_id)
+
+    def _settle_left(self) -> None:
+        """However the executor leaves (its agent refusing it after a fence, SHUTDOWN, a bug), the
+        containers it could only kill are removed first, while the engine answers within what is
+        left of `LEFT_WAIT`: `_leave_when_done` is the usual way out, not the only one."""
+        while True:
+            self._remove_left()
+            with self.lock:
+                if not any(t.left for t in self.tasks.values()):
+                    return
+            time.sleep(self.settings.poll_interval)
 
     def _leave_when_done(self) -> None:
         """Every task ended and the agent acknowledged each end: this executor has nothing left to do."""
