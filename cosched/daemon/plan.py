@@ -22,10 +22,6 @@ if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
 
 
-Released = list[tuple[int, dict[str, Any]]]
-"""Stages submitted in a pass, (job id, spec)."""
-
-
 @dataclass(slots=True)
 class Plan:
     """What one pass decided, written to the store before it is carried out."""
@@ -33,18 +29,14 @@ class Plan:
     launches: list[tuple[Job, list[int], float, int | None]] = field(default_factory=list)
     quotas: list[tuple[int, float, int]] = field(default_factory=list)
     kills: list[int] = field(default_factory=list)
-    submitted: Released = field(default_factory=list)
-    """Workflow stages its ends released (before the core's step: `workflow_stages.released_by`)."""
     settled: int = 0
     """Jobs whose dependencies it settled: released or cancelled by the next pass."""
 
 
-def record(
-    daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[Job], actions: list[Any], released: Released
-) -> Plan:
+def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[Job], actions: list[Any]) -> Plan:
     """Write everything this pass decided, in its transaction (`db`: the caller's, which holds the
-    stages its ends released, `released`), before doing any of it."""
-    plan = Plan(submitted=list(released))
+    stages its ends released: `workflow_stages.released_by`), before doing any of it."""
+    plan = Plan()
     store = daemon.store
     for end in ends:
         job = end.job
@@ -76,13 +68,15 @@ def record(
             log_tail=end.log_tail,
         )
         if job.workflow is not None and state != "done":  # a success released its next stages before the step
-            workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), state)
+            workflow_stages.fail(store, db, int(job.workflow), workflow_stages.stage_of(daemon, job.id), state)
     for job in cancels:
         if job.state is JobState.CANCELLED:
             store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
             daemon.specs.pop(job.id, None)
             if job.workflow is not None:
-                workflow_stages.fail(store, db, int(job.workflow), _stage_of(daemon, job.id), "cancelled")
+                workflow_stages.fail(
+                    store, db, int(job.workflow), workflow_stages.stage_of(daemon, job.id), "cancelled"
+                )
     for action in actions:
         if isinstance(action, Launch):
             cpus = daemon.cpu_map.take(action.slots)
@@ -104,7 +98,9 @@ def record(
             store.update_job(db, action.job.id, state="failed", end=now, reason=action.reason)
             daemon.specs.pop(action.job.id, None)
             if action.job.workflow is not None:  # a stage that can never start fails its workflow
-                workflow_stages.fail(store, db, int(action.job.workflow), _stage_of(daemon, action.job.id))
+                workflow_stages.fail(
+                    store, db, int(action.job.workflow), workflow_stages.stage_of(daemon, action.job.id)
+                )
     rejected = any(isinstance(action, Reject) for action in actions)
     plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
     _save_learning(daemon, db, ends)
@@ -152,8 +148,3 @@ def _save_learning(daemon: Daemon, db: Any, ends: list[End]) -> None:
     daemon.store.set_meta(db, "weights", daemon.asax.book.to_state())
     daemon.store.set_meta(db, "learner", daemon.config.policies.learner)  # what the weights' keys are
     daemon.store.set_meta(db, "experts", daemon.asax.experts.digest())  # what the weights weigh
-
-
-def _stage_of(daemon: Daemon, job_id: int) -> str:
-    record = daemon.store.job(job_id)
-    return str(record["stage"]) if record else ""

@@ -39,16 +39,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("cosched.daemon")
 
 PASSES_AT_ONCE = 4
-"""Passes one `schedule` runs while each leaves work for the next (stages released, dependencies
-settled), so a chain of them moves on at once rather than one interval a link."""
+"""Passes one `schedule` runs while each leaves work for the next (dependencies settled), so a
+chain of them moves on at once rather than one interval a link."""
 
 
 def schedule(daemon: Daemon) -> None:
     """One pass: collect ends, step the core, write the plan, carry it out.
 
-    When stage ends released workflow stages, or ends settled jobs' dependencies, another
-    pass follows at once, so such a job starts (or is cancelled) in the pass that saw the
-    end it waited for rather than one interval later. A kill asked before the pass (a requeue, a
+    Workflow stages that ends release enter the core in the pass that sees those ends. When
+    ends settled jobs' dependencies, another pass follows at once, so such a job starts (or is
+    cancelled) right after the end it waited for rather than one interval later (replay has no
+    dependencies). A kill asked before the pass (a requeue, a
     walltime lowered) has the review run after it, once the core has the new walltime.
     """
     with daemon.pass_lock:
@@ -157,7 +158,7 @@ def _pass(daemon: Daemon) -> bool:
             cancels = _cancel_targets(daemon, events)
             decision = daemon.core.step(now, events)
             daemon.reservations = decision.reservations
-            planned = plan.record(daemon, db, now, ended, cancels, decision.actions, released)
+            planned = plan.record(daemon, db, now, ended, cancels, decision.actions)
         for end in ended:
             daemon.containers.pop(end.job.id, None)
             daemon.kill_reason.pop(end.job.id, None)
@@ -169,6 +170,10 @@ def _pass(daemon: Daemon) -> bool:
             journal.ended(end.job, end.exit_code, end.reason)
             daemon.specs.pop(end.job.id, None)
             daemon.lost_runs.pop(end.job.id, None)
+        for job_id, document in released:  # accepted before what the pass starts of them
+            record = daemon.store.job(job_id) or {}
+            journal.accepted(job_id, document, record.get("workflow"), user=record.get("user", ""))
+        daemon.metrics.submitted.inc(len(released))
         dropped = [(job.id, plan.cancel_reason(daemon, job.id)) for job in cancels if job.state is JobState.CANCELLED]
         journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
         for job_id, _ in dropped:
@@ -178,12 +183,6 @@ def _pass(daemon: Daemon) -> bool:
     except EngineUnavailable as exc:
         engine_faults.lost(daemon, exc)
     with daemon.lock:
-        for job_id, document in planned.submitted:
-            record = daemon.store.job(job_id)
-            journal.accepted(
-                job_id, document, record["workflow"] if record else None, user=record["user"] if record else ""
-            )
-        daemon.metrics.submitted.inc(len(planned.submitted))
         daemon.metrics.observe_pass(daemon, time.perf_counter() - started)
         if daemon.asax is not None:  # saved and counted: memory holds only recent decisions
             daemon.asax.forget(DECISIONS_KEPT)

@@ -56,7 +56,7 @@ def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> 
         where = "a Mesos agent" if daemon.config.backend.kind == "mesos" else "a node"
         raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
     memory = _memory_mib(daemon, spec.model_dump())
-    on_a_node = daemon.cluster.memory_on_one_node(spec.cores, math.ceil(memory / spec.cores))
+    on_a_node = daemon.cluster.memory_on_one_node(spec.cores, _per_core(memory, spec.cores))
     if on_a_node > daemon.cluster.memory_per_node:
         of_it = f", {on_a_node} MiB of it on one node" if on_a_node != memory else " on one node"
         raise Rejected("memory_mib", f"{memory} MiB asked{of_it}, and a node has {daemon.cluster.memory_per_node} MiB")
@@ -270,7 +270,7 @@ def job_from(
         submit=submit,
         cores=cores,
         walltime=float(spec["walltime"]),
-        memory=math.ceil(memory / cores),
+        memory=_per_core(memory, cores),
         user=user_number(daemon, user),
         workflow=None if workflow is None else str(workflow),
         stage=spec.get("app_class") or "unknown",
@@ -289,6 +289,11 @@ def _spans(daemon: Daemon, spec: dict[str, Any]) -> bool:
     (the nodes are parts of it) and no on Mesos (each node is an agent: a job there is a gang)."""
     span = spec.get("span")
     return bool(span) if span is not None else daemon.config.backend.kind != "mesos"
+
+
+def _per_core(memory: int, cores: int) -> int:
+    """The core's memory of a job is per core (as SWF's), rounded up: never less than asked."""
+    return math.ceil(memory / cores)
 
 
 def _memory_mib(daemon: Daemon, spec: dict[str, Any]) -> int:

@@ -21,9 +21,13 @@ if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
 
 
+Released = list[tuple[int, dict[str, Any]]]
+"""Stages submitted, as (job id, spec)."""
+
+
 def release(
     store: Store, db: sqlite3.Connection, workflow_id: int, now: float, done_now: Iterable[str] = ()
-) -> list[tuple[int, dict[str, Any]]]:
+) -> Released:
     """Submit every stage of a workflow that is ready and not yet submitted: [(job id, spec)].
     `done_now`: stages whose success this pass is writing, in this transaction."""
     record = store.workflow(workflow_id)
@@ -57,12 +61,17 @@ def released_by(
         job = end.job
         if job.workflow is None or end.lost or daemon.core.end_state(job.id, end.failed) is not JobState.DONE:
             continue
-        record = daemon.store.job(job.id)
-        succeeded.setdefault(int(job.workflow), []).append(str(record["stage"]) if record else "")
-    released = []
+        succeeded.setdefault(int(job.workflow), []).append(stage_of(daemon, job.id))
+    released: Released = []
     for workflow_id, stages in succeeded.items():
         released += release(daemon.store, db, workflow_id, now, done_now=stages)
     return released
+
+
+def stage_of(daemon: Daemon, job_id: int) -> str:
+    """A stage job's stage name, from its row (read in the caller's transaction, on its thread)."""
+    record = daemon.store.job(job_id)
+    return str(record["stage"]) if record else ""
 
 
 STOPPED = ("failed", "cancelled")
