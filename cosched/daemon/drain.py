@@ -51,10 +51,21 @@ class Drain:
     """Who drained it ('' without user tokens)."""
 
 
-def load(store: Store) -> dict[int, Drain]:
-    """The drained nodes the state file holds."""
+def load(store: Store, nodes: int) -> dict[int, Drain]:
+    """The drained nodes the state file holds, of the `nodes` the cluster has now. Draining a node
+    is how an operator empties it before taking it out of `cluster.nodes`: its drain then names a
+    node the core has not, and every pass failed on it (an operator's walkthrough). It is
+    forgotten, with a line; the next drain or resume writes the file without it."""
     saved = store.get_meta(KEY) or {}
-    return {int(node): Drain(**fields) for node, fields in saved.items()}
+    drained = {int(node): Drain(**fields) for node, fields in saved.items()}
+    for node in sorted(n for n in drained if n >= nodes):
+        log.warning(
+            "node %d was drained (%s) and is no longer in the cluster (%d nodes): its drain is forgotten",
+            node,
+            drained.pop(node).reason,
+            nodes,
+        )
+    return drained
 
 
 def drain(daemon: Daemon, node: int, reason: str, caller: Caller) -> Drain:

@@ -93,6 +93,11 @@ def recover(daemon: Daemon) -> None:
         )
         job.start = record["start"]
         job.slots = tuple((int(n), int(c)) for n, c in record["slots"])
+        if beyond := [node for node, _ in job.slots if node >= daemon.cluster.nodes]:  # a traceback before
+            raise ConfigError(
+                f"job {job.id} runs on node {beyond[0]}, and this cluster has nodes 0 to {daemon.cluster.nodes - 1}"
+                " only: start with the cluster.nodes it was started under, and let it end first"
+            )
         job.host = record["host"]
         job.quota = float(record["quota"] if record["quota"] is not None else job.cores)
         jobs[job.id] = job

@@ -71,7 +71,7 @@ class Daemon:
         self.config = config
         self.clock = clock
         self.store = Store(config.state_dir / "state.sqlite", durable_power=config.daemon.durable_power)
-        self.instance = config.daemon.instance or self._instance_id()
+        self.instance = self._instance_id(config.daemon.instance)
         self.metrics = DaemonMetrics()
         self.backend: Backend = backend or self._backend(config)
         nodes = config.cluster.nodes
@@ -117,7 +117,7 @@ class Daemon:
         job whose runs its machines keep losing fails however often the daemon restarts."""
         self.down: set[int] = set()
         """Nodes whose machine is gone (a Mesos agent): out of the core's pool until it is back."""
-        self.drained: dict[int, drain.Drain] = drain.load(self.store)
+        self.drained: dict[int, drain.Drain] = drain.load(self.store, config.cluster.nodes)
         """Nodes an operator took out of service (`cosched.daemon.drain`), from the state file."""
         self.engine_up = True
         self.state_problem = ""
@@ -132,10 +132,22 @@ class Daemon:
         """How many of ASAx's decisions are in the store (the next pass saves the ones after)."""
 
     # -- set-up -------------------------------------------------------------
-    def _instance_id(self) -> str:
-        instance = self.store.get_meta("instance")
-        if instance is None:
-            instance = uuid.uuid4().hex[:12]
+    def _instance_id(self, configured: str) -> str:
+        """The label of this daemon's containers: `daemon.instance`, else the one its state file was
+        first started under (made up then). The file keeps it. Started under another name while
+        jobs ran, a daemon found none of their containers, failed them as lost and left them
+        running unmanaged on cores it gave away (an operator's walkthrough): refused until they end."""
+        saved = self.store.get_meta("instance")
+        instance = configured or saved or uuid.uuid4().hex[:12]
+        if saved not in (None, instance):
+            running = self.store.jobs(states=("launching", "running"))
+            if running:
+                raise ConfigError(
+                    f"daemon.instance = {instance!r}, and state file {self.store.path} holds {len(running)} running "
+                    f"job(s) of instance {saved!r}, whose containers are labelled so: set daemon.instance = "
+                    f"{saved!r} (or leave it empty) until they end"
+                )
+        if saved != instance:
             with self.store.transaction() as db:
                 self.store.set_meta(db, "instance", instance)
         return str(instance)
