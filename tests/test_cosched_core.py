@@ -140,6 +140,19 @@ def test_a_requeued_job_goes_back_to_its_place_in_the_queue_and_gives_nothing_ba
     assert launch == Launch(a, ((0, 2),)) and a.start == 20.0
 
 
+def test_a_requeued_job_goes_back_before_the_jobs_of_its_submission_time_behind_it() -> None:
+    # An array's tasks share a submission time: task 1 requeued went after tasks 2 and 3, and ran
+    # last (an operator's walkthrough). Among equal priorities it goes back to its place by id.
+    from cosched.core.events import JobRequeued, JobSubmitted, Offer
+
+    core = _core(Cluster(nodes=1, cores_per_node=2))
+    tasks = [job(i, 0, 2, 100) for i in (1, 2, 3)]
+    core.step(0.0, [Offer(((0, 2),)), *(JobSubmitted(t) for t in tasks)])
+    assert [j.id for j in core.queue] == [2, 3]
+    core.step(10.0, [JobRequeued(1)])
+    assert [j.id for j in core.queue] == [1, 2, 3]
+
+
 def test_a_requeued_job_is_ordered_by_an_aging_policy_like_any_other() -> None:
     # WFP3 keeps the queue's submit times and weights in arrays beside it: a requeued job must
     # enter them too, or every later order reads another job's numbers (or past the arrays' end).

@@ -61,6 +61,9 @@ from cosched.policies.base import (
 
 _expected_end = attrgetter("expected_end")
 _priority = attrgetter("priority")
+_place = attrgetter("priority", "id")
+"""A requeued job's place among equal priorities: by id, as it first stood (after them, an array's
+first task ran last of its throttle: an operator's walkthrough)."""
 _NONE: Mapping[int, float] = MappingProxyType({})
 _NO_GUESTS: Mapping[int, list[Job]] = MappingProxyType({})
 
@@ -470,7 +473,7 @@ class Scheduler:
         job.usage = None
         queue = self.queue
         if self.queue_policy.static:
-            insort(queue, job, key=_priority)
+            insort(queue, job, key=_place)
         else:
             queue.append(job)
             if self._waiting is not None:  # an aging policy's arrays follow the queue, entry for entry
