@@ -150,6 +150,7 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         ({"cores": 3}, "cores", "3 cores asked, the cluster has 2"),
         ({"walltime": 0}, "walltime", "greater than 0"),
         ({"command": []}, "command", ""),
+        ({"command": [""]}, "command", "its first word, the program, must not be empty"),  # was runc's words at launch
         ({"command": "echo 'unclosed"}, "command", "cannot split command"),
         ({"image": "cosched/not-here:nope"}, "image", "is not in the local Docker engine"),
         ({"memory_mib": 5000}, "memory_mib", "5000 MiB asked on one node, and a node has 4096 MiB"),
@@ -161,6 +162,7 @@ def test_openapi_lists_the_api(client: TestClient) -> None:
         # past SQLite's integers: was a 500 (OverflowError) when the dependency was looked up
         ({"after": [{"kind": "afterok", "job": 1 << 64}]}, "after.0.job", "less than or equal"),
         ({"after": [{"kind": "afterany", "workflow": 1 << 63}]}, "after.0.workflow", "less than or equal"),
+        ({"after": [{"kind": "afterok"}]}, "after.0", "afterok names one job or one workflow"),  # said "singleton"
     ],
 )
 def test_bad_job_is_refused_naming_the_field(

@@ -82,7 +82,8 @@ def add_commands(commands: Any, parser_class: type) -> None:
         "--span",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="its cores may come from several nodes (on Mesos: one task per agent); default: on one host only",
+        help="its cores may come from several nodes (on Mesos: one task per agent); default: yes on one host "
+        "(its nodes are parts of it), no on Mesos",
     )
     sp.add_argument(
         "--begin",
@@ -859,7 +860,9 @@ def _node_numbers(client: Client, names: list[str]) -> list[int]:
         rows = rows if rows is not None else client.call("GET", "/v1/nodes")
         found = [row["node"] for row in rows if row.get("hostname") == name]
         if not found:
-            raise ConfigError(f"no node {name!r}: give a node number (as `cosched nodes` lists) or an agent's hostname")
+            raise ConfigError(
+                f"no node {name!r}: give a node as `cosched nodes` lists it (node3, or 3) or an agent's hostname"
+            )
         numbers.append(found[0])
     return numbers
 

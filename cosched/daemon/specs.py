@@ -95,8 +95,9 @@ class Container(_Strict):
     @field_validator("command")
     @classmethod
     def _not_empty(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and not value:
-            raise ValueError("must not be empty")
+        """A command with no program (`[]`, or `[""]`) would only fail at launch, in runc's words."""
+        if value is not None and not (value and value[0]):
+            raise ValueError("must not be empty" if not value else "its first word, the program, must not be empty")
         return value
 
     @field_validator("command", "data_dirs", "env")
@@ -140,7 +141,9 @@ class Dependency(_Strict):
     def _one_target(self) -> Dependency:
         targets = (self.job is not None) + (self.workflow is not None)
         if targets != (self.kind != "singleton"):
-            raise ValueError("singleton names no job; the others one job or one workflow")
+            if self.kind == "singleton":
+                raise ValueError("singleton names no job or workflow")
+            raise ValueError(f"{self.kind} names one job or one workflow")
         return self
 
 
