@@ -202,6 +202,33 @@ def test_a_plain_daemon_that_does_not_answer_is_not_probed_for_tls(monkeypatch: 
     assert probed == []
 
 
+@pytest.mark.parametrize("token", ["", "a-wrong-one"])
+def test_a_refused_token_says_where_the_cli_reads_one_when_none_was_given(token: str) -> None:
+    """`missing or wrong bearer token (HTTP 401)` did not say where a token goes (a walkthrough)."""
+
+    class Refuses(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"error": "missing or wrong bearer token"}')
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Refuses)
+    thread = threading.Thread(target=server.handle_request, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ApiError) as refused:
+            Client(f"http://127.0.0.1:{server.server_port}", token).call("GET", "/v1/queue")
+    finally:
+        thread.join(5)
+        server.server_close()
+    hint = ": give the token in $COSCHED_TOKEN" if not token else ""
+    assert str(refused.value) == f"missing or wrong bearer token{hint} (HTTP 401)"
+
+
 def test_an_answer_that_is_not_json_is_one_line() -> None:
     """A URL that answers, but not as the daemon does (a web server's HTML page)."""
 

@@ -111,6 +111,8 @@ class Client:
                 message = json.loads(exc.read()).get("error", exc.reason)
             except (ValueError, AttributeError):
                 message = exc.reason
+            if exc.code == 401:  # the CLI's token comes from the environment: say where
+                message = f"{message}: give the token in $COSCHED_TOKEN" if not self.token else message
             raise ApiError(f"{message} (HTTP {exc.code})", exc.code) from None
         except urllib.error.URLError as exc:  # connecting or sending: the daemon has no whole request
             raise ApiError(f"cannot reach the cosched daemon at {self.url}: {exc.reason}") from None

@@ -318,7 +318,8 @@ def _token(args: argparse.Namespace) -> int:
         )
         return 0
     if create_key(path):
-        print(f"cosched: made a new signing key {path}: set api.key_file = {str(path)!r} and restart", file=sys.stderr)
+        then = "restart the daemon" if not args.key_file else f"set api.key_file = {str(path)!r} and restart the daemon"
+        print(f"cosched: made a new signing key {path}: {then}", file=sys.stderr)
     print(f"COSCHED_TOKEN={mint(load_key(path), args.user, args.lifetime)}")
     print(f"cosched: a token for {args.user}, valid until {_when(time.time() + args.lifetime)}", file=sys.stderr)
     return 0
