@@ -1868,6 +1868,9 @@ def test_a_drained_node_taken_out_of_the_cluster_is_forgotten_not_a_failed_pass_
     daemon.schedule()
     assert daemon.failed_passes == 0 and daemon.store.job(job)["state"] == "running"
     daemon.close()
+    daemon = _on_nodes(tmp_path, clock, engine, nodes=2, cores=4)  # forgotten in the file too (a Mesos walkthrough)
+    assert daemon.drained == {}
+    daemon.close()
 
 
 def test_a_restart_without_the_node_a_job_runs_on_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -131,6 +131,11 @@ class ContainerInfo:
         earlier run left is removed (one from before runs were numbered is taken to be of it)."""
         return self.run is None or self.run == run
 
+    @property
+    def shown(self) -> str:
+        """Its id as logs show it: a Docker id's first 12 characters, a Mesos run's handle whole."""
+        return self.id[:12] if len(self.id) == 64 and self.id.isalnum() else self.id
+
 
 @dataclass(frozen=True, slots=True)
 class Exit:

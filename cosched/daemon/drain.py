@@ -58,13 +58,17 @@ def load(store: Store, nodes: int) -> dict[int, Drain]:
     forgotten, with a line; the next drain or resume writes the file without it."""
     saved = store.get_meta(KEY) or {}
     drained = {int(node): Drain(**fields) for node, fields in saved.items()}
-    for node in sorted(n for n in drained if n >= nodes):
+    gone = sorted(n for n in drained if n >= nodes)
+    for node in gone:
         log.warning(
             "node %d was drained (%s) and is no longer in the cluster (%d nodes): its drain is forgotten",
             node,
             drained.pop(node).reason,
             nodes,
         )
+    if gone:  # in the file too: kept, it came back with the node once `nodes` was raised again
+        with store.transaction() as db:
+            store.set_meta(db, KEY, _stored(drained))
     return drained
 
 
@@ -120,10 +124,14 @@ def _check(daemon: Daemon, node: int, caller: Caller, verb: str) -> None:
         raise Forbidden(f"node {node}: only an operator may {verb} a node, not {caller.user}")
 
 
+def _stored(drained: dict[int, Drain]) -> dict[str, Any]:
+    return {str(node): asdict(entry) for node, entry in sorted(drained.items())}
+
+
 def _save(daemon: Daemon, drained: dict[int, Drain]) -> None:
     """Under `lock`: the state file first, then memory (a failed write changes nothing)."""
     with daemon.store.transaction() as db:
-        daemon.store.set_meta(db, KEY, {str(node): asdict(entry) for node, entry in sorted(drained.items())})
+        daemon.store.set_meta(db, KEY, _stored(drained))
     daemon.drained = drained
 
 

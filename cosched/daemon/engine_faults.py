@@ -83,7 +83,7 @@ def remove_leftovers(daemon: Daemon, listed: dict[int, ContainerInfo]) -> None:
         states = daemon.store.states(db, listed)
     for job_id, state in states.items():
         if state in FINAL:
-            log.info("removing leftover container %s of job %d", listed[job_id].id[:12], job_id)
+            log.info("removing leftover container %s of job %d", listed[job_id].shown, job_id)
             daemon.backend.remove(listed[job_id].id)
 
 

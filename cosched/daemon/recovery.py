@@ -48,7 +48,7 @@ def recover(daemon: Daemon) -> None:
             daemon.lost_runs[record["id"]] = record["lost_runs"]
         info = listed.pop(record["id"], None)
         if info is not None and (record["state"] == "pending" or not info.is_run(record["launches"])):
-            log.info("removing container %s that an earlier run of job %d left", info.id[:12], record["id"])
+            log.info("removing container %s that an earlier run of job %d left", info.shown, record["id"])
             backend.remove(info.id)  # its end is recorded (requeued), its removal was cut short
             info = None
         if record["state"] == "pending":

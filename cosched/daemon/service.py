@@ -139,7 +139,7 @@ class Daemon:
         running unmanaged on cores it gave away (an operator's walkthrough): refused until they end."""
         saved = self.store.get_meta("instance")
         instance = configured or saved or uuid.uuid4().hex[:12]
-        if saved not in (None, instance):
+        if saved not in (None, instance) and self.config.backend.kind == "docker":  # Mesos labels by framework
             running = self.store.jobs(states=("launching", "running"))
             if running:
                 raise ConfigError(

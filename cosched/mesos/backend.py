@@ -105,6 +105,13 @@ MESSAGE_RESEND = 3.0
 LOG_TIMEOUT = 10.0
 """Seconds `cosched logs` waits for a running job's executors to send its output."""
 _SWEEP = "cosched-sweep-"
+SWEEP_RETRY_MOST = 60.0
+"""Seconds at most between a sweep's tries, which double from one (an agent that kept refusing one
+had a sandbox made every second)."""
+EXECUTOR_DEAD = 3
+"""Sweeps in a row whose executor died before it said anything: the cosched executor does not start
+on that agent (not installed for `mesos.executor_command`, a broken Python). Nothing of ours can
+run there: its tasks are lost, and its node is drained as faulty, naming the cause."""
 KNOWN_AGENTS_GRACE = 10.0
 """Seconds a restarted daemon waits for the agents it knows before it starts without the absent ones
 (live agents offer within the master's first allocations, about a second)."""
@@ -191,6 +198,10 @@ class _Sweep:
     demand: Demand | None
     requested: float
     not_before: float = 0.0
+    tries: int = 0
+    """Tries that failed before this one (the next waits twice as long)."""
+    dead_starts: int = 0
+    """Of them, those in a row whose executor terminated before it said anything (`EXECUTOR_DEAD`)."""
 
 
 class MesosBackend(EventHandler):
@@ -269,6 +280,9 @@ class MesosBackend(EventHandler):
         self.launches: dict[str, _Launch] = {}
         """Runs whose ACCEPTs are not all sent yet, by handle."""
         self.sweeps: dict[str, _Sweep] = {}
+        self.dead_executors: dict[str, str] = {}
+        """Agent -> why the cosched executor does not start there (`EXECUTOR_DEAD`), until a sweep or
+        a task of ours runs there."""
         """Sweeps wanted, by agent."""
         self.latencies: deque[tuple[float, float]] = deque(maxlen=10_000)
         """(launch, offer-to-launch) seconds of recent launches, for the benchmark."""
@@ -562,6 +576,8 @@ class MesosBackend(EventHandler):
                     task.apply(status, time.monotonic())
                 if state not in GONE:  # the master knows where it stands
                     self._unanswered.pop(task_id, None)
+                if state == "TASK_RUNNING":  # our executor starts there (again)
+                    self.dead_executors.pop(task.agent_id, None)
                 if state in GONE and status.get("reason") in AGENT_GONE:
                     self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
                 keep = state not in LIVE and bool(status.get("uuid")) and not stray
@@ -1000,7 +1016,9 @@ class MesosBackend(EventHandler):
             elif failure.verdict == "refused":
                 raise LaunchRefused(failure.why)
             elif failure.verdict == "lost":
-                raise RunLost(f"part {failure.failed[0].id} {failure.why}", self._faulty_nodes(failure.failed))
+                first = failure.failed[0]
+                why = self.dead_executors.get(first.agent_id) or failure.why
+                raise RunLost(f"part {first.id} {why}", self._faulty_nodes(failure.failed))
             else:
                 self._while_settling(run, failure)
                 self.cond.wait(1.0)  # the fence's wait passes with time, a sweep with offers
@@ -1077,8 +1095,11 @@ class MesosBackend(EventHandler):
         )
 
     def _faulty_nodes(self, lost: Iterable[Task]) -> tuple[int, ...]:
-        """Under the lock: the nodes of `lost` tasks whose executor could not reach its engine."""
-        agents = {task.agent_id for task in lost if task.data.get(jobs.ENGINE_FAULT)}
+        """Under the lock: the nodes of `lost` tasks whose executor could not reach its engine, or
+        could not start at all (`EXECUTOR_DEAD`)."""
+        agents = {
+            task.agent_id for task in lost if task.data.get(jobs.ENGINE_FAULT) or task.agent_id in self.dead_executors
+        }
         return tuple(sorted(node for agent in agents if (node := self._node_of_agent(agent)) is not None))
 
     def _outcome(self, task: Task) -> Outcome:
@@ -1113,10 +1134,12 @@ class MesosBackend(EventHandler):
         return info.id in self._claimed, -1 if info.run is None else info.run
 
     # -- sweeps -------------------------------------------------------------------------
-    def _want_sweep(self, agent: str, since: float | None = None, delay: float = 0.0) -> None:
+    def _want_sweep(
+        self, agent: str, since: float | None = None, delay: float = 0.0, tries: tuple[int, int] = (0, 0)
+    ) -> None:
         """Under the lock: an executor on `agent` removes what the killed executors of the tasks
         waiting for a sweep there left (again after `delay` s when a try failed; `since` is when
-        sweeping them began)."""
+        sweeping them began, `tries` the `_Sweep.tries` and `dead_starts` before this one)."""
         if (agent in self.sweeps and since is None) or self.framework_id is None:
             return
         killed = [
@@ -1130,7 +1153,8 @@ class MesosBackend(EventHandler):
         need = Need(agent, jobs.SWEEP_CPUS + jobs.EXECUTOR_CPUS, jobs.SWEEP_MEM + jobs.EXECUTOR_MEM)
         now = time.monotonic()
         info = jobs.sweep_task(task_id, agent, executor, killed)
-        self.sweeps[agent] = _Sweep(task_id, agent, killed, info, Demand(task_id, (need,)), since or now, now + delay)
+        demand = Demand(task_id, (need,))
+        self.sweeps[agent] = _Sweep(task_id, agent, killed, info, demand, since or now, now + delay, *tries)
         if since is None:
             log.info("sweeping agent %s: the executors of %s were killed", self.hostnames.get(agent), ", ".join(killed))
         self._dirty = True
@@ -1142,11 +1166,27 @@ class MesosBackend(EventHandler):
             sweep = self.sweeps.get(agent)
             if sweep is None or sweep.task_id != status["task_id"]["value"] or status["state"] in LIVE:
                 return
-            if status["state"] != "TASK_FINISHED":  # e.g. the agent still tears the killed executor down
-                log.info("sweep of agent %s ended %s (%s); again", agent, status["state"], status.get("message", ""))
-                self._want_sweep(agent, since=sweep.requested, delay=1.0)
+            if status["state"] == "TASK_FINISHED":
+                self.dead_executors.pop(agent, None)
+                self._swept(agent)
                 return
-            self._swept(agent)
+            # e.g. the agent still tears the killed executor down; or our executor does not start there
+            dead = status.get("reason") == "REASON_EXECUTOR_TERMINATED" and status.get("source") != "SOURCE_EXECUTOR"
+            dead_starts = sweep.dead_starts + 1 if dead else 0
+            host = self.hostnames.get(agent, agent)
+            if dead_starts >= EXECUTOR_DEAD:
+                self.dead_executors[agent] = (
+                    f"the cosched executor does not start on agent {host} ({status.get('message') or 'terminated'}"
+                    f" {dead_starts} times before it said anything): its sandbox's stderr says why; is cosched"
+                    " installed for mesos.executor_command there?"
+                )
+                log.error("%s", self.dead_executors[agent])
+                self._swept(agent)  # nothing of ours can have run there: its tasks are lost
+                return
+            delay = min(SWEEP_RETRY_MOST, 2.0**sweep.tries)
+            why = status.get("message", "")
+            log.info("sweep of agent %s ended %s (%s); again in %.0f s", host, status["state"], why, delay)
+            self._want_sweep(agent, since=sweep.requested, delay=delay, tries=(sweep.tries + 1, dead_starts))
 
     def _swept(self, agent: str) -> None:
         """Under the lock: nothing of the tasks the sweep of `agent` named runs on."""
