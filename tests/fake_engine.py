@@ -102,6 +102,9 @@ class FakeEngine:
     def nodes_changed(self) -> list[tuple[int, bool]]:
         return []
 
+    def node_status(self) -> list[Any]:
+        return []  # one host: its nodes are parts of it, not machines
+
     def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
         return {}
 

@@ -89,6 +89,9 @@ class _SlowEngine:
     def nodes_changed(self) -> list[tuple[int, bool]]:
         return []
 
+    def node_status(self) -> list[Any]:
+        return []
+
     def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
         return {}
 

@@ -1915,3 +1915,28 @@ def test_a_new_instance_name_is_refused_while_the_old_ones_jobs_run(tmp_path: Pa
     daemon = _on_nodes(tmp_path, clock, engine, nodes=1, cores=2, instance="walk2")  # nothing runs: renamed
     assert daemon.instance == "walk2" and daemon.store.get_meta("instance") == "walk2"
     daemon.close()
+
+
+def test_a_drain_follows_its_machine_to_the_node_it_holds(tmp_path: Path) -> None:
+    """On Mesos a node is whichever agent holds it. A drain held the node's number: a spare that took
+    the node of a drained agent was drained in its place (a walkthrough on a real master). It now
+    names its machine and goes with it; one whose machine holds no node is forgotten."""
+    from fake_engine import Clock, FakeEngine
+
+    from cosched.daemon import drain
+    from cosched.daemon.backend import NodeStatus
+    from cosched.daemon.identity import ANONYMOUS
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    hosts = ["agent1", "agent2"]
+    engine.node_status = lambda: [NodeStatus(h, f"id-{h}", True) for h in hosts]  # type: ignore[method-assign]
+    daemon = _on_nodes(tmp_path, clock, engine, nodes=2, cores=2)
+    assert drain.drain(daemon, 1, "DIMM swap", ANONYMOUS).host == "agent2"
+    hosts[:] = ["agent2", "agent1"]  # nodes mapped anew
+    drain.follow(daemon)
+    assert {node: entry.host for node, entry in daemon.drained.items()} == {0: "agent2"}
+    hosts[:] = ["agent3", "agent1"]  # a spare took node 0: agent2 holds none
+    drain.follow(daemon)
+    assert daemon.drained == {} and drain.load(daemon.store, 2) == {}
+    daemon.close()

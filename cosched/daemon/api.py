@@ -63,6 +63,8 @@ class Drained(BaseModel):
     reason: str
     since: float
     by: str
+    host: str = ""
+    """The machine drained: a Mesos agent's hostname ('' on one host)."""
 
 
 IdempotencyKey = Annotated[

@@ -49,16 +49,20 @@ class Drain:
     since: float
     by: str
     """Who drained it ('' without user tokens)."""
+    host: str = ""
+    """The machine drained: on Mesos the node's agent's hostname ('' on one host, whose nodes are
+    parts of it). A Mesos node is whichever agent holds it, so the drain follows the machine."""
 
 
 def load(store: Store, nodes: int) -> dict[int, Drain]:
     """The drained nodes the state file holds, of the `nodes` the cluster has now. Draining a node
     is how an operator empties it before taking it out of `cluster.nodes`: its drain then names a
     node the core has not, and every pass failed on it (an operator's walkthrough). It is
-    forgotten, with a line; the next drain or resume writes the file without it."""
+    forgotten, with a line, in the file too. A drained Mesos agent's waits for `follow`, once the
+    agents are known: it may hold another node now."""
     saved = store.get_meta(KEY) or {}
     drained = {int(node): Drain(**fields) for node, fields in saved.items()}
-    gone = sorted(n for n in drained if n >= nodes)
+    gone = sorted(n for n, entry in drained.items() if n >= nodes and not entry.host)
     for node in gone:
         log.warning(
             "node %d was drained (%s) and is no longer in the cluster (%d nodes): its drain is forgotten",
@@ -72,6 +76,45 @@ def load(store: Store, nodes: int) -> dict[int, Drain]:
     return drained
 
 
+def hosts(store: Store) -> frozenset[str]:
+    """The machines drained (Mesos agents' hostnames), from the state file: an agent being taken
+    out must not be the one a mapping of the nodes anew keeps (`MesosBackend`'s `put_last`)."""
+    saved = store.get_meta(KEY) or {}
+    return frozenset(str(fields.get("host", "")) for fields in saved.values()) - {""}
+
+
+def follow(daemon: Daemon) -> None:
+    """Under `lock`, at the start and when nodes changed: each drain of a machine goes to the node that
+    machine holds now, and one whose machine holds none is forgotten, with a line. A drain held a
+    node number: a spare agent that took the node of a drained one that went away was drained in
+    its place, and a mapping anew with fewer nodes moved it onto another machine (a walkthrough)."""
+    names = [status.name for status in daemon.backend.node_status()]
+    if not names:  # one host: its nodes are parts of it, not machines
+        return
+    followed: dict[int, Drain] = {}
+    for node, entry in sorted(daemon.drained.items()):
+        if not entry.host:  # drained before drains named their machine
+            if node < len(names):
+                followed[node] = entry
+            continue
+        if entry.host in names:
+            followed[names.index(entry.host)] = entry
+            continue
+        now = f"agent {names[node]} holds node {node} now" if node < len(names) and names[node] else "it is gone"
+        log.warning("the drain of agent %s (%s) is forgotten: it holds no node (%s)", entry.host, entry.reason, now)
+    if followed != daemon.drained:
+        for node, entry in followed.items():
+            if daemon.drained.get(node) != entry:
+                log.info("node %d is drained: agent %s holds it (%s)", node, entry.host, entry.reason)
+        _save(daemon, followed)
+
+
+def _host_of(daemon: Daemon, node: int) -> str:
+    """The machine behind `node`: a Mesos agent's hostname, '' on one host."""
+    names = [status.name for status in daemon.backend.node_status()]
+    return names[node] if node < len(names) else ""
+
+
 def drain(daemon: Daemon, node: int, reason: str, caller: Caller) -> Drain:
     """Take `node` out of service from the next pass on; draining it again replaces the reason."""
     _check(daemon, node, caller, "drain")
@@ -79,7 +122,7 @@ def drain(daemon: Daemon, node: int, reason: str, caller: Caller) -> Drain:
     if not reason or len(reason) > MAX_REASON or not reason.isprintable():
         raise Rejected("reason", f"say why, in 1 to {MAX_REASON} printable characters")
     with daemon.lock:
-        entry = Drain(reason, daemon.clock(), caller.user)
+        entry = Drain(reason, daemon.clock(), caller.user, _host_of(daemon, node))
         _save(daemon, {**daemon.drained, node: entry})
     log.warning("node %d drained%s: %s", node, f" by {caller.user}" if caller.user else "", reason)
     return entry
@@ -113,7 +156,8 @@ def faulty(daemon: Daemon, ended: list[End]) -> None:
             if node not in daemon.drained:
                 detail = end.reason.rsplit("could not start: ", 1)[-1]  # the machine's words, not the layers
                 reason = f"job {end.job.id} could not start there: {detail}"[:MAX_REASON]
-                _save(daemon, {**daemon.drained, node: Drain(reason, daemon.clock(), BY_DAEMON)})
+                entry = Drain(reason, daemon.clock(), BY_DAEMON, _host_of(daemon, node))
+                _save(daemon, {**daemon.drained, node: entry})
                 log.warning("node %d drained by cosched: %s", node, reason)
 
 

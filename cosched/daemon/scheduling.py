@@ -135,6 +135,8 @@ def _pass(daemon: Daemon) -> bool:
         engine_faults.lost(daemon, exc)
         return False
     with daemon.lock:
+        if changes:  # a node's machine may be another now: its drain follows the machine
+            drain.follow(daemon)
         drain.faulty(daemon, ended)  # before the nodes' events: no job goes back to such a node now
         events: list[Event] = nodes.events(daemon, changes)
         ended_now: set[int] = set()

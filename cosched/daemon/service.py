@@ -223,6 +223,7 @@ class Daemon:
 
         self.backend.connect()
         with self.lock:
+            drain.follow(self)  # the machines behind the nodes are known now
             recover(self)
 
     def _backend(self, config: DaemonConfig) -> Backend:
@@ -257,6 +258,7 @@ class Daemon:
             metrics=self.metrics,
             node_hosts=self.store.get_meta("mesos_nodes") or (),
             on_nodes=self._keep_nodes,
+            put_last=drain.hosts(self.store),
         )
 
     def _keep_framework_id(self, framework_id: str) -> None:

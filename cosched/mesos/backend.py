@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -217,11 +217,15 @@ class MesosBackend(EventHandler):
         metrics: DaemonMetrics | None = None,
         node_hosts: Sequence[str] = (),
         on_nodes: Callable[[list[str]], None] | None = None,
+        put_last: Collection[str] = (),
     ) -> None:
         """`node_hosts` are the nodes' hostnames an earlier run saved (through `on_nodes`): with them,
-        the daemon starts without the agents that do not offer, their nodes down until they do."""
+        the daemon starts without the agents that do not offer, their nodes down until they do.
+        `put_last`: hostnames of drained machines, which nodes mapped anew take only for want of
+        others (lowering `cluster.nodes` after draining the machines taken out kept one of them)."""
         self.settings = settings
         self.nodes = nodes
+        self.put_last = frozenset(put_last)
         self.metrics = metrics
         self._on_nodes = on_nodes
         self.client = SchedulerClient(
@@ -356,7 +360,9 @@ class MesosBackend(EventHandler):
             self.cond.wait(left)
         if not self.hostnames:
             raise EngineUnavailable(f"Mesos offered no agent in {timeout:.0f} s; the cluster has {self.nodes}")
-        present = sorted(self.hostnames, key=self._place)[: self.nodes]
+        # machines being drained out are taken last (a drain follows its machine: `drain.follow`)
+        chosen = sorted(self.hostnames, key=lambda agent: (self.hostnames[agent] in self.put_last, self._place(agent)))
+        present = sorted(chosen[: self.nodes], key=self._place)
         missing = self.nodes - len(present)
         self.agents = present + [""] * missing
         self.node_hosts = [self.hostnames[a] for a in present] + [""] * missing
