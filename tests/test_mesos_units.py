@@ -11,6 +11,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -499,50 +500,68 @@ def test_an_executor_that_never_answers_fails_its_jobs_quota_change_not_the_clus
     assert sent == [task.id, task.id]
 
 
-def test_an_executor_whose_engine_is_down_too_still_fences_its_jobs() -> None:
-    """Its agent silent and its engine down: reading the jobs' ends failed first, and the fence, after
-    it in the same step, never ran, nor the usage report whose failure shows the agent's silence.
-    Now the fence runs apart, probes the agent, and stops the job by its pid (containerd runs it on
-    without dockerd)."""
-    from cosched.daemon.docker_backend import EngineUnavailable
+class _DownEngine:
+    """An agent's Docker engine that answers nothing until `up`; a container is killed by its pid."""
+
+    instance = "mesos-F"
+
+    def __init__(self) -> None:
+        self.up = False
+        self.killed: list[str] = []
+        self.removed: list[str] = []
+
+    def _answer(self) -> None:
+        from cosched.daemon.docker_backend import EngineUnavailable
+
+        if not self.up:
+            raise EngineUnavailable("cannot reach the Docker engine")
+
+    def labelled(self, **labels: str) -> list[object]:
+        self._answer()
+        return []
+
+    def remove(self, container: str) -> None:
+        self._answer()
+        self.removed.append(container)
+
+    def sample(self, *args: object) -> None:
+        self._answer()
+
+    def kill_without_engine(self, container: str) -> bool:
+        self.killed.append(container)
+        return True
+
+
+def _fencing(engine: _DownEngine, fence: float) -> tuple[Any, list[str], threading.Thread]:
+    """An executor with job task t1 (container c1) running, its agent silent (nothing listens at its
+    endpoint), watching with `fence`; the states it reports go to the list returned."""
     from cosched.mesos.executor import Executor, ExecutorSettings, _Task
 
-    class DownEngine:
-        instance = "mesos-F"
-
-        def __init__(self) -> None:
-            self.killed: list[str] = []
-
-        def labelled(self, **labels: str) -> list[object]:
-            raise EngineUnavailable("cannot reach the Docker engine")
-
-        def remove(self, container: str) -> None:
-            raise EngineUnavailable("cannot reach the Docker engine")
-
-        def sample(self, *args: object) -> None:
-            raise EngineUnavailable("cannot reach the Docker engine")
-
-        def kill_without_engine(self, container: str) -> bool:
-            self.killed.append(container)
-            return True
-
     env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
-    settings = replace(ExecutorSettings.from_env(env), fence=0.5, sample_interval=0.2, poll_interval=0.05)
-    engine = DownEngine()
+    settings = replace(ExecutorSettings.from_env(env), fence=fence, sample_interval=fence / 3, poll_interval=0.05)
     executor = Executor(settings, backend=engine)  # type: ignore[arg-type]
     sent: list[str] = []
     executor.update = lambda task_id, state, message="", data=None: sent.append(state)  # type: ignore[method-assign]
     payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
     executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1")
+    executor.served = True
     watcher = threading.Thread(target=executor._watch, daemon=True)
     watcher.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not sent and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        executor.stopping.set()
-        watcher.join(5)
+    deadline = time.monotonic() + 10
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return executor, sent, watcher
+
+
+def test_an_executor_whose_engine_is_down_too_still_fences_its_jobs() -> None:
+    """Its agent silent and its engine down: reading the jobs' ends failed first, and the fence, after
+    it in the same step, never ran, nor the usage report whose failure shows the agent's silence.
+    Now the fence runs apart, probes the agent, and stops the job by its pid (containerd runs it on
+    without dockerd)."""
+    engine = _DownEngine()
+    executor, sent, watcher = _fencing(engine, fence=0.5)
+    executor.stopping.set()
+    watcher.join(5)
     assert sent == ["TASK_LOST"] and engine.killed == ["c1"]
 
 
@@ -553,50 +572,12 @@ def test_a_container_the_fence_killed_without_the_engine_is_removed_once_the_eng
     """The fence stops a job by its pid while the engine is down: the exited container stayed in the
     engine for ever, since the executor then left and nobody else removes it. Now the executor stays
     until the engine answers and removes it, for `LEFT_WAIT` s at most, then leaves it, saying so."""
-    from cosched.daemon.docker_backend import EngineUnavailable
     from cosched.mesos import executor as executor_module
-    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
 
     monkeypatch.setattr(executor_module, "LEFT_WAIT", 1.0)
-
-    class FlakyEngine:
-        instance = "mesos-F"
-
-        def __init__(self) -> None:
-            self.up = False
-            self.removed: list[str] = []
-
-        def labelled(self, **labels: str) -> list[object]:
-            if not self.up:
-                raise EngineUnavailable("cannot reach the Docker engine")
-            return []
-
-        def remove(self, container: str) -> None:
-            if not self.up:
-                raise EngineUnavailable("cannot reach the Docker engine")
-            self.removed.append(container)
-
-        def sample(self, *args: object) -> None:
-            raise EngineUnavailable("cannot reach the Docker engine")
-
-        def kill_without_engine(self, container: str) -> bool:
-            return True
-
-    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
-    settings = replace(ExecutorSettings.from_env(env), fence=0.3, sample_interval=0.1, poll_interval=0.05)
-    engine = FlakyEngine()
-    executor = Executor(settings, backend=engine)  # type: ignore[arg-type]
-    sent: list[str] = []
-    executor.update = lambda task_id, state, message="", data=None: sent.append(state)  # type: ignore[method-assign]
-    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
-    executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1")
-    executor.served = True
-    watcher = threading.Thread(target=executor._watch, daemon=True)
-    watcher.start()
+    engine = _DownEngine()
+    executor, sent, watcher = _fencing(engine, fence=0.3)
     try:
-        deadline = time.monotonic() + 10
-        while not sent and time.monotonic() < deadline:
-            time.sleep(0.02)
         assert sent == ["TASK_LOST"]
         time.sleep(0.3)
         assert not executor.done, "left with its stopped container still in the engine"
