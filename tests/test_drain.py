@@ -209,7 +209,7 @@ def test_a_drained_node_runs_its_jobs_out_takes_no_new_one_and_stays_drained_acr
         short = daemon.submit(image=image, command=["sleep", "3"], cores=1, walltime=60)
         daemon.wait_running(short)
         assert (node_of(daemon, busy), node_of(daemon, short)) == (0, 1)
-        assert daemon.cli("drain", "node1", "--reason", "memory test") == "node1: drained (memory test)\n"
+        assert daemon.cli("drain", "node1", "--reason", "memory test") == "node1: draining (memory test)\n"
         shown = daemon.cli("nodes")
         assert "draining (memory test)" in shown, shown
         waiting = daemon.submit(image=image, command=["true"], cores=1, walltime=60)

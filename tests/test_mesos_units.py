@@ -700,3 +700,21 @@ def test_a_room_learnt_before_reconciliation_told_of_a_running_task_counts_it_on
     assert backend.others_hold(2, 0) == {}
     backend.size(handle, 0, guest=False)  # told again: counted once
     assert backend.rooms["A1"].cpus == pytest.approx(2.1)
+
+
+def test_a_run_lost_on_an_agent_whose_node_another_took_names_the_machine() -> None:
+    """Once a spare took its node, a run lost on the dead agent named the agent's id in its reason
+    (`TASK_LOST on 1be963c0-...-S1`), not the machine (an operator's walkthrough)."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 2)
+    backend.node_hosts, backend.agents = ["agent1", "agent2"], ["S0", "S1"]
+    backend.hostnames = {"S0": "agent1", "S1": "agent2"}
+    handle = new_handle(7, 1)
+    task = Task(part_id(handle, 0, 1, 1), 7, "S1", 1, state="TASK_LOST", message="agent removed", stopped=0.0)
+    backend.runs[handle] = Run(handle, 7, 1, {0: task}, run=1)
+    with backend.cond:
+        backend._take(1, "agent3")
+    info = backend.containers()[7]
+    assert info.state == "lost" and info.note == "TASK_LOST on agent2: agent removed", info

@@ -836,7 +836,12 @@ def _drain(args: argparse.Namespace) -> int:
     client = _client(args)
     for node in _node_numbers(client, args.nodes):
         answer = client.call("POST", f"/v1/nodes/{node}/drain", {"reason": args.reason})
-        print(json.dumps(answer) if args.json else f"node{node}: drained ({answer['reason']})")
+        if args.json:
+            print(json.dumps(answer))
+            continue
+        # as `cosched nodes` says it: draining while jobs still run there (it printed `drained`)
+        row = client.call("GET", "/v1/nodes")[node].get("drain") or {}
+        print(f"node{node}: {row.get('state', 'drained')} ({answer['reason']})")
     return 0
 
 

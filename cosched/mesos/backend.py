@@ -284,6 +284,9 @@ class MesosBackend(EventHandler):
         self.launches: dict[str, _Launch] = {}
         """Runs whose ACCEPTs are not all sent yet, by handle."""
         self.sweeps: dict[str, _Sweep] = {}
+        self.gone_names: dict[str, str] = {}
+        """Agent id -> hostname of agents whose node another took: a lost run there names the machine
+        (it named the agent's id, an operator's walkthrough)."""
         self.dead_executors: dict[str, str] = {}
         """Agent -> why the cosched executor does not start there (`EXECUTOR_DEAD`), until a sweep or
         a task of ours runs there."""
@@ -797,6 +800,7 @@ class MesosBackend(EventHandler):
         before = self.node_hosts[node]
         log.warning("agent %s takes node %d%s", hostname, node, f" (its agent {before} is gone)" if before else "")
         if self.agents[node]:
+            self.gone_names[self.agents[node]] = before  # its runs' ends still name the machine
             self.hostnames.pop(self.agents[node], None)
             self.agents[node] = ""
         self.node_hosts[node] = hostname
@@ -1116,11 +1120,12 @@ class MesosBackend(EventHandler):
         broken: list[Task] = []
         now = time.monotonic()
         with self.cond:
+            names = {**self.gone_names, **self.hostnames}
             for run in self.runs.values():
                 launch = self.launches.get(run.handle)
                 if launch is not None and (launch.demand is not None or launch.infos):
                     continue  # not launched yet
-                state = run.state(self._gone, now, self.hostnames, fence_wait(self.settings.fence))
+                state = run.state(self._gone, now, names, fence_wait(self.settings.fence))
                 for task in state.kill:
                     task.killed = True
                 broken += state.kill
