@@ -192,3 +192,21 @@ def test_core_allocation_places_ranks_and_keeps_memory_whole() -> None:
     assert tree is not None
     assert tree.slots_cost(((0, 8),), True) == 0.0  # eight ranks on one node: no hop
     assert tree.slots_cost(((0, 1), (1, 1)), True) == 2.0
+
+
+def test_a_late_pass_serves_a_window_only_the_jobs_that_came_by_its_boundary() -> None:
+    """The daemon's passes are a second apart, not at the window's boundary: A waits for the boundary
+    at 10, B arrives at 10.3, and the first pass after the boundary (10.4) started both, B before
+    its own window (a CI run of the daemon). As replay's pass at 10 does, it serves A alone; B
+    waits for 20."""
+    from cosched.core.events import JobSubmitted, Launch, Offer
+
+    core = PolicySet("fcfs", "easy", placement="sa:iterations=10,period=10").build(
+        Cluster(2, allocation=Allocation.NODE, nodes_per_switch=2, switches_per_pod=1)
+    )
+    a, b = Job(1, 3.0, 1, walltime=50, nodes=1), Job(2, 10.3, 1, walltime=50, nodes=1)
+    assert core.step(3.0, [Offer(((0, 1), (1, 1))), JobSubmitted(a)]).actions == []
+    started = core.step(10.4, [JobSubmitted(b)]).actions
+    assert [x.job.id for x in started if isinstance(x, Launch)] == [1]
+    decision = core.step(20.0, [])
+    assert [x.job.id for x in decision.actions if isinstance(x, Launch)] == [2]

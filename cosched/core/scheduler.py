@@ -578,6 +578,9 @@ class Scheduler:
         if self.queue_policy.one_by_one:
             view = self._serve_one_by_one(view, now, actions)
         order = full = view.queue
+        if self._period:  # a window serves the jobs that came by its boundary; later ones, the next
+            boundary = self._next_window
+            order = self._leave_out(view, order, {job.id for job in order if job.submit > boundary})
         watching = bool(self.windows.deadlines)
         if watching:
             order = self._reservable(view, order, ())
