@@ -351,9 +351,7 @@ def test_an_agent_beyond_the_nodes_takes_the_node_of_an_agent_that_dies(tmp_path
     hence no REVIVE after one). When node 1's agent dies, a REVIVE brings the third agent's offers
     back at once and it takes node 1 (without it, the hour); the gang then runs on nodes 0 and 1.
     Node 1 was drained (its machine to be mended): the drain was the dead machine's, not the spare's,
-    which was drained in its place and idled (an operator's walkthrough). Then node 0 is drained and
-    the daemon restarted with one node: the nodes mapped anew take the drained machine last, where
-    the first in hostname order kept it and left the spare out."""
+    which was drained in its place and idled (an operator's walkthrough)."""
     engine = require_engine()
     cluster = start_cluster(tmp_path / "mesos3", cpus=2, mem=2048, master=FAST_LOSS, agents=3)
     daemon = None
@@ -378,12 +376,6 @@ def test_an_agent_beyond_the_nodes_takes_the_node_of_an_agent_that_dies(tmp_path
         with daemon.db() as db:
             slots = json.loads(db.execute("SELECT slots FROM jobs WHERE id = ?", (gang,)).fetchone()[0])
         assert sorted(node for node, cores in slots if cores) == [0, 1]
-        daemon.client.call("POST", "/v1/nodes/0/drain", {"reason": "retired"})
-        daemon.stop()
-        text = daemon.config.read_text()
-        daemon.config.write_text(text.replace("cores = 2\n", "cores = 1\n", 1).replace("nodes = 2\n", "nodes = 1\n", 1))
-        daemon.start(timeout=60)
-        assert [(row["hostname"], row["drain"]) for row in daemon.client.call("GET", "/v1/nodes")] == [(spare, None)]
     finally:
         if daemon is not None:
             daemon.stop()

@@ -718,3 +718,29 @@ def test_a_run_lost_on_an_agent_whose_node_another_took_names_the_machine() -> N
         backend._take(1, "agent3")
     info = backend.containers()[7]
     assert info.state == "lost" and info.note == "TASK_LOST on agent2: agent removed", info
+
+
+def test_nodes_mapped_anew_take_drained_machines_last() -> None:
+    """Restarted with fewer nodes, the daemon maps the agents anew: the first to offer, in hostname
+    order, kept the machine an operator drained to retire and left a healthy one out (a walkthrough
+    on a real master). Drained machines come last, and the mapping waits for enough others."""
+    from cosched.mesos import backend as mesos_backend
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1, put_last=["agent1"])
+    backend.hostnames = {"S1": "agent1"}
+
+    def agent3_offers_later() -> None:
+        time.sleep(0.3)
+        with backend.cond:
+            backend.hostnames["S3"] = "agent3"
+            backend.cond.notify_all()
+
+    threading.Thread(target=agent3_offers_later, daemon=True).start()
+    with backend.cond:
+        backend._map_nodes(5.0)
+    assert backend.node_hosts == ["agent3"]
+    alone = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1, put_last=["agent1"])
+    alone.hostnames = {"S1": "agent1"}
+    with alone.cond:
+        alone._map_nodes(0.2)  # no other machine: the drained one, for want of any
+    assert alone.node_hosts == ["agent1"]

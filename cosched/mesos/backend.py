@@ -359,7 +359,11 @@ class MesosBackend(EventHandler):
         them without waiting for all). Nodes no agent offered for in `timeout` s are down, each taken
         by the next new agent that offers."""
         deadline = time.monotonic() + timeout
-        while len(self.hostnames) < self.nodes and (left := deadline - time.monotonic()) > 0:
+        while (left := deadline - time.monotonic()) > 0:
+            # enough agents, none of them drained: the first to offer may be a machine being retired
+            in_service = [a for a, host in self.hostnames.items() if host not in self.put_last]
+            if len(in_service) >= self.nodes:
+                break
             self.cond.wait(left)
         if not self.hostnames:
             raise EngineUnavailable(f"Mesos offered no agent in {timeout:.0f} s; the cluster has {self.nodes}")
