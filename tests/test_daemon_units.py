@@ -12,6 +12,7 @@ core's own order and reservations.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import math
@@ -22,6 +23,7 @@ import socket
 import sqlite3
 import threading
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -202,29 +204,38 @@ def test_a_plain_daemon_that_does_not_answer_is_not_probed_for_tls(monkeypatch: 
     assert probed == []
 
 
-@pytest.mark.parametrize("token", ["", "a-wrong-one"])
-def test_a_refused_token_says_where_the_cli_reads_one_when_none_was_given(token: str) -> None:
-    """`missing or wrong bearer token (HTTP 401)` did not say where a token goes (a walkthrough)."""
+@contextlib.contextmanager
+def _answering_once(status: int, body: bytes, content_type: str = "") -> Iterator[str]:
+    """The URL of a server that answers one GET with `status` and `body`, as no cosched daemon would."""
 
-    class Refuses(http.server.BaseHTTPRequestHandler):
+    class Answers(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            self.send_response(401)
-            self.send_header("Content-Type", "application/json")
+            self.send_response(status)
+            if content_type:
+                self.send_header("Content-Type", content_type)
             self.end_headers()
-            self.wfile.write(b'{"error": "missing or wrong bearer token"}')
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Refuses)
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answers)
     thread = threading.Thread(target=server.handle_request, daemon=True)
     thread.start()
     try:
-        with pytest.raises(ApiError) as refused:
-            Client(f"http://127.0.0.1:{server.server_port}", token).call("GET", "/v1/queue")
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
-        thread.join(5)
+        thread.join(10)
         server.server_close()
+
+
+@pytest.mark.parametrize("token", ["", "a-wrong-one"])
+def test_a_refused_token_says_where_the_cli_reads_one_when_none_was_given(token: str) -> None:
+    """`missing or wrong bearer token (HTTP 401)` did not say where a token goes (a walkthrough)."""
+
+    answer = b'{"error": "missing or wrong bearer token"}'
+    with _answering_once(401, answer, "application/json") as url, pytest.raises(ApiError) as refused:
+        Client(url, token).call("GET", "/v1/queue")
     hint = ": give the token in $COSCHED_TOKEN" if not token else ""
     assert str(refused.value) == f"missing or wrong bearer token{hint} (HTTP 401)"
 
@@ -232,24 +243,9 @@ def test_a_refused_token_says_where_the_cli_reads_one_when_none_was_given(token:
 def test_an_answer_that_is_not_json_is_one_line() -> None:
     """A URL that answers, but not as the daemon does (a web server's HTML page)."""
 
-    class Page(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"<html>hello</html>")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=server.handle_request, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(ApiError, match="answered /v1/queue with other than JSON: is it the cosched daemon"):
-            Client(f"http://127.0.0.1:{server.server_port}", "", timeout=10).call("GET", "/v1/queue")
-    finally:
-        thread.join(10)
-        server.server_close()
+    not_json = "answered /v1/queue with other than JSON: is it the cosched daemon"
+    with _answering_once(200, b"<html>hello</html>") as url, pytest.raises(ApiError, match=not_json):
+        Client(url, "", timeout=10).call("GET", "/v1/queue")
 
 
 def test_a_redirect_is_refused_and_the_token_goes_nowhere_else() -> None:
