@@ -731,6 +731,31 @@ def test_a_released_stage_competes_for_its_predecessors_cores_as_in_replay(tmp_p
     assert (live["b"], live["Y"]) == (1050.0, 1060.0)
 
 
+def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_path: Path) -> None:
+    """FCFS on 2 cores: A (2 cores) runs from 1000; B (2 cores, afterok:A) is submitted at 1001, C
+    (2 cores, no dependency) at 1002. A succeeds at 1050: B, first in the queue, starts then. The
+    dependency was judged after the pass's step, so C (the head while B waited) took A's cores and B
+    waited for C's end (an audit of the two worlds; replay's workflow stages already competed so)."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    a = daemon.submit_job(_spec(2))
+    daemon.schedule()
+    clock.t = 1001.0
+    b = daemon.submit_job(_spec(2, after=[{"kind": "afterok", "job": a}]))
+    daemon.schedule()
+    clock.t = 1002.0
+    c = daemon.submit_job(_spec(2))
+    daemon.schedule()
+    clock.t = 1050.0
+    engine.finish(a)
+    daemon.schedule()
+    states = {name: daemon.store.job(job)["state"] for name, job in (("A", a), ("B", b), ("C", c))}
+    assert states == {"A": "done", "B": "running", "C": "pending"}
+    assert daemon.store.job(b)["start"] == 1050.0
+    daemon.close()
+
+
 def test_a_stage_released_by_a_pass_that_fails_is_released_once_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

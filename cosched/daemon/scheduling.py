@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cosched.core.events import Event, JobCancelled, JobSubmitted
 from cosched.daemon import (
     carry_out,
+    dependencies,
     drain,
     ends,
     engine_faults,
@@ -46,10 +47,10 @@ chain of them moves on at once rather than one interval a link."""
 def schedule(daemon: Daemon) -> None:
     """One pass: collect ends, step the core, write the plan, carry it out.
 
-    Workflow stages that ends release enter the core in the pass that sees those ends. When
-    ends settled jobs' dependencies, another pass follows at once, so such a job starts (or is
-    cancelled) right after the end it waited for rather than one interval later (replay has no
-    dependencies). A kill asked before the pass (a requeue, a
+    Workflow stages that ends release, and jobs whose dependencies they meet, enter the core in the
+    pass that sees those ends. When the pass's step settled dependencies (a cancel, a rejection, a
+    failed workflow), another pass follows at once, so such a job is cancelled (or starts) right
+    after rather than one interval later (replay has no dependencies). A kill asked before the pass (a requeue, a
     walltime lowered) has the review run after it, once the core has the new walltime.
     """
     with daemon.pass_lock:
@@ -117,8 +118,9 @@ def _rebuilt(daemon: Daemon) -> bool:
 
 
 def _pass(daemon: Daemon) -> bool:
-    """The pass itself; True when it left the next one work: dependencies settled (releases and
-    cancels in the inbox). Workflow stages its ends release enter the core in its own step.
+    """The pass itself; True when it left the next one work: dependencies its step settled (releases
+    and cancels in the inbox). Workflow stages its ends release, and jobs whose dependencies they
+    meet, enter the core in its own step.
 
     Runs under `pass_lock`; `lock` is taken only to step the core and write
     the plan, so the engine calls that carry the plan out hold no one up.
@@ -150,6 +152,7 @@ def _pass(daemon: Daemon) -> bool:
             released = workflow_stages.released_by(daemon, db, ended, now)
             for job_id, document in released:
                 _queue_stage(daemon, job_id, document, now)
+            dependencies.settle(daemon, db, bool(ended), dependencies.ending(daemon, ended))  # into this step
             while daemon.inbox:
                 event = daemon.inbox.popleft()
                 if isinstance(event, JobSubmitted) and event.job.submit > now:
