@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.core.events import JobSubmitted, Launch, Offer
-from cosched.core.frees import releases
+from cosched.core.frees import ends_to_come, releases
 from cosched.core.scheduler import Scheduler
 from cosched.daemon.api import create_app
 from cosched.daemon.config import from_dict, validate
@@ -86,6 +86,48 @@ def test_reservations_count_only_what_comes_back_from_nodes_still_in_service(
     assert [t for t, _ in released] == sorted(t for t, _ in released)
     expected = sum(c for job in hosts for n, c in job.slots if n not in drained)
     assert sum(units for _, units in released) == expected
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=3, unique_by=lambda s: s[0]),
+            st.integers(1, 100),
+            st.booleans(),
+            st.integers(1, 200),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_ends_to_come_per_node_are_the_releases_per_time(
+    specs: list[tuple[list[tuple[int, int]], int, bool, int]],
+) -> None:
+    """What the daemon owes other frameworks from the next ends (`ends_to_come`, per node) and what
+    reservations count on (`releases`, in units) foresee the same ends: at every time, the same
+    cores, and a guest's cores come back from the host's end or from its own, never from both."""
+    jobs: dict[int, Job] = {}
+    guests: dict[int, list[Job]] = {}
+    hosts = []
+    for index, (slots, end, has_guest, guest_end) in enumerate(specs):
+        host = running(index * 2 + 1, tuple(slots), float(end))
+        hosts.append(host)
+        jobs[host.id] = host
+        if has_guest:
+            share = tuple((node, max(1, cores // 2)) for node, cores in slots)
+            guest = running(index * 2 + 2, share, float(guest_end), host=host.id)
+            jobs[guest.id] = guest
+            guests[host.id] = [guest]
+    hosts.sort(key=lambda job: job.expected_end)
+    per_time: dict[float, int] = {}
+    for at, units in releases(hosts, guests, jobs, 0.0):
+        per_time[at] = per_time.get(at, 0) + units
+    ends = ends_to_come(hosts, guests, jobs)
+    per_node_time: dict[float, int] = {}
+    for at, _, slots in ends:
+        per_node_time[at] = per_node_time.get(at, 0) + sum(cores for _, cores in slots)
+    assert per_node_time == {at: units for at, units in per_time.items() if units or at in per_node_time}
+    assert [(at, job_id) for at, job_id, _ in ends] == sorted((at, job_id) for at, job_id, _ in ends)
 
 
 def test_a_withheld_job_is_no_promise_for_the_head() -> None:

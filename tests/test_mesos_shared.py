@@ -218,6 +218,11 @@ class _Core:
         self.guests: dict[int, list[Any]] = {}
         self.withheld: dict[int, int] = {}
 
+    @property
+    def running(self) -> list[Any]:
+        """The running jobs that are no guests, by expected end, as the core keeps them."""
+        return sorted((job for job in self.jobs.values() if job.host < 0), key=lambda job: job.expected_end)
+
     def withhold(self, units: dict[int, int]) -> None:
         self.withheld = dict(units)
 

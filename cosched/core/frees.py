@@ -31,6 +31,30 @@ def freed_slots(job: Job, host_running: bool, surviving_guests: Iterable[Job]) -
     return slots
 
 
+def outlives(guest: Job, host: Job) -> bool:
+    """Whether a guest is expected to end after its host, and so keeps its share past the host's end."""
+    return guest.expected_end > host.expected_end
+
+
+def ends_to_come(
+    running: Iterable[Job], guests: Mapping[int, Sequence[Job]], jobs: Mapping[int, Job]
+) -> list[tuple[float, int, Slots]]:
+    """(expected end, job id, slots its end gives back) of each running job whose end gives any,
+    in that order: a host its slots less those of its guests expected to outlive it, such a guest
+    its own (`freed_slots`). `releases` in slots: for callers who must know which node's cores come
+    back, not just how many (`running`, `guests`, `jobs` as there)."""
+    ends = []
+    for host in running:
+        kept = (guest for guest in guests.get(host.id, ()) if outlives(guest, host))
+        ends.append((host.expected_end, host.id, freed_slots(host, False, kept)))
+    for host_id, members in guests.items():
+        lender = jobs.get(host_id)
+        if lender is not None:
+            ends += [(guest.expected_end, guest.id, guest.slots) for guest in members if outlives(guest, lender)]
+    ends.sort(key=lambda end: end[:2])
+    return [(at, job_id, slots) for at, job_id, slots in ends if slots is not None]
+
+
 def releases(
     running: Sequence[Job],
     guests: Mapping[int, Sequence[Job]],
@@ -62,7 +86,7 @@ def releases(
         if host is None:
             continue
         for guest in members:
-            if guest.expected_end > host.expected_end:
+            if outlives(guest, host):
                 units = guest.need - withheld.get(guest.id, 0)
                 kept[host_id] = kept.get(host_id, 0) + units
                 later.append((max(guest.expected_end, now), units))

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from cosched.core.events import Event, Offer, Rescind
+from cosched.core.frees import ends_to_come
 from cosched.core.pool import slot_memory
 from cosched.daemon import drain
-from cosched.model import Allocation, Job, JobState
+from cosched.model import Allocation, JobState
 
 if TYPE_CHECKING:
     from cosched.core.scheduler import Scheduler
@@ -147,9 +148,9 @@ def _shared(daemon: Daemon, pending: list[Event]) -> list[Event]:
 def _owed(daemon: Daemon) -> dict[int, int]:
     """Running job -> the cores of its that its end will not give back because other frameworks
     took them while the core counted them (owed: `live_part` cuts them from the node's next ends),
-    so that reservations do not count on them. The next ends are foreseen in expected-end order:
-    a host's end gives back its cores less those of guests that outlive it, such a guest's end
-    its own; a host's withheld cores count its guests' (`cosched.core.frees.releases`)."""
+    so that reservations do not count on them. The next ends are foreseen as reservations foresee
+    them (`cosched.core.frees.ends_to_come`); a host's withheld cores count its guests'
+    (`cosched.core.frees.releases`)."""
     if daemon.cluster.allocation is not Allocation.CORE:
         return {}
     owed = {
@@ -159,33 +160,18 @@ def _owed(daemon: Daemon) -> dict[int, int]:
     }
     if not owed:
         return {}
-    jobs = daemon.core.jobs
+    core = daemon.core
     withheld: dict[int, int] = {}
-    for node, left in owed.items():
-        frees: list[tuple[float, int, int, Job]] = []  # (when, job id, cores it gives back, job)
-        for job in jobs.values():
-            cores = dict(job.slots).get(node, 0) if job.state is JobState.RUNNING else 0
-            if not cores:
+    for _, job_id, slots in ends_to_come(core.running, core.guests, core.jobs):
+        for node, cores in slots:
+            cut = min(cores, owed.get(node, 0))
+            if cut <= 0:
                 continue
-            if job.host >= 0:  # a guest gives back its own cores only if it outlives its host
-                host = jobs.get(job.host)
-                if host is not None and job.expected_end > host.expected_end:
-                    frees.append((job.expected_end, job.id, cores, job))
-                continue
-            kept = sum(
-                dict(guest.slots).get(node, 0)
-                for guest in daemon.core.guests.get(job.id, ())
-                if guest.expected_end > job.expected_end
-            )
-            frees.append((job.expected_end, job.id, cores - kept, job))
-        for _, _, cores, job in sorted(frees, key=lambda free: free[:2]):
-            if left <= 0:
-                break
-            cut = min(cores, left)
-            left -= cut
-            withheld[job.id] = withheld.get(job.id, 0) + cut
-            if job.host >= 0:
-                withheld[job.host] = withheld.get(job.host, 0) + cut
+            owed[node] -= cut
+            withheld[job_id] = withheld.get(job_id, 0) + cut
+            host = core.jobs[job_id].host
+            if host >= 0:
+                withheld[host] = withheld.get(host, 0) + cut
     return withheld
 
 
