@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from operator import attrgetter
 from types import MappingProxyType
@@ -531,10 +531,10 @@ class Scheduler:
     def _guest_ended(self, guest: Job, end: float, actions: list[Action]) -> None:
         """A guest left its host's allocation: the host gets its CPU back."""
         host = self.jobs.get(guest.host)
-        if host is not None:
-            self._requota(host, host.quota + guest.quota, end)
-            actions.append(SetQuota(host.id, host.quota, host.quota_since))
         self.guests[guest.host].remove(guest)
+        if host is not None:
+            self._requota(host, host_quota(host, self.guests[guest.host]), end)
+            actions.append(SetQuota(host.id, host.quota, host.quota_since))
         if not self.guests[guest.host]:
             del self.guests[guest.host]
         memory = slot_memory(self.cluster, guest, guest.slots)
@@ -748,7 +748,6 @@ class Scheduler:
         if memory is not None and not self.pool.take_memory([node for node, _ in slots], memory):
             return False
         quota = min(fraction * host.cores, float(guest.cores), host.quota)
-        self._requota(host, host.quota - quota, now)
         guest.quota = quota
         guest.quota_since = now
         guest.host = host.id
@@ -757,6 +756,7 @@ class Scheduler:
         guest.start = now
         guest.expected_end = now + guest.estimate
         self.guests.setdefault(host.id, []).append(guest)
+        self._requota(host, host_quota(host, self.guests[host.id]), now)
         if self.limit is not None:
             self.limit.took(guest)
         self._dequeue(guest)
@@ -855,6 +855,13 @@ class Scheduler:
             if per_node > cluster.memory_per_node:
                 return f"job {job.id} needs {per_node} MiB on a node, nodes have {cluster.memory_per_node}"
         return ""
+
+
+def host_quota(host: Job, guests: Iterable[Job]) -> float:
+    """A host's CPU quota: its cores less what its guests were lent. The one rule, whether a lending
+    begins or ends, or a restart adopts them: worked out anew each time, not added to and taken
+    from, so that a host whose guests are gone has exactly its cores again."""
+    return float(host.cores) - sum(guest.quota for guest in guests)
 
 
 def _overridden(hook: Callable[..., None], default: Callable[..., None]) -> Callable[..., None] | None:

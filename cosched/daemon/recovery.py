@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.core.events import Event, JobAdopted, JobCancelled, JobHeld, Offer
 from cosched.core.pool import slot_memory
+from cosched.core.scheduler import host_quota
 from cosched.daemon import carry_out, engine_faults, submissions, workflow_stages
 from cosched.daemon.store import DECISIONS_KEPT
 from cosched.errors import ConfigError
@@ -114,8 +115,7 @@ def recover(daemon: Daemon) -> None:
             job.quota = float(job.cores)
     for job in jobs.values():  # a host's quota is its cores less what its guests hold now
         if job.host < 0:
-            lent = sum(g.quota for g in jobs.values() if g.host == job.id)
-            job.quota = float(job.cores) - lent
+            job.quota = host_quota(job, (guest for guest in jobs.values() if guest.host == job.id))
 
     before: dict[int, float] = {}
     with store.transaction() as db:  # what recovery settled is the store's truth from now on
