@@ -756,6 +756,51 @@ def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_pa
     daemon.close()
 
 
+def test_a_job_whose_cores_an_end_freed_before_its_latest_start_starts_in_the_pass_after_it(
+    tmp_path: Path,
+) -> None:
+    """On 2 cores A runs from 1000; B (2 cores) must start by 1050.5. A ends at 1050.2, and the
+    daemon's next pass is at 1051. Replay, which steps at A's end, starts B then; the daemon's pass
+    expired B before trying it ("did not start by its latest start"), the cores free since before
+    it. A pass stands for the time since the last one: B starts at 1051. A job whose latest start
+    came before the last pass still fails (C, latest start 1040.5, with no room at 1041)."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    a = daemon.submit_job(_spec(2))
+    b = daemon.submit_job(_spec(2, latest_start=1050.5))
+    c = daemon.submit_job(_spec(2, latest_start=1040.5))
+    daemon.schedule()
+    clock.t = 1041.0
+    daemon.schedule()
+    clock.t = 1050.2
+    engine.finish(a)
+    clock.t = 1051.0
+    daemon.schedule()
+    states = {name: daemon.store.job(job)["state"] for name, job in (("A", a), ("B", b), ("C", c))}
+    assert states == {"A": "done", "B": "running", "C": "failed"}
+    assert daemon.store.job(c)["end"] == 1041.0
+    daemon.close()
+
+
+def test_a_latest_start_that_passed_while_the_daemon_was_down_is_missed(tmp_path: Path) -> None:
+    """As above, but A ends and B's latest start passes while the daemon is down: the first pass
+    after the restart stands for no time before it, so B fails rather than starts 10 s late."""
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    a = daemon.submit_job(_spec(2))
+    b = daemon.submit_job(_spec(2, latest_start=1050.5))
+    daemon.schedule()
+    clock.t = 1050.2
+    engine.finish(a)
+    clock.t = 1060.0
+    daemon.rebuild()
+    daemon.schedule()
+    assert daemon.store.job(b)["state"] == "failed" and "latest start 1050" in daemon.store.job(b)["reason"]
+    daemon.close()
+
+
 def test_a_stage_released_by_a_pass_that_fails_is_released_once_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -130,6 +130,8 @@ class Scheduler:
         """Jobs the user holds (`JobHeld`), with the begin each had before."""
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
+        self._stepped = -math.inf
+        """When the core last stepped: a pass stands for the time since (`_timed_pass`)."""
         per_user = max_cores_per_user or max_running_jobs_per_user
         self.limit = Limits(max_cores_per_user, max_running_jobs_per_user) if per_user else None
         """The caps on each user's running cores and jobs and each workflow's running jobs
@@ -177,6 +179,7 @@ class Scheduler:
         """Apply what happened, then decide what to do at `now`."""
         actions: list[Action] = []
         self.charged = []
+        since, self._stepped = self._stepped, now
         sharing = bool(self.guests)  # before the events: a host's end empties `guests`
         if self._period and not self.queue:
             # A window opens with the first job queued: the jobs arriving now start together
@@ -198,18 +201,24 @@ class Scheduler:
             actions = [a for a in actions if not isinstance(a, SetQuota) or a.job_id in self.jobs]
         windows = self.windows
         if windows.held or windows.deadlines or self._period:
-            return self._timed_pass(now, actions)
+            return self._timed_pass(now, since, actions)
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         return Decision(actions, self._schedule(now, actions) if busy else _NONE)
 
-    def _timed_pass(self, now: float, actions: list[Action]) -> Decision:
-        """A pass with times to keep: held jobs' begins, latest starts, placement windows."""
+    def _timed_pass(self, now: float, since: float, actions: list[Action]) -> Decision:
+        """A pass with times to keep: held jobs' begins, latest starts, placement windows.
+
+        The pass stands for the time since the core last stepped (`since`): a job whose latest
+        start fell in it has this pass as its last chance. Replay steps at each latest start
+        (`wake_at`); the daemon's passes are up to an interval apart, and one that expired such a
+        job before trying it failed a job whose cores an end had freed before its latest start
+        (that end is in this pass). One whose latest start came before the last step never starts."""
         windows = self.windows
         if windows.held:
             for job in windows.due(now):  # their begin came: they enter the queue as arrivals do
                 self._enqueue(job, now)
         if windows.watching:
-            self._expire(now, actions, at_now=False)  # a pass late for a latest start never starts it
+            self._expire(now, actions, at_now=False, passed=since)  # (a job that came after its latest start)
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         wake = windows.next_time(now) if windows.watching or windows.held else math.inf
         if self._period and not busy and self.queue and now >= self._next_window:
@@ -387,10 +396,10 @@ class Scheduler:
         job.state = state
         job.end = now
 
-    def _expire(self, now: float, actions: list[Action], *, at_now: bool) -> None:
-        """Pending jobs whose latest start passed (or is now, once the pass is over) fail with a
-        `Reject`, as refusals do: OSDEC's X_it = 0 for t > l_i, so none starts late."""
-        for job in self.windows.expired(now, at_now=at_now):
+    def _expire(self, now: float, actions: list[Action], *, at_now: bool, passed: float | None = None) -> None:
+        """Pending jobs whose latest start passed (before `passed`, by default `now`; or is then, once
+        the pass is over) fail at `now` with a `Reject`, as refusals do: OSDEC's X_it = 0 for t > l_i."""
+        for job in self.windows.expired(now if passed is None else passed, at_now=at_now):
             if job.id not in self.jobs:
                 continue
             self._leave_pending(job, JobState.FAILED, now)
