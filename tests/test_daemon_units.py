@@ -22,6 +22,7 @@ import signal
 import socket
 import sqlite3
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ import docker.errors
 import pytest
 import requests
 from conftest import missing
+from daemon_support import wait_until
 from pydantic import ValidationError
 
 from cosched.daemon.cgroups import CgroupFiles
@@ -1744,6 +1746,30 @@ def test_keep_ended_days_is_checked_and_sets_an_hourly_purge(tmp_path: Path) -> 
         jobs = dict.fromkeys(("schedule", "sample", "review", "reconcile", "purge"), print)
         daemon = SimpleNamespace(config=config, **jobs)
         assert (periodic(daemon).get_job("purge") is not None) is planned  # type: ignore[arg-type]
+
+
+def test_a_pass_runs_at_the_time_the_core_asked_for_between_the_regular_ones(tmp_path: Path) -> None:
+    """Passes every 30 s; after the first, the core asks for one in 0.4 s (a begin, a latest start,
+    a window's end): it runs then, and only once, as replay steps at `Decision.wake_at`."""
+    from cosched.daemon.run import periodic
+
+    config = validate(from_dict({"daemon": {"state_dir": str(tmp_path)}, "intervals": {"schedule": 30}}))
+    passes: list[float] = []
+
+    def schedule() -> None:
+        passes.append(time.time())
+        daemon.wake_at = passes[0] + 0.4 if len(passes) == 1 else math.inf
+
+    daemon = SimpleNamespace(config=config, clock=time.time, wake_at=math.inf, schedule=schedule)
+    daemon.__dict__.update(dict.fromkeys(("sample", "review", "reconcile", "purge"), lambda: None))
+    scheduler = periodic(daemon)  # type: ignore[arg-type]
+    scheduler.start()
+    try:
+        wait_until(lambda: len(passes) >= 2, 5, "a second pass")
+        time.sleep(0.5)
+    finally:
+        scheduler.shutdown()
+    assert len(passes) == 2 and 0.35 <= passes[1] - passes[0] < 1.5
 
 
 @pytest.mark.parametrize(("status", "kind"), [(400, "LaunchRefused"), (404, "LaunchRefused"), (500, "RunLost")])

@@ -162,7 +162,7 @@ def _pass(daemon: Daemon) -> bool:
                 events.append(event)
             cancels = _cancel_targets(daemon, events)
             decision = daemon.core.step(now, events)
-            daemon.reservations = decision.reservations
+            daemon.reservations, daemon.wake_at = decision.reservations, decision.wake_at
             planned = plan.record(daemon, db, now, ended, cancels, decision.actions)
         for end in ended:
             daemon.containers.pop(end.job.id, None)

@@ -30,6 +30,7 @@ side on a bounded pool (`engine_calls`), and sampling goes on meanwhile.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -104,6 +105,8 @@ class Daemon:
         self.containers: dict[int, str] = {}
         self.cpus_of: dict[int, list[int]] = {}
         self.reservations: Mapping[int, float] = {}
+        self.wake_at = math.inf
+        """When the core asked for its next pass at the last (a begin, a latest start, a window's end)."""
         self.kill_reason: dict[int, str] = {}
         self.requeue_asked: dict[int, str] = {}
         """Running jobs to kill and queue again (`cosched requeue`), with why; from the state file."""
