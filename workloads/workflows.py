@@ -167,19 +167,31 @@ class Workflow:
             raise self._error(f"stage {stage.name!r}: depends must be stage names")
 
     def _toposort(self) -> tuple[Stage, ...]:
-        """Kahn's algorithm, taking ready stages in declaration order (deterministic)."""
-        remaining = {s.name: set(s.depends) for s in self.stages}
+        """Kahn's algorithm by rounds: each round takes every stage whose dependencies all came in
+        the rounds before, in declaration order (deterministic). Linear in the stages and their
+        dependencies: scanning every stage at each round took half a second for a chain of 1,024,
+        at submission (on the API's event loop) and at each stage's end (in the pass)."""
+        position = {stage.name: index for index, stage in enumerate(self.stages)}
+        waiting = {stage.name: len(set(stage.depends)) for stage in self.stages}
+        dependants: dict[str, list[Stage]] = {}
+        for stage in self.stages:
+            for dep in set(stage.depends):
+                dependants.setdefault(dep, []).append(stage)
         order: list[Stage] = []
-        while remaining:
-            batch = [s for s in self.stages if s.name in remaining and not remaining[s.name]]
-            if not batch:
-                cycle = _find_cycle({name: remaining[name] for name in remaining})
-                raise self._error(f"stages: dependency cycle {' -> '.join(cycle)}")
+        batch = [stage for stage in self.stages if not waiting[stage.name]]
+        while batch:
+            order += batch
+            freed = []
             for stage in batch:
-                del remaining[stage.name]
-                order.append(stage)
-            for deps in remaining.values():
-                deps.difference_update(s.name for s in batch)
+                for dependant in dependants.get(stage.name, ()):
+                    waiting[dependant.name] -= 1
+                    if not waiting[dependant.name]:
+                        freed.append(dependant)
+            batch = sorted(freed, key=lambda stage: position[stage.name])
+        if len(order) < len(self.stages):
+            placed = {stage.name for stage in order}
+            left = {stage.name: set(stage.depends) - placed for stage in self.stages if stage.name not in placed}
+            raise self._error(f"stages: dependency cycle {' -> '.join(_find_cycle(left))}")
         return tuple(order)
 
     # -- queries ----------------------------------------------------------------------
