@@ -416,6 +416,8 @@ def test_resume_names_the_damaged_file(
         (["--walltime", "nan"], "--walltime"),
         (["--walltime", "-1"], "--walltime"),
         (["--name", "bad name"], "--name 'bad name'"),
+        (["--size", "bogus"], "unknown size 'bogus' for montage"),
+        (["--set", "nosuch=1"], "nosuch"),
     ],
 )
 def test_workloads_write_checks_options_before_making_the_directory(
@@ -424,6 +426,14 @@ def test_workloads_write_checks_options_before_making_the_directory(
     data = tmp_path / "data"
     fails(capsys, ["workloads", "write", "montage", "--dir", str(data), "--image", "x", *option], needle)
     assert not data.exists()
+
+
+def test_workloads_write_refuses_a_relative_dir_before_making_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fails(capsys, ["workloads", "write", "montage", "--dir", "data", "--image", "x"], "--dir must be an absolute path")
+    assert not (tmp_path / "data").exists()
 
 
 # --------------------------------------------------------------------------- 9, 10: replay --out, empty values

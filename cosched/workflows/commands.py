@@ -279,7 +279,7 @@ def _check_write(args: argparse.Namespace) -> None:
     from pydantic import TypeAdapter, ValidationError
 
     from cosched.daemon.specs import MAX_WALLTIME, Name
-    from workloads.real import parse_owner
+    from workloads.real import parse_owner, size_params
 
     if args.cores < 1:
         raise ConfigError(f"--cores must be >= 1, got {args.cores}")
@@ -294,6 +294,9 @@ def _check_write(args: argparse.Namespace) -> None:
         parse_owner(args.owner)
     except ConfigError as exc:
         raise ConfigError(f"--owner: {exc}") from None
+    size_params(args.app, args.size, _overrides(args.set))  # `--size bogus` made the directory first
+    if not args.dir.is_absolute():
+        raise ConfigError(f"--dir must be an absolute path, got {str(args.dir)!r}")
 
 
 def _workloads_write(args: argparse.Namespace) -> int:
