@@ -1103,6 +1103,29 @@ def test_a_stage_job_keeps_a_jobs_limits_with_what_it_takes_from_its_workflow() 
 # -- the queue view ----------------------------------------------------------------
 
 
+def test_cpus_are_shown_only_where_jobs_are_pinned_to_them(tmp_path: Path) -> None:
+    """On one host a job's container is pinned to CPUs, which `status` and `nodes` show; on Mesos a
+    node is an agent and a job is pinned to none: `status` showed the daemon host's CPUs (`cpus:
+    0-1`, a helper's walkthrough)."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+    from cosched.daemon.backend import NodeStatus
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(JobSpec(image="x", command=["true"], memory_mib=64, cores=2, walltime=100))
+    daemon.schedule()
+    assert views.job_status(daemon, job)["cpus"] == [0, 1]  # type: ignore[index]
+    assert [row["jobs"][0]["cpus"] for row in views.nodes(daemon)] == [[0, 1]]
+    engine.node_status = lambda: [NodeStatus("agent1", "a1", True)]  # type: ignore[method-assign]
+    assert views.job_status(daemon, job)["cpus"] is None  # type: ignore[index]
+    [row] = views.nodes(daemon)
+    assert row["cpus"] is None and row["jobs"][0]["cpus"] is None and row["hostname"] == "agent1"
+    daemon.close()
+
+
 def test_the_blocked_head_shows_its_expected_start_while_the_cluster_is_full(tmp_path: Path) -> None:
     """EASY reserves only when a pass asks it for a plan, which needs a free core and a job to
     backfill: with the cluster full `cosched queue` and `status` showed no expected start for the

@@ -198,6 +198,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
     if record is None:
         return None
     spec = record["spec"]
+    machines = bool(daemon.backend.node_status())
     status = {
         "id": record["id"],
         "name": spec.get("name", ""),
@@ -214,7 +215,8 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "end": record["end"],
         "runtime": (record["end"] - record["start"]) if record["end"] and record["start"] else None,
         "cpu_seconds": record["cpu_seconds"],
-        "cpus": daemon.cpu_map.cpuset(record["cpus"]) if record["cpus"] is not None else None,
+        # On Mesos the node is an agent, and its jobs are pinned to no CPU (docs/mesos.md).
+        "cpus": daemon.cpu_map.cpuset(record["cpus"]) if record["cpus"] is not None and not machines else None,
         "quota": record["quota"],
         "host": record["host"] if record["host"] >= 0 else None,
         "exit_code": record["exit_code"],
@@ -305,7 +307,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
         rows.append(
             {
                 "node": node,
-                "cpus": daemon.cpu_map.cpuset(cpus),
+                "cpus": daemon.cpu_map.cpuset(cpus) if not agents else None,
                 "cores": len(cpus),
                 "allocated": allocated,
                 "lent": round(lent, 3),
@@ -322,7 +324,7 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
                         "id": job.id,
                         "quota": job.quota,
                         "host": job.host if job.host >= 0 else None,
-                        "cpus": daemon.cpu_map.cpuset(cpus_of.get(job.id, [])),
+                        "cpus": daemon.cpu_map.cpuset(cpus_of.get(job.id, [])) if not agents else None,
                     }
                     for job in here
                 ],
