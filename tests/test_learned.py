@@ -277,6 +277,38 @@ def test_the_split_window_sees_the_queue_tail_a_head_only_window_does_not() -> N
     assert starts(head_only)[9] > 2.0
 
 
+def test_a_forward_holds_until_the_next_arrival_or_end_as_in_training() -> None:
+    """Training's replay runs on to the next event after a forward; the daemon passes every second
+    and replay passes for samples and deadlines. Asked again in those, the agent saw waits a second
+    longer each time (never seen in training) and started jobs the replay did not (an audit found
+    7 of 30 starts apart). Now passes with no arrival or end do not ask it."""
+    from cosched.core.events import JobSubmitted, Offer
+    from cosched.core.scheduler import Scheduler
+
+    asked: list[float] = []
+
+    def forwards(observation: np.ndarray, mask: np.ndarray) -> int:
+        asked.append(now)
+        return len(mask) - 1
+
+    core = Scheduler(
+        Cluster(1, 4),
+        DBF(decide=forwards, head=2),
+        create("backfill", "none"),
+        create("estimate", "requested"),
+        create("placement", "first-fit"),
+    )
+    now = 1.0
+    core.step(now, [Offer(((0, 4),)), JobSubmitted(Job(id=1, submit=1, cores=1, walltime=10))])
+    for now in (2.0, 3.0, 4.0):
+        core.step(now, [])
+    now = 5.0
+    core.step(now, [JobSubmitted(Job(id=2, submit=5, cores=1, walltime=10))])
+    now = 6.0
+    core.step(now, [])
+    assert asked == [1.0, 5.0]
+
+
 # -- the environments --------------------------------------------------------------------------
 
 

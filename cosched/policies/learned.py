@@ -129,13 +129,23 @@ class DBF(QueuePolicy):
         self.time_scale = time_scale
         self.log_time = log_time
         self.expected_start = expected_start
+        self._forwarded: tuple[object, ...] | None = None
+        """What the queue and the cluster were when the agent last forwarded."""
 
     def score(self, job: Job, now: float) -> float:
         return job.submit
 
     def order(self, queue: Sequence[Job], view: SchedulerView) -> Sequence[Job]:
-        """The one job the agent starts now, or nothing (forward)."""
+        """The one job the agent starts now, or nothing (forward).
+
+        A forward holds until the next arrival or end, as in training, where the replay runs on to
+        the next event: a pass with neither (the daemon's, each second; replay's for a sample or a
+        deadline) does not ask again. Asked again at each, the agent saw waits a second longer
+        each time, which it never saw in training, and started jobs the replay did not."""
         if not queue:
+            return ()
+        state = (tuple(job.id for job in queue), view.free_units, len(view.running))
+        if state == self._forwarded:
             return ()
         jobs = dbf_window(queue, self.head, self.tail)
         observation, mask = dbf_observation(
@@ -144,6 +154,9 @@ class DBF(QueuePolicy):
         if not mask[:-1].any():
             return ()  # nothing in the window fits: forwarding is the only action
         choice = self.decide(observation, mask)
-        if choice is None or choice >= len(jobs) or not mask[choice]:
+        if choice is None:
+            return ()  # (training's: the answer comes in another pass at the same time)
+        if choice >= len(jobs) or not mask[choice]:
+            self._forwarded = state
             return ()  # forward (an invalid pick forwards too, as in the paper)
         return (jobs[choice],)
