@@ -210,3 +210,13 @@ def test_a_late_pass_serves_a_window_only_the_jobs_that_came_by_its_boundary() -
     assert [x.job.id for x in started if isinstance(x, Launch)] == [1]
     decision = core.step(20.0, [])
     assert [x.job.id for x in decision.actions if isinstance(x, Launch)] == [2]
+
+
+def test_replay_passes_at_a_boundary_that_finds_no_node_free_as_the_daemon_does() -> None:
+    """A holds both nodes from 0 to 15; B comes at 5. The boundary at 10 finds no node free, so B's
+    window is the next one, 20, as in the daemon, whose pass at 10 moves it on. Replay took no pass
+    at 10 (nothing could start) and served B at A's end, 15, mid-window (a helper's audit)."""
+    jobs = [Job(1, 0.0, 1, walltime=50, runtime=15, nodes=2), Job(2, 5.0, 1, walltime=50, runtime=10, nodes=2)]
+    cluster = Cluster(2, allocation=Allocation.NODE, nodes_per_switch=2, switches_per_pod=1)
+    result = replay(jobs, cluster, PolicySet("fcfs", "easy", placement="sa:iterations=10,period=10"))
+    assert {job.id: job.start for job in result.jobs} == {1: 0.0, 2: 20.0}

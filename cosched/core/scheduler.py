@@ -238,6 +238,8 @@ class Scheduler:
         if self._period and busy:
             self._next_window = (math.floor(now / self._period) + 1) * self._period
             return Decision(actions, reservations, min(self._next_window if self.queue else math.inf, wake))
+        if self._period and self.queue:  # no core free: the next boundary moves the window on (above), as the
+            wake = min(self._next_window, wake)  # daemon's pass then does; replay passed at the next end instead
         return Decision(actions, reservations, wake)
 
     @property
