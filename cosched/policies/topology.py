@@ -143,6 +143,7 @@ class Annealing(PlacementPolicy):
         if not 0 < t_min <= t_max:
             raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")
         self.t_max, self.t_min, self.hop_cost = t_max, t_min, hop_cost
+        self.seed = seed
         self.rng = random.Random(seed)
         self.searched = 0
         """Windows re-placed by the search (more than one multi-node job started together)."""
@@ -161,6 +162,10 @@ class Annealing(PlacementPolicy):
         if tree is None or len(movable) < 2:
             return None
         moving = {job.id for job in movable}
+        # Each window draws from its own generator, made from the seed and the window's jobs: the
+        # same draws in replay, in the daemon and after a restart, which makes the policy anew (one
+        # generator drawn from window after window began again from the seed at each restart).
+        self.rng.seed(f"{self.seed}:" + ",".join(str(job.id) for job in jobs))
         # The search works on the free sequence less what the jobs it leaves alone hold.
         free = _without(
             free_sequence(pool), [n for job in jobs if job.id not in moving for n in _ranks(job.slots, pool)]
