@@ -801,6 +801,32 @@ def test_a_latest_start_that_passed_while_the_daemon_was_down_is_missed(tmp_path
     daemon.close()
 
 
+def test_a_rebuild_decides_with_the_model_the_daemon_started_with(tmp_path: Path) -> None:
+    """A rebuild after a failed pass made the policies anew from their files: a model overwritten
+    since changed the running daemon's decisions without a word, and one deleted failed every
+    rebuild, so no pass ran again (a helper's audit). The files are read once, at start."""
+    import shutil
+
+    from cosched.learn.models import SHIPPED
+
+    model = tmp_path / "mine-rlbf.npz"
+    shutil.copy(SHIPPED / "lublin-1-rlbf.npz", model)
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path / "state", clock, engine, cores=2, backfill=f"rlbf:{model}")
+    started_with = daemon.core.backfill.decide.__self__  # type: ignore[attr-defined]
+    shutil.copy(SHIPPED / "hpc2n-rlbf.npz", model)  # another network at the same path
+    daemon.rebuild()
+    now = daemon.core.backfill.decide.__self__  # type: ignore[attr-defined]
+    assert all(np.array_equal(a, b) for a, b in zip(now.weights, started_with.weights, strict=True))
+    model.unlink()
+    daemon.rebuild()
+    job = daemon.submit_job(_spec(1))
+    daemon.schedule()
+    assert daemon.store.job(job)["state"] == "running"
+    daemon.close()
+
+
 def test_a_stage_released_by_a_pass_that_fails_is_released_once_by_the_next(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -29,6 +29,7 @@ side on a bounded pool (`engine_calls`), and sampling goes on meanwhile.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -58,6 +59,7 @@ from cosched.model import Cluster
 from cosched.policies.asax import ASAx
 from cosched.policies.registry import create
 from experts.baselines import RuntimeBaselines
+from experts.tree import ExpertSet
 from experts.weights import Schedule, WeightBook
 
 log = logging.getLogger("cosched.daemon")
@@ -85,6 +87,11 @@ class Daemon:
             nodes_per_switch=config.cluster.nodes_per_switch,
             switches_per_pod=config.cluster.switches_per_pod,
         )
+        # The policies' files (trained models, an expert set) are read once: a rebuild after a failed
+        # pass copies what was loaded then. Read again, a model overwritten since changed the running
+        # daemon's decisions without a word, and one deleted failed every rebuild (a helper's audit).
+        self._experts = self._expert_set()
+        self._plugins = self._made_plugins()
         self.asax = self._policy()
         self.core = self._new_core()
         self.lock = threading.RLock()
@@ -155,6 +162,11 @@ class Daemon:
                 self.store.set_meta(db, "instance", instance)
         return str(instance)
 
+    def _expert_set(self) -> ExpertSet | None:
+        """ASAx's experts from `policies.experts`, if it names a file (None: the default experts)."""
+        p = self.config.policies
+        return ExpertSet.load(p.experts) if p.cosched == "asax" and p.experts else None
+
     def _policy(self) -> ASAx | None:
         p = self.config.policies
         if p.cosched != "asax":
@@ -162,7 +174,7 @@ class Daemon:
         state = self.store.get_meta("weights")
         schedule = Schedule(horizon=p.horizon, threshold=p.round_threshold)
         asax = ASAx(
-            p.experts or None,
+            self._experts,
             seed=p.seed,
             loss=p.loss,
             min_guest_share=p.min_guest_share,
@@ -197,7 +209,9 @@ class Daemon:
                 log.warning("ASAx: the saved state of its draws is not usable (%s): they start from the seed", exc)
         return asax
 
-    def _new_core(self) -> Scheduler:
+    def _made_plugins(self) -> tuple[Any, ...]:
+        """The queue, backfill, estimate and placement policies (and the co-scheduling one, unless
+        ASAx), as configured, never stepped: each core gets copies (`_new_core`)."""
         p = self.config.policies
         queue = create("queue", p.queue)
         kept = self.config.daemon.keep_ended_days * 86400
@@ -206,13 +220,25 @@ class Daemon:
                 f"config key daemon.keep_ended_days: {kept / 86400:g} days forgets runs queue policy {p.queue!r} "
                 f"still counts ({queue.history / 86400:g} days); keep ended jobs that long, or 0 (never purge)"
             )
-        return Scheduler(
-            self.cluster,
+        cosched = None if p.cosched == "asax" else create("cosched", p.cosched)
+        return (
             queue,
             create("backfill", p.backfill),
             create("estimate", p.estimate),
             create("placement", p.placement),
-            self.asax if self.asax is not None else create("cosched", p.cosched),
+            cosched,
+        )
+
+    def _new_core(self) -> Scheduler:
+        p = self.config.policies
+        queue, backfill, estimate, placement, cosched = copy.deepcopy(self._plugins)
+        return Scheduler(
+            self.cluster,
+            queue,
+            backfill,
+            estimate,
+            placement,
+            self.asax if self.asax is not None else cosched,
             sharing=p.sharing,
             window=p.window,
             keep_promises=p.keep_promises,
