@@ -130,6 +130,9 @@ def test_shipped_models_are_registered_and_named_by_argument() -> None:
         ("backfill", "rlbf:no-such-model", "unknown rlbf model 'no-such-model': not a shipped model (hpc2n,"),
         ("queue", "dbf:/no/such/file.npz", "unknown dbf model '/no/such/file.npz'"),
         ("backfill", "easy:hpc2n", "backfill policy 'easy' takes no argument"),
+        ("backfill", "rlbf:", "backfill policy 'rlbf:': nothing after the ':'"),  # it ran the default model
+        ("queue", "dbf: ", "queue policy 'dbf: ': nothing after the ':'"),
+        ("placement", "nsa:", "placement policy 'nsa:': nothing after the ':'"),
     ],
 )
 def test_a_bad_model_name_is_one_clear_error(kind: str, spec: str, message: str) -> None:
@@ -139,9 +142,10 @@ def test_a_bad_model_name_is_one_clear_error(kind: str, spec: str, message: str)
 
 def test_a_file_that_is_not_a_model_or_of_the_other_kind_is_refused(tmp_path: Path) -> None:
     junk = tmp_path / "junk.npz"
-    junk.write_bytes(b"not a zip")
-    with pytest.raises(ConfigError, match="is not a cosched model file"):
-        create("backfill", f"rlbf:{junk}")
+    for content in (b"not a zip", b"\x80\x04 random bytes numpy reads as a pickle", b""):
+        junk.write_bytes(content)  # numpy's word for the second: load it unsafely with allow_pickle
+        with pytest.raises(ConfigError, match=r"is not a cosched model file: not an \.npz \(zip\) archive$"):
+            create("backfill", f"rlbf:{junk}")
     with pytest.raises(ConfigError, match="is a dbf model, not a rlbf one"):
         create("backfill", f"rlbf:{model_path('dbf', shipped('dbf')[0])}")
 

@@ -124,6 +124,15 @@ class PolicyNetwork:
         """Read a model file; ConfigError (one line) for anything that is not one."""
         path = Path(path)
         try:
+            with path.open("rb") as file:
+                head = file.read(4)
+        except FileNotFoundError:
+            raise ConfigError(f"model file {path} does not exist") from None
+        except OSError as exc:
+            raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
+        if head != b"PK\x03\x04":  # numpy's own word for other bytes is about loading pickles unsafely
+            raise ConfigError(f"{path} is not a cosched model file: not an .npz (zip) archive")
+        try:
             with np.load(path, allow_pickle=False) as data:
                 config = json.loads(str(data["config"]))
                 count = sum(1 for key in data.files if key.startswith("w"))

@@ -78,6 +78,8 @@ def create(kind: str, spec: str | Any, **options: Any) -> Any:
         return spec
     cls = resolve(kind, spec)
     argument = split_argument(kind, spec)[1]
+    if argument is not None and not argument.strip():  # `rlbf:` ran the default model unannounced
+        raise ConfigError(f"{kind} policy {spec!r}: nothing after the ':' (name a model or options, or drop the ':')")
     try:
         return cls(**options) if argument is None else cls(argument, **options)
     except TypeError as exc:
