@@ -35,8 +35,8 @@ def test_the_torch_blocker_blocks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "policies",
-    ['queue = "fcfs"\nbackfill = "rlbf:lublin-1"', 'queue = "dbf"\nbackfill = "none"'],
-    ids=["rlbf", "dbf"],
+    ['queue = "fcfs"\nbackfill = "rlbf:lublin-1"', 'queue = "dbf"\nbackfill = "none"', 'queue = "osdec"'],
+    ids=["rlbf", "dbf", "osdec"],
 )
 def test_a_trained_policy_runs_jobs_in_the_daemon_without_torch(tmp_path: Path, policies: str) -> None:
     client = require_engine()
