@@ -494,6 +494,50 @@ def test_a_restart_reloads_the_recent_decisions_and_those_about_unfinished_jobs(
     store.close()
 
 
+def test_a_lender_with_nothing_left_to_do_leaves_a_state_file_a_restart_reads(tmp_path: Path) -> None:
+    """A lender whose progress says N/N has Hp = +inf. Its decision was written as Python's JSON,
+    `Infinity`, which SQLite's JSON functions refuse: once it was no longer among the last decisions
+    kept in any case, every restart (and every rebuild after a failed pass) failed with `malformed
+    JSON` (a helper's audit, from real jobs). Decisions are strict JSON now (Hp +inf as "inf", as
+    `cosched experts fit` records hold it), and a file written before is mended when opened."""
+    from cosched.policies.asax import LendingDecision
+    from experts.records import from_decision
+
+    body = LendingDecision(
+        time=10.0,
+        guest=2,
+        host=1,
+        app_class="x",
+        host_cores=2,
+        experts=["a"],
+        distributions=[[1.0]],
+        weights=[1.0],
+        action=0,
+        fraction=0.5,
+        learner="x",
+        executed=True,
+        loss=0.25,
+        features={"cpu": 0.2, "mem": 0.1, "parallel": True, "progress": 1.0, "happiness": math.inf},
+    ).as_dict()
+    store = Store(tmp_path / "state.sqlite")
+    with store.transaction() as db:
+        store.save_decision(db, 1, {**body, "loss": None, "host_runtime": 5.0})  # waits for its score
+        for seq in range(2, 5):
+            store.save_decision(db, seq, {**body, "guest": 10 + seq})
+        db.execute("UPDATE decisions SET body = ? WHERE seq = 4", (json.dumps({**body, "fraction": math.inf}),))
+    store.close()
+    store = Store(tmp_path / "state.sqlite")  # an older daemon's `Infinity` in row 4: mended here
+    try:
+        [needed] = store.decisions_needed(0)
+        assert needed["features"]["happiness"] == "inf" and needed["guest"] == 2
+        assert LendingDecision(**needed).features["happiness"] == "inf"
+        assert [d["fraction"] for d in store.decisions()][-1] == "inf"
+        record = from_decision(store.decisions()[1])
+        assert record is not None and record.features.happiness == math.inf
+    finally:
+        store.close()
+
+
 def test_asax_forgets_old_decisions_but_numbers_and_finds_new_ones() -> None:
     from cosched.policies.asax import ASAx, LendingDecision
 

@@ -17,6 +17,7 @@ proceed together.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -226,6 +227,11 @@ class Store:
                         "UPDATE workflows SET to_come = MAX(0, json_array_length(spec, '$.stages')"
                         " - (SELECT COUNT(*) FROM jobs WHERE jobs.workflow = workflows.id)) WHERE state = 'running'"
                     )
+        for seq, body in list(conn.execute("SELECT seq, body FROM decisions WHERE NOT json_valid(body)")):
+            try:  # written by a daemon before `strict_json`: `Infinity` where a lender had nothing left to do
+                conn.execute("UPDATE decisions SET body = ? WHERE seq = ?", (strict_json(json.loads(body)), seq))
+            except ValueError:
+                raise StateError(f"lending decision {seq} in the state file is not JSON: {body[:80]!r}") from None
         conn.execute("CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user, state)")  # a user's live jobs, counted
         conn.execute('CREATE INDEX IF NOT EXISTS jobs_end ON jobs("end")')  # the history, by when jobs ended
         conn.execute("CREATE INDEX IF NOT EXISTS workflows_state ON workflows(state, user)")  # their stages to come
@@ -578,9 +584,12 @@ class Store:
 
     # -- lending decisions --------------------------------------------------
     def save_decision(self, db: sqlite3.Connection, seq: int, body: dict[str, Any]) -> None:
+        """A decision as strict JSON: SQLite's JSON functions (`_NEEDED`) refuse Python's `Infinity`,
+        and one such row made every restart fail (a lender's `N/N` progress, Hp = +inf, in a helper's
+        audit), so a number JSON cannot hold is written as its name ("inf")."""
         db.execute(
             "INSERT OR REPLACE INTO decisions(seq, guest, host, body) VALUES (?, ?, ?, ?)",
-            (seq, body["guest"], body["host"], json.dumps(body)),
+            (seq, body["guest"], body["host"], strict_json(body)),
         )
 
     def decisions_needed(self, recent: int) -> list[dict[str, Any]]:
@@ -635,6 +644,21 @@ def _in_chunks(db: sqlite3.Connection, sql: str, ids: Iterable[int], size: int =
     for at in range(0, len(unique), size):
         chunk = unique[at : at + size]
         yield from db.execute(sql.format(", ".join("?" * len(chunk))), chunk)
+
+
+def strict_json(value: Any) -> str:
+    """`value` as JSON any reader takes: a float JSON has no number for (inf, nan) as its name."""
+    return json.dumps(_named(value), allow_nan=False)
+
+
+def _named(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _named(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_named(item) for item in value]
+    return value
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

@@ -36,7 +36,7 @@ from cosched.model import Job, JobState
 from cosched.policies.base import CoschedulePolicy, Lending
 from experts.baselines import Kind, RuntimeBaselines, Stretch, paced_runtime_alone, shared_speed
 from experts.default import default_experts
-from experts.features import JobFeatures, happiness
+from experts.features import JobFeatures, happiness, happiness_json
 from experts.loss import degradation_loss, walltime_loss
 from experts.tree import ExpertSet, lent_fractions
 from experts.weights import Schedule, WeightBook
@@ -108,6 +108,8 @@ class LendingDecision:
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
         body["features"] = dict(self.features)
+        if "happiness" in body["features"]:  # +inf (a lender with nothing left to do) as records hold it
+            body["features"]["happiness"] = happiness_json(body["features"]["happiness"])
         return body
 
 
