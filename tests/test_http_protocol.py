@@ -24,12 +24,19 @@ async def hello(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
     await send({"type": "http.response.body", "body": b"ok"})
 
 
+async def reads_body(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """As the API does: the whole body first (`BodyLimit` gives it `api.body_timeout`), then the answer."""
+    while (await receive()).get("more_body"):
+        pass
+    await hello(scope, receive, send)
+
+
 @pytest.fixture
 def port() -> Iterator[int]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
-    config = uvicorn.Config(hello, http=guarded_protocol(0.5, 8), log_level="error", lifespan="off")
+    config = uvicorn.Config(reads_body, http=guarded_protocol(0.5, 8), log_level="error", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -109,4 +116,22 @@ def test_silent_connections_holding_every_place_do_not_keep_a_request_out(port: 
         assert answer_of(silent[0], 1.0).startswith(b"HTTP/1.1 503")
     finally:
         for sock in silent:
+            sock.close()
+
+
+def test_requests_whose_body_never_comes_do_not_keep_a_request_out(port: int) -> None:
+    """Headers complete, then no body: such a request counted as served, held its place for the
+    body timeout (30 s in the daemon), and one client reopening each as it closed kept every request
+    out with 503, `/v1/health` included (a helper's audit). It waits, as one still sending headers does."""
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    try:
+        for sock in stalled:
+            sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert answer_of(sock).startswith(b"HTTP/1.1 200")
+        assert answer_of(stalled[0], 1.0).startswith(b"HTTP/1.1 503")
+    finally:
+        for sock in stalled:
             sock.close()

@@ -8,8 +8,8 @@ connection's opening, or from the first byte of a keep-alive's next request)
 gets 408 and its connection is closed; headers over `MAX_HEADER_BYTES` get 431
 (httptools, unlike h11, sets no bound); and at `max_connections` open ones, a new
 connection takes the place of the one that has waited longest without a request
-in progress (still sending its headers, idle between keep-alive requests, or in its
-TLS handshake), which gets 503 and is closed; only when every one is serving a
+in progress (still sending its headers or its body, idle between keep-alive requests, or in
+its TLS handshake), which gets 503 and is closed; only when every one is serving a
 request is the newcomer refused (503) at once, before it costs more than a file
 descriptor. Refusing the newcomer instead let any local user, with no token, hold
 every slot with sockets that sent nothing and reopen each as it closed: the
@@ -89,7 +89,10 @@ class GuardedProtocol(HttpToolsProtocol):
             return False
         if self.transport is None:  # in its TLS handshake
             return self._tcp is not None and not self._tcp.is_closing()
-        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+        # A request still sending its body waits too: counted as served, 66 that sent headers and
+        # no body (reopened as each got its 408) held every place for good (a helper's audit).
+        cycle = self.cycle
+        return not self.transport.is_closing() and (cycle is None or cycle.response_complete or cycle.more_body)
 
     def _make_way(self) -> None:
         if self.transport is None and self._tcp is not None:  # mid-handshake: no TLS to answer in
@@ -195,7 +198,8 @@ class GuardedProtocol(HttpToolsProtocol):
         if self._refused or self.transport.is_closing():
             return
         self._refused = True
-        if self.cycle is None or self.cycle.response_complete:
+        cycle = self.cycle  # (a request still sending its body has no answer begun: it gets this one)
+        if cycle is None or cycle.response_complete or not cycle.response_started:
             self.transport.write(answer)
         self.transport.close()
 
