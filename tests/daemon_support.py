@@ -96,6 +96,7 @@ class DaemonProcess:
             f"[docker]\n{roots}{docker}\n"
             f"[intervals]\n{periods}\n{extra}"
         )
+        self.config.chmod(0o600)  # it may hold `api.token`, which others must not read
         self.client = Client(f"http://127.0.0.1:{self.port}", token, timeout=10)
         self.process: subprocess.Popen[bytes] | None = None
         self.log = root / "daemon.log"

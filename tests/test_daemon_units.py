@@ -152,6 +152,25 @@ def test_load_config_reads_a_file(tmp_path: Path) -> None:
     assert config.intervals.schedule == 1.0  # untouched keys keep their default
 
 
+def test_a_config_holding_the_operators_token_must_be_the_daemons_alone(tmp_path: Path) -> None:
+    """Whoever reads `api.token` is an operator (cancel anyone's jobs, drain nodes, see every job
+    under `private_data`): a config holding it that others may read is refused, as a readable
+    `key_file` is. The shipped config was 0644, and a helper's audit drained a node as nobody."""
+    path = tmp_path / "cosched.toml"
+    path.write_text("[api]\nport = 7000\n")
+    path.chmod(0o644)
+    assert load_config(path).api.port == 7000  # no token: nothing to hide
+    path.write_text('[api]\ntoken = "s3cret"\n')
+    with pytest.raises(
+        ConfigError,
+        match=r"config key api\.token \(in it\): .*cosched\.toml is readable or writable by "
+        r"others \(mode 0644\); chmod 600 it",
+    ):
+        load_config(path)
+    path.chmod(0o600)
+    assert load_config(path).api.token == "s3cret"
+
+
 def test_load_config_on_a_missing_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.toml"
     with pytest.raises(ConfigError, match=r"nope\.toml does not exist"):

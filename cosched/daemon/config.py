@@ -109,7 +109,7 @@ from typing import Any
 import psutil
 
 from cosched.daemon.accounts import RUN_AS
-from cosched.daemon.identity import USER_NAME
+from cosched.daemon.identity import USER_NAME, refuse_shared
 from cosched.daemon.seccomp import load_profile, profile_path
 from cosched.daemon.specs import MIN_MEMORY_MIB
 from cosched.errors import ConfigError
@@ -277,11 +277,15 @@ def load_config(path: str | Path | None) -> DaemonConfig:
     try:
         with open(path, "rb") as handle:
             document = tomllib.load(handle)
+            info = os.fstat(handle.fileno())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:  # TOML is UTF-8
         raise ConfigError(f"config file {path}: {exc}") from None
-    return validate(from_dict(document))
+    config = validate(from_dict(document))
+    if config.api.token:  # whoever reads it is an operator, as whoever reads `key_file` mints any user
+        refuse_shared(info, Path(path), "api.token (in it)")
+    return config
 
 
 def from_dict(document: dict[str, Any]) -> DaemonConfig:
