@@ -358,6 +358,27 @@ def test_workloads_write_gives_the_data_dir_to_the_jobs_user(tmp_path: Path, cap
     assert str(data) in capsys.readouterr().out
 
 
+def test_workloads_write_follows_no_link_a_job_left_in_its_data_dir(tmp_path: Path) -> None:
+    """An operator prepares the next run beside the last (`workloads write --dir DATA/run2`, as root)
+    where the last run's job left links: `mkdir -p` and `chown` followed them, gave a host directory
+    to the jobs' user, and made directories anywhere on the host (a helper's audit). Now the path is
+    made one component at a time, following none."""
+    from cosched.errors import ConfigError
+
+    data, host_dir = tmp_path / "data", tmp_path / "host"
+    data.mkdir()
+    host_dir.mkdir()
+    (data / "run2").symlink_to(host_dir)  # what the job left, in its own data dir
+    for target in (data / "run2", data / "run2" / "new"):
+        with pytest.raises(ConfigError, match=r"run2 is a link or not a directory"):
+            make_data_dir(target, "4321:4322")
+    assert host_dir.stat().st_uid == os.geteuid() and not (host_dir / "new").exists()
+    made = make_data_dir(data / "run3" / "inputs", "4321:4322")
+    assert made.is_dir()
+    if os.geteuid() == 0:
+        assert (made.stat().st_uid, made.stat().st_gid) == (4321, 4322)
+
+
 def test_progress_is_read_only_from_the_process_it_was_remembered_for(tmp_path: Path) -> None:
     """A container's pid is remembered with its start time: once that process is gone, a
     process the kernel gives the same pid (a host one) is never read through /proc."""

@@ -13,6 +13,7 @@ The result is the API's JSON body (`WorkflowSpec`), or TOML for
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -42,9 +43,28 @@ def make_data_dir(path: str | Path, owner: str = JOB_USER) -> Path:
     """
     uid, gid = parse_owner(owner)  # before the directory is made: a bad owner leaves nothing behind
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        os.chown(path, uid, gid)
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        # Made and given away one component at a time, following no link (as the daemon's own walk to
+        # a data dir): `mkdir -p` and `chown` as root followed a link a job had left in its data dir,
+        # and gave a host directory to the jobs' user (a helper's audit).
+        walked = Path("/")
+        for part in Path(os.path.abspath(path)).parts[1:]:
+            walked /= part
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o777, dir_fd=fd)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                raise ConfigError(
+                    f"data directory {path}: {walked} is a link or not a directory ({exc.strerror})"
+                ) from None
+            os.close(fd)
+            fd = inner
+        if os.geteuid() == 0:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
     return path
 
 
