@@ -15,7 +15,9 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import jwt
 import pytest
@@ -207,6 +209,59 @@ def test_private_data_shows_each_user_their_own_and_operators_everything(
         daemon.store.close()
     with pytest.raises(ConfigError, match=r"api.private_data: needs per-user tokens \(api.key_file\)"):
         validate(from_dict({"api": {"private_data": True}}))
+
+
+def test_private_data_tells_a_guests_owner_nothing_of_another_users_lender(
+    tmp_path: Path, key_file: Path, image: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Alice's job borrowed CPU from Bob's. Her own job's status named his job, and its decisions
+    his job's kind, CPU, memory, progress, runtime and loss (a helper's audit). Under
+    `private_data` each sees their own side of a lending; an operator, both."""
+    daemon = make_daemon(tmp_path, key_file, private_data=True)
+    alice, bob, ops = (as_user(key_file, name) for name in ("alice", "bob", "ops"))
+    try:
+        with TestClient(create_app(daemon)) as client:
+            lender = client.post("/v1/jobs", json=job(image), headers=bob).json()["id"]
+            guest = client.post("/v1/jobs", json=job(image), headers=alice).json()["id"]
+            with daemon.store.transaction() as db:
+                daemon.store.update_job(db, lender, state="running")
+                daemon.store.update_job(db, guest, state="running", host=lender)
+                body = {
+                    "time": 1.0,
+                    "guest": guest,
+                    "host": lender,
+                    "app_class": "bob.secret",
+                    "fraction": 0.5,
+                    "features": {"cpu": 0.2},
+                    "host_runtime": 12.0,
+                    "loss": 0.1,
+                    "executed": True,
+                }
+                daemon.store.save_decision(db, 1, body)
+            assert client.get(f"/v1/jobs/{guest}", headers=alice).json()["host"] is None
+            assert client.get(f"/v1/jobs/{guest}", headers=ops).json()["host"] == lender
+            [hers] = client.get(f"/v1/jobs/{guest}/explain", headers=alice).json()
+            assert (hers["guest"], hers["fraction"], hers["executed"]) == (guest, 0.5, True)
+            assert all(hers[key] is None for key in ("host", "app_class", "features", "host_runtime", "loss"))
+            [his] = client.get(f"/v1/jobs/{lender}/explain", headers=bob).json()
+            assert his["guest"] is None and (his["host"], his["app_class"], his["loss"]) == (lender, "bob.secret", 0.1)
+            [theirs] = client.get(f"/v1/jobs/{guest}/explain", headers=ops).json()
+            assert (theirs["guest"], theirs["host"], theirs["app_class"]) == (guest, lender, "bob.secret")
+        # `cosched explain` prints her side only, and says what it leaves out.
+        from cosched.daemon import commands
+
+        args = SimpleNamespace(job=guest, json=False, url="http://x", ca_file=None)
+        answer = SimpleNamespace(call=lambda method, path: [hers])
+        with patch.object(commands, "_client", lambda _: answer):
+            commands.explain_live(args)  # type: ignore[arg-type]
+        printed = capsys.readouterr().out
+        assert (
+            f"job {guest} as guest: lend 50% of another user's job to job {guest}, carried out; loss not shown"
+            in printed
+        )
+        assert "bob" not in printed and "lender state" not in printed
+    finally:
+        daemon.store.close()
 
 
 def test_a_full_daemon_or_user_refuses_submissions_with_429_until_jobs_end(

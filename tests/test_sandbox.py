@@ -379,6 +379,44 @@ def test_workloads_write_follows_no_link_a_job_left_in_its_data_dir(tmp_path: Pa
         assert (made.stat().st_uid, made.stat().st_gid) == (4321, 4322)
 
 
+def test_a_data_root_on_a_mount_that_allows_setuid_is_named_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Jobs see their data dirs nosuid, but the host's own mount of a data root is the operator's:
+    on one that allows setuid, a job left a setuid copy of a program, and any host user ran it as the
+    jobs' user, outside every sandbox (a helper's audit). The daemon says so at start."""
+    import subprocess
+
+    from cosched.daemon.config import from_dict, validate
+    from cosched.daemon.sandbox import suid_warning
+    from cosched.daemon.service import Daemon
+
+    if os.geteuid() != 0:
+        pytest.skip("data roots need a root daemon, and a nosuid mount root")
+    plain, guarded = tmp_path / "plain", tmp_path / "guarded"
+    plain.mkdir()
+    guarded.mkdir()
+    if os.statvfs(plain).f_flag & os.ST_NOSUID:
+        pytest.skip(f"{tmp_path} is on a nosuid mount already")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,size=1m", "tmpfs", str(guarded)], check=True)
+    try:
+        assert suid_warning(str(guarded)) == ""
+        config = validate(
+            from_dict(
+                {"daemon": {"state_dir": str(tmp_path / "state")}, "docker": {"data_roots": [str(plain), str(guarded)]}}
+            )
+        )
+        with caplog.at_level("WARNING", logger="cosched.daemon"):
+            Daemon(config).store.close()  # (not started: the engine is not asked)
+        warned = [r.getMessage() for r in caplog.records if "nosuid" in r.getMessage()]
+        assert warned == [
+            f"data root {plain} is not on a nosuid mount: a job can leave a setuid program there that "
+            "any host user may run as the job's user (mount it nosuid: docs/security.md)"
+        ]
+    finally:
+        subprocess.run(["umount", str(guarded)], check=True)
+
+
 def test_progress_is_read_only_from_the_process_it_was_remembered_for(tmp_path: Path) -> None:
     """A container's pid is remembered with its start time: once that process is gone, a
     process the kernel gives the same pid (a host one) is never read through /proc."""

@@ -205,6 +205,9 @@ def create_app(daemon: Daemon) -> FastAPI:
         if status is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         only_own(request, status["user"], f"job {job_id}")
+        user = viewer(request)
+        if user is not None and status["host"] is not None:  # its lender: another user's job is theirs to see
+            status["host"] = status["host"] if (daemon.store.job(status["host"]) or {}).get("user") == user else None
         return status
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)
@@ -248,7 +251,7 @@ def create_app(daemon: Daemon) -> FastAPI:
         if record is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         only_own(request, record["user"], f"job {job_id}")
-        return views.explain(daemon, job_id)
+        return views.explain(daemon, job_id, viewer(request))
 
     @app.get("/v1/workflows/{workflow_id}")
     def workflow(workflow_id: Id, request: Request) -> dict[str, Any]:

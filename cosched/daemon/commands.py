@@ -882,16 +882,19 @@ def explain_live(args: argparse.Namespace) -> int:
     if not decisions:
         print(f"no co-scheduling decision involves job {args.job}")
         return 0
+    hidden = "another user's job"  # under api.private_data, the other party's side of a lending is not shown
     for d in decisions:
         role = "guest" if d["guest"] == args.job else "lender"
         status = "carried out" if d["executed"] else "not carried out"
         if d["fraction"] == 0:
             status = "nothing lent"
-        loss = loss_outcome(d)
-        print(
-            f"{_when(d['time'])} job {args.job} as {role}: lend {d['fraction']:.0%} of job {d['host']} "
-            f"({d['app_class']}) to job {d['guest']}, {status}; loss {loss}"
-        )
+        lender = f"job {d['host']} ({d['app_class']})" if d["host"] is not None else hidden
+        guest = f"job {d['guest']}" if d["guest"] is not None else hidden
+        loss = loss_outcome(d) if d["host"] is not None else "not shown"
+        lent = f"lend {d['fraction']:.0%} of {lender} to {guest}"
+        print(f"{_when(d['time'])} job {args.job} as {role}: {lent}, {status}; loss {loss}")
+        if d["host"] is None:
+            continue
         features = ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in d["features"].items())
         print(f"    lender state: {features}")
         top = sorted(zip(d["weights"], d["experts"], strict=True), reverse=True)[:3]

@@ -107,6 +107,18 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(plain == root or root in plain.parents for root in map(Path, roots))
 
 
+def suid_warning(root: str) -> str:
+    """'' if `root` is on a nosuid mount, else what the operator should know: jobs see their data
+    dirs nosuid, but a setuid program a job leaves there runs as the job's user for any host user
+    who runs it from the host's own mount, which is the operator's to make nosuid."""
+    if os.statvfs(root).f_flag & os.ST_NOSUID:
+        return ""
+    return (
+        f"data root {root} is not on a nosuid mount: a job can leave a setuid program there that any host "
+        "user may run as the job's user (mount it nosuid: docs/security.md)"
+    )
+
+
 def root_problem(root: str) -> str:
     """'' if `root` can serve as a data root, else why not, for the operator.
 

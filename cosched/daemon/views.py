@@ -333,9 +333,32 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
     return rows
 
 
-def explain(daemon: Daemon, job_id: int) -> list[dict[str, Any]]:
-    """Every lending decision in which the job was the guest or the lender."""
-    return daemon.store.decisions(job_id)
+LENDERS = (
+    "host", "host_cores", "app_class", "features", "experts", "distributions", "weights", "action", "learner",
+    "loss", "host_runtime", "baseline", "busy_then", "lent_until", "shared_busy", "shared_quota", "lender_alone",
+)  # fmt: skip
+"""What a decision tells of its lender: its job, its kind and measured state, and how the lending cost it."""
+
+
+def explain(daemon: Daemon, job_id: int, viewer: str | None = None) -> list[dict[str, Any]]:
+    """Every lending decision in which the job was the guest or the lender. For a `viewer` who sees
+    their own jobs only (`api.private_data`), what a decision tells of the other party's job, when it
+    is another user's, is left out: a guest's owner read the lender's kind, CPU, memory, progress
+    and runtime (a helper's audit)."""
+    decisions = daemon.store.decisions(job_id)
+    if viewer is None:
+        return decisions
+    owners: dict[int, str] = {}
+    for decision in decisions:
+        for role in ("guest", "host"):
+            other = decision.get(role)
+            if isinstance(other, int) and other != job_id and other not in owners:
+                owners[other] = str((daemon.store.job(other) or {}).get("user", ""))
+        if decision.get("host") != job_id and owners.get(decision.get("host", -1), viewer) != viewer:
+            decision.update(dict.fromkeys(LENDERS))
+        if decision.get("guest") != job_id and owners.get(decision.get("guest", -1), viewer) != viewer:
+            decision["guest"] = None
+    return decisions
 
 
 def shares(daemon: Daemon) -> list[dict[str, Any]] | None:

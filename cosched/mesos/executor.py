@@ -41,7 +41,7 @@ from typing import Any
 
 from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
-from cosched.daemon.sandbox import StagingMounts, root_problem
+from cosched.daemon.sandbox import StagingMounts, root_problem, suid_warning
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -700,6 +700,8 @@ def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMoun
     for root in roots:
         if problem := root_problem(root):
             raise ConfigError(f"docker.data_roots: {problem}")
+        if warning := suid_warning(root):
+            log.warning("%s", warning)
     return StagingMounts(sandbox / "mounts")
 
 
