@@ -1645,6 +1645,30 @@ def test_the_journal_quotes_a_value_that_is_not_plain_printable_text() -> None:
     assert line == 'job=3 event=failed reason="exec:\\u001b]0;owned\\u0007" app_class=blast.blastn note="a b" empty=""'
 
 
+def test_every_line_of_the_daemons_log_is_printable() -> None:
+    """Not only the journal: the daemon's other lines quote jobs' words too (an engine refusing a
+    launch names the command), and a job's escape sequences retitled and cleared the terminal of
+    an operator tailing the log (a helper's audit), a newline could forge a line. The daemon and
+    the Mesos executor log through `log_to_stderr`; a traceback, the daemon's own, stays as is."""
+    import subprocess
+    import sys
+
+    program = (
+        "import logging\nfrom cosched.daemon import journal\njournal.log_to_stderr()\n"
+        "log = logging.getLogger('cosched.daemon')\n"
+        "log.warning('job %d could not start: %s', 3, 'stat /nope\\x1b]0;PWNED\\x07\\x1b[2J\\nforged line')\n"
+        "try:\n    1 / 0\nexcept ZeroDivisionError:\n    log.exception('a pass failed')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True)
+    lines = run.stderr.splitlines()
+    assert lines[0].endswith(r"job 3 could not start: stat /nope\x1b]0;PWNED\x07\x1b[2J\nforged line")
+    assert all(line.isprintable() for line in lines)
+    assert lines[-1] == "ZeroDivisionError: division by zero"
+    for source in ("cosched/daemon/run.py", "cosched/mesos/executor.py"):
+        text = (Path(__file__).parents[1] / source).read_text()
+        assert "journal.log_to_stderr()" in text and "basicConfig" not in text
+
+
 def test_the_state_file_is_its_owners_alone(tmp_path: Path) -> None:
     """It holds every job's environment: 0600, its WAL and shared memory too, and a file an older
     daemon left readable by others is made private at the next start."""

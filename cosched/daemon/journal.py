@@ -19,6 +19,28 @@ from cosched.model import Job, JobState
 
 log = logging.getLogger("cosched.jobs")
 
+LINE_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+class PrintableLines(logging.Formatter):
+    """Every message as one printable line: a message may carry a job's own words (an engine's
+    refusal quotes the command), and an operator tails the log in a terminal. A job's escape
+    sequences retitled and cleared it, and a newline could forge a line (a helper's audit).
+    A traceback, the daemon's own, stays as it is."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        text = record.message
+        if not text.isprintable():
+            record.message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+        return super().formatMessage(record)
+
+
+def log_to_stderr() -> None:
+    """The daemon's and the Mesos executor's logging: INFO and up, one printable line each."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableLines(LINE_FORMAT))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
+
 
 def _line(job_id: int, event: str, **fields: Any) -> str:
     pairs = " ".join(f"{key}={_value(value)}" for key, value in fields.items() if value is not None)

@@ -25,7 +25,7 @@ from pathlib import Path
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from cosched.daemon import tls
+from cosched.daemon import journal, tls
 from cosched.daemon.api import create_app
 from cosched.daemon.config import DaemonConfig
 from cosched.daemon.http_protocol import guarded_protocol
@@ -124,7 +124,7 @@ def _passes(daemon: Daemon, scheduler: BackgroundScheduler, every: float) -> Cal
 
 
 def serve(config: DaemonConfig) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    journal.log_to_stderr()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     # A fatal signal (SIGBUS when SQLite's shared-memory file is truncated under it) then
     # prints where every thread was instead of ending the daemon without a word.

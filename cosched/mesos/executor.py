@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cosched.daemon import journal
 from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
 from cosched.daemon.sandbox import StagingMounts, root_problem, suid_warning
@@ -706,7 +707,7 @@ def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMoun
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    journal.log_to_stderr()
     try:
         env = os.environ
         settings = ExecutorSettings.from_env(env)
