@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import os
 import random
 import socket
 import threading
@@ -18,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.daemon.config import DockerSection
-from cosched.daemon.sandbox import StagingMounts
+from cosched.daemon.sandbox import StagingMounts, process_start
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
@@ -271,6 +272,37 @@ def test_an_executor_given_data_roots_pins_them_or_refuses_to_run(tmp_path: Path
     (tmp_path / "link").symlink_to("/")  # a root that leads elsewhere makes anything a data dir
     with pytest.raises(ConfigError, match=r"docker\.data_roots: .* is or goes through a symlink"):
         staging_for((str(tmp_path / "link"),), tmp_path, 0)
+
+
+def test_an_executor_pins_data_dirs_outside_its_sandbox_and_releases_a_gone_executors(tmp_path: Path) -> None:
+    """Staging mounts lived in the Mesos sandbox, which the agent's `/files` serves and its garbage
+    collection deletes recursively: through a mount an executor killed mid-launch left there, into
+    the job's data (a helper's audit read it so; the executor never released them). Each executor now
+    has a folder of its own elsewhere, and releases those of executors no longer alive."""
+    import subprocess
+
+    from cosched.mesos.executor import executor_mounts
+
+    place = tmp_path / "executor-mounts"
+    own = executor_mounts(place, os.getpid())
+    assert own.parent == place and own.name == f"{os.getpid()}-{process_start(os.getpid())}"
+    root = tmp_path / "data"
+    (root / "job7").mkdir(parents=True)
+    (root / "job7" / "results").write_text("keep me")
+    staging = staging_for((str(root),), place, 0)
+    assert staging is not None and staging.root == own
+    if os.geteuid() != 0:
+        pytest.skip("the rest mounts, which needs root")
+    gone = place / "999999999-1"  # an executor killed mid-launch: its pin stayed
+    target = gone / "7" / "0"
+    target.mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(root / "job7"), str(target)], check=True)
+    alive = place / f"{os.getppid()}-{process_start(os.getppid())}"  # another executor, still running
+    alive.mkdir()
+    executor_mounts(place, os.getpid())
+    assert not gone.exists() and alive.is_dir()
+    assert (root / "job7" / "results").read_text() == "keep me"
+    assert str(target) not in Path("/proc/self/mounts").read_text()
 
 
 @pytest.mark.parametrize(

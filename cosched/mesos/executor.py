@@ -42,7 +42,7 @@ from typing import Any
 from cosched.daemon import journal
 from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
-from cosched.daemon.sandbox import StagingMounts, root_problem, suid_warning
+from cosched.daemon.sandbox import StagingMounts, process_start, root_problem, suid_warning
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -686,11 +686,17 @@ def instance_of(framework_id: str) -> str:
     return "mesos-" + re.sub(r"[^A-Za-z0-9_.-]", "", framework_id)[:48]
 
 
-def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMounts | None:
+EXECUTOR_MOUNTS = Path("/run/cosched/executor-mounts")
+"""Where executors pin jobs' data directories, a folder each (`executor_mounts`), and not in their
+Mesos sandbox: the agent's `/files` serves a sandbox, and its garbage collection deletes one
+recursively, through a mount an executor killed mid-launch left there, into the job's data."""
+
+
+def staging_for(roots: tuple[str, ...], place: Path, euid: int) -> StagingMounts | None:
     """Where jobs' data directories are pinned, as the local daemon pins them: a private nosuid,nodev
     mount of the directory opened and checked, never its path bound by name (a symlink swapped in
-    after the check would reach the host). Mounting needs root, so an executor given data roots
-    that is not root refuses to run, as the daemon does."""
+    after the check would reach the host), in this executor's folder under `place`. Mounting needs
+    root, so an executor given data roots that is not root refuses to run, as the daemon does."""
     if not roots:
         return None
     if euid != 0:
@@ -703,7 +709,24 @@ def staging_for(roots: tuple[str, ...], sandbox: Path, euid: int) -> StagingMoun
             raise ConfigError(f"docker.data_roots: {problem}")
         if warning := suid_warning(root):
             log.warning("%s", warning)
-    return StagingMounts(sandbox / "mounts")
+    return StagingMounts(executor_mounts(place, os.getpid()))
+
+
+def executor_mounts(place: Path, pid: int) -> Path:
+    """The folder of executor `pid` under `place`, named by its pid and start time. The folders of
+    executors no longer alive (killed mid-launch: their mounts stayed) are released first, as the
+    local daemon releases its own leftovers at its start; a live executor's are left alone."""
+    place.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in place.iterdir():
+        number, _, start = folder.name.partition("-")
+        if not (number.isdigit() and start.isdigit()) or process_start(int(number)) == int(start):
+            continue
+        try:
+            StagingMounts(folder).release_all()
+            folder.rmdir()
+        except OSError as exc:  # the executor runs on; what is left is named for the operator
+            log.warning("could not release the staging mounts of a gone executor in %s: %s", folder, exc)
+    return place / f"{pid}-{process_start(pid)}"
 
 
 def main() -> int:
@@ -712,8 +735,8 @@ def main() -> int:
         env = os.environ
         settings = ExecutorSettings.from_env(env)
         engine = jobs.read_job_settings(env.get(jobs.JOB_SETTINGS, ""), env.get("COSCHED_DOCKER_URL", ""))
-        sandbox = env.get("MESOS_SANDBOX") or env.get("MESOS_DIRECTORY") or "."
-        staging = staging_for(engine.data_roots, Path(sandbox), os.geteuid())
+        mounts = Path(env.get("COSCHED_EXECUTOR_MOUNTS") or EXECUTOR_MOUNTS)
+        staging = staging_for(engine.data_roots, mounts, os.geteuid())
     except ConfigError as exc:
         print(f"cosched executor: {exc}", file=sys.stderr)
         return 2
