@@ -66,12 +66,6 @@ class JobFeatures:
         )
 
 
-def happiness_json(value: float) -> float | str:
-    """Hp as JSON holds it: +inf (nothing left to do) as "inf", for JSON has no such number (Python
-    writes `Infinity`, which SQLite's JSON functions refuse)."""
-    return "inf" if math.isinf(value) else value
-
-
 def happiness(walltime_left: float, tasks_done: int, tasks_total: int, elapsed: float) -> float:
     """Hp(t) = walltime_left * (tasks_done / elapsed) / (tasks_total - tasks_done).
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from cosched.errors import ConfigError
 from cosched.numbers import is_finite_number
-from experts.features import FEATURE_NAMES, JobFeatures, happiness_json
+from experts.features import FEATURE_NAMES, JobFeatures
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_FEATURE = 1e6
@@ -58,7 +58,7 @@ class DecisionRecord:
                 "mem": f.mem,
                 "parallel": f.parallel,
                 "progress": f.progress,
-                "happiness": happiness_json(f.happiness),
+                "happiness": "inf" if math.isinf(f.happiness) else f.happiness,
             },
             "action": self.action,
             "loss": self.loss,

@@ -518,7 +518,8 @@ def test_a_lender_with_nothing_left_to_do_leaves_a_state_file_a_restart_reads(tm
     `Infinity`, which SQLite's JSON functions refuse: once it was no longer among the last decisions
     kept in any case, every restart (and every rebuild after a failed pass) failed with `malformed
     JSON` (a helper's audit, from real jobs). Decisions are strict JSON now (Hp +inf as "inf", as
-    `cosched experts fit` records hold it), and a file written before is mended when opened."""
+    `cosched experts fit` records hold it; a number again when restored, or its next save failed, a
+    review found), and a file written before is mended when opened."""
     from cosched.policies.asax import LendingDecision
     from experts.records import from_decision
 
@@ -549,10 +550,14 @@ def test_a_lender_with_nothing_left_to_do_leaves_a_state_file_a_restart_reads(tm
     try:
         [needed] = store.decisions_needed(0)
         assert needed["features"]["happiness"] == "inf" and needed["guest"] == 2
-        assert LendingDecision(**needed).features["happiness"] == "inf"
+        restored = LendingDecision.from_stored(needed)  # a number again: its next save names it anew
+        assert restored.features["happiness"] == math.inf
+        with store.transaction() as db:
+            store.save_decision(db, 1, {**restored.as_dict(), "loss": 0.5})
         assert [d["fraction"] for d in store.decisions()][-1] == "inf"
-        record = from_decision(store.decisions()[1])
-        assert record is not None and record.features.happiness == math.inf
+        assert LendingDecision.from_stored(store.decisions()[-1]).fraction == math.inf
+        record = from_decision(store.decisions()[0])
+        assert record is not None and record.features.happiness == math.inf and record.loss == 0.5
     finally:
         store.close()
 

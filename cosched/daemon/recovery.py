@@ -181,7 +181,7 @@ def _restore_learning(daemon: Daemon, adopted: dict[int, Job], needed: list[dict
         return
     decisions, voided = [], []
     for body in needed:
-        decision = LendingDecision(**body)
+        decision = LendingDecision.from_stored(body)
         if decision.loss is None and decision.executed and decision.fraction > 0 and decision.lent_until is None:
             guest = daemon.store.job(decision.guest)
             if guest is None or guest["state"] == "pending":  # it never ran on the lending

@@ -36,7 +36,7 @@ from cosched.model import Job, JobState
 from cosched.policies.base import CoschedulePolicy, Lending
 from experts.baselines import Kind, RuntimeBaselines, Stretch, paced_runtime_alone, shared_speed
 from experts.default import default_experts
-from experts.features import JobFeatures, happiness, happiness_json
+from experts.features import JobFeatures, happiness
 from experts.loss import degradation_loss, walltime_loss
 from experts.tree import ExpertSet, lent_fractions
 from experts.weights import Schedule, WeightBook
@@ -108,9 +108,17 @@ class LendingDecision:
     def as_dict(self) -> dict[str, Any]:
         body = {name: getattr(self, name) for name in self.__dataclass_fields__}
         body["features"] = dict(self.features)
-        if "happiness" in body["features"]:  # +inf (a lender with nothing left to do) as records hold it
-            body["features"]["happiness"] = happiness_json(body["features"]["happiness"])
         return body
+
+    @classmethod
+    def from_stored(cls, body: dict[str, Any]) -> LendingDecision:
+        """A decision as the state file holds it (`store.strict_json`), whose numbers JSON has none for
+        (Hp +inf: a lender with nothing left to do) are named there ("inf"): numbers again here,
+        or the decision's next save, and every pass with it, failed on the name."""
+        numbers = {name for name, spec in cls.__dataclass_fields__.items() if "float" in str(spec.type)}
+        restored = {name: _number(value) if name in numbers else value for name, value in body.items()}
+        restored["features"] = {name: _number(value) for name, value in body.get("features", {}).items()}
+        return cls(**restored)
 
 
 @dataclass(slots=True)
@@ -492,6 +500,11 @@ def busy_cpus(job: Job) -> float:
 NOT_CARRIED_OUT = "none: not carried out (too little CPU for the guest)"
 LOST_RUN = "none: the lender's run was lost with its machine (it was queued again)"
 LOST_WHILE_DOWN = "none: the lender's run was lost while the daemon was down"
+
+
+def _number(value: Any) -> Any:
+    """A number the state file names (`inf`, `-inf`, `nan`) as the float it is; anything else as is."""
+    return float(value) if value in ("inf", "-inf", "nan") else value
 
 
 def loss_outcome(decision: dict[str, Any]) -> str:
