@@ -15,6 +15,7 @@ from __future__ import annotations
 import faulthandler
 import fcntl
 import logging
+import math
 import os
 import signal
 import socket
@@ -115,7 +116,10 @@ def _passes(daemon: Daemon, scheduler: BackgroundScheduler, every: float) -> Cal
 
     def run() -> None:
         daemon.schedule()
-        at = daemon.wake_at
+        # Taken, not read: a pass that stops before the core's step (the engine or the state file
+        # down, a rebuild waiting) asks for nothing, and a time read again and again was a pass
+        # scheduled at once, again and again (the review measured 7,270 in 1.2 s).
+        at, daemon.wake_at = daemon.wake_at, math.inf
         if at - daemon.clock() < every:  # (inf: none asked for)
             when = datetime.fromtimestamp(at)
             scheduler.add_job(run, "date", run_date=when, id="wake", replace_existing=True)
