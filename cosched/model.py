@@ -72,7 +72,8 @@ class Job:
     """Earliest start (Slurm's `--begin`, OSDEC's e_i), on the clock of `submit`: the job is held,
     out of the queue policies' sight, until then."""
     latest_start: float = math.inf
-    """Latest start (OSDEC's l_i): still pending then, the job fails; it never starts later."""
+    """Latest start (OSDEC's l_i): still pending then, the job fails; it never starts later in
+    replay, and in the daemon only in its pass just after l_i (`Scheduler.late_grace`)."""
     throttle: int = 0
     """At most this many jobs of its workflow run at once (sbatch's `--array 0-99%N`; 0: no cap)."""
     coschedule: bool = True

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from cosched.core.events import JobCancelled, JobSubmitted, Offer, Reject
+from cosched.core.events import JobCancelled, JobEnded, JobSubmitted, Offer, Reject
 from cosched.core.scheduler import Scheduler
 from cosched.model import Cluster, Job, JobState
 from cosched.policies.backfill import EASY
@@ -34,8 +34,8 @@ def run(jobs: list[Job], queue: str = "fcfs", backfill: str = "easy") -> tuple[d
     return {j.id: j for j in result.jobs}, result.rejected
 
 
-def core() -> Scheduler:
-    return Scheduler(NODE, FCFS(), EASY(), Requested(), FirstFit())
+def core(late_grace: float = 0.0) -> Scheduler:
+    return Scheduler(NODE, FCFS(), EASY(), Requested(), FirstFit(), late_grace=late_grace)
 
 
 def test_a_held_job_is_out_of_the_queue_and_enters_it_at_its_begin() -> None:
@@ -69,6 +69,21 @@ def test_the_reject_names_the_job_and_its_latest_start() -> None:
 def test_a_job_may_start_at_its_latest_start_but_not_a_second_later() -> None:
     jobs, rejected = run([job(1, 0, 4, 50), job(2, 10, 4, 10, latest_start=50), job(3, 10, 4, 10, latest_start=50)])
     assert jobs[2].start == 50 and [r.id for r in rejected] == [3]
+
+
+def test_a_late_pass_tries_a_job_whose_latest_start_it_stands_for_within_the_grace_only() -> None:
+    """The daemon's pass after a latest start stands for the interval before it (`late_grace`): B,
+    due by 60, whose cores an end at 59.8 freed, starts in the pass at 60.5. After a stretch with no
+    step (the engine down), the pass at 600 stood for it all and started B 540 s late (a review);
+    now B fails there. Replay (grace 0) steps at 60 itself."""
+    for at, started in ((60.5, True), (600.0, False)):
+        scheduler = core(late_grace=1.0)
+        scheduler.step(
+            0, [Offer(((0, 4),)), JobSubmitted(job(1, 0, 4, 100)), JobSubmitted(job(2, 0, 4, 5, latest_start=60))]
+        )
+        scheduler.step(59.0, [])
+        actions = scheduler.step(at, [JobEnded(1, at=59.8), Offer(((0, 4),))]).actions
+        assert [type(a).__name__ for a in actions] == (["Launch"] if started else ["Reject"]), (at, actions)
 
 
 def test_a_begin_in_a_full_cluster_waits_for_room_and_keeps_its_window() -> None:

@@ -85,9 +85,12 @@ class Scheduler:
         keep_promises: bool = False,
         max_cores_per_user: int = 0,
         max_running_jobs_per_user: int = 0,
+        late_grace: float = 0.0,
     ) -> None:
         if sharing < 1 or window < 1:
             raise ConfigError(f"sharing and window must be >= 1, got {sharing} and {window}")
+        if not 0.0 <= late_grace < math.inf:
+            raise ConfigError(f"late_grace must be a finite number of seconds >= 0, got {late_grace}")
         caps = {"max_cores_per_user": max_cores_per_user, "max_running_jobs_per_user": max_running_jobs_per_user}
         for name, cap in caps.items():
             if cap < 0:
@@ -131,7 +134,11 @@ class Scheduler:
         self._withheld: dict[int, int] = {}
         """Running jobs' units their ends will not give back to the pool (`withhold`)."""
         self._stepped = -math.inf
-        """When the core last stepped: a pass stands for the time since (`_timed_pass`)."""
+        """When the core last stepped: a pass stands for the time since (`_timed_pass`)..."""
+        self.late_grace = late_grace
+        """...up to this many seconds: the daemon's pass interval (`intervals.schedule`), 0 in replay,
+        which steps at every latest start. After a stretch with no step (the engine or the state
+        file down) a job whose latest start passed long before would start that much late."""
         per_user = max_cores_per_user or max_running_jobs_per_user
         self.limit = Limits(max_cores_per_user, max_running_jobs_per_user) if per_user else None
         """The caps on each user's running cores and jobs and each workflow's running jobs
@@ -208,17 +215,17 @@ class Scheduler:
     def _timed_pass(self, now: float, since: float, actions: list[Action]) -> Decision:
         """A pass with times to keep: held jobs' begins, latest starts, placement windows.
 
-        The pass stands for the time since the core last stepped (`since`): a job whose latest
-        start fell in it has this pass as its last chance. Replay steps at each latest start
-        (`wake_at`); the daemon's passes are up to an interval apart, and one that expired such a
-        job before trying it failed a job whose cores an end had freed before its latest start
-        (that end is in this pass). One whose latest start came before the last step never starts."""
+        The pass stands for the time since the core last stepped (`since`), `late_grace` at most:
+        a job whose latest start fell in it has this pass as its last chance. Replay steps at each
+        latest start (`wake_at`); the daemon's passes are up to an interval apart, and one that
+        expired such a job before trying it failed a job whose cores an end had freed before its
+        latest start (that end is in this pass). One whose latest start came before never starts."""
         windows = self.windows
         if windows.held:
             for job in windows.due(now):  # their begin came: they enter the queue as arrivals do
                 self._enqueue(job, now)
         if windows.watching:
-            self._expire(now, actions, at_now=False, passed=since)  # (a job that came after its latest start)
+            self._expire(now, actions, at_now=False, passed=max(since, now - self.late_grace))
         busy = self.queue and (self.pool.free_units or self._cosched_active or self.backfill.serves_head)
         wake = windows.next_time(now) if windows.watching or windows.held else math.inf
         if self._period and not busy and self.queue and now >= self._next_window:

@@ -244,6 +244,7 @@ class Daemon:
             keep_promises=p.keep_promises,
             max_cores_per_user=p.max_cores_per_user,
             max_running_jobs_per_user=p.max_running_jobs_per_user,
+            late_grace=self.config.intervals.schedule,  # a pass stands for the interval before it
         )
 
     def start(self) -> None:
