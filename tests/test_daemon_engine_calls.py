@@ -430,7 +430,7 @@ def test_a_job_its_dependency_just_released_is_not_shown_held_by_its_user(tmp_pa
     daemon.schedule()
     with daemon.lock, daemon.store.transaction() as db:  # first ended: its dependants are settled
         daemon.store.update_job(db, first, state="done")
-        assert settle(daemon, db, ended=True) == 2
+        assert settle(daemon, db, changed=True) == 2
     reasons = {row["id"]: row["reason"] for row in views.queue(daemon)}
     assert (reasons[released], reasons[held]) == ("Dependency", "JobHeldUser")
     assert views.job_status(daemon, released)["pending_reason"] == "Dependency"  # `cosched status` too

@@ -756,6 +756,32 @@ def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_pa
     daemon.close()
 
 
+def test_a_job_waiting_on_a_whole_workflow_competes_for_its_last_stages_cores(tmp_path: Path) -> None:
+    """As above, the target a workflow of one stage: its state comes from its stage rows, which
+    563810d wrote after the step, so such a job was still released a pass later (the review)."""
+    from cosched.daemon.specs import WorkflowSpec
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    spec = WorkflowSpec(
+        name="w", image="x", command=["true"], cores=2, memory_mib=64, walltime=100, stages=[{"name": "a"}]
+    )
+    workflow, [a] = daemon.submit_workflow(spec)
+    daemon.schedule()
+    clock.t = 1001.0
+    b = daemon.submit_job(_spec(2, after=[{"kind": "afterok", "workflow": workflow}]))
+    clock.t = 1002.0
+    c = daemon.submit_job(_spec(2))
+    daemon.schedule()
+    clock.t = 1050.0
+    engine.finish(a)
+    daemon.schedule()
+    states = {name: daemon.store.job(job)["state"] for name, job in (("a", a), ("B", b), ("C", c))}
+    assert states == {"a": "done", "B": "running", "C": "pending"}
+    daemon.close()
+
+
 def test_a_job_whose_cores_an_end_freed_before_its_latest_start_starts_in_the_pass_after_it(
     tmp_path: Path,
 ) -> None:

@@ -20,22 +20,19 @@ from __future__ import annotations
 import argparse
 import re
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from cosched.core.events import JobCancelled, JobReleased
 from cosched.daemon.store import FINAL, Store
 
 if TYPE_CHECKING:
-    from cosched.daemon.ends import End
     from cosched.daemon.service import Daemon
 
 Verdict = Literal["met", "waiting", "never"]
 NEVER = "DependencyNeverSatisfied"
 """Slurm's word for a dependency that cannot be met, first in the cancelled job's reason."""
 
-_NOTHING: Mapping[tuple[str, int], str] = MappingProxyType({})
 _ENDED_AS = {"done": "succeeded", "failed": "failed", "cancelled": "was cancelled"}
 
 
@@ -88,28 +85,18 @@ def problem(store: Store, db: sqlite3.Connection, after: Sequence[dict[str, Any]
     return judge(after, target_states(store, db, after))[1] if after else ""
 
 
-def ending(daemon: Daemon, ended: Iterable[End]) -> dict[tuple[str, int], str]:
-    """This pass's ends as dependency targets, before its step writes them: the state each leaves its
-    job is the core's rule (`Scheduler.end_state`), as for the workflow stages they release. A lost
-    run is left out: queued again, or cancelled, which the step decides (judged after it)."""
-    return {("job", end.job.id): daemon.core.end_state(end.job.id, end.failed).value for end in ended if not end.lost}
-
-
-def settle(
-    daemon: Daemon, db: sqlite3.Connection, ended: bool, ending: Mapping[tuple[str, int], str] = _NOTHING
-) -> int:
+def settle(daemon: Daemon, db: sqlite3.Connection, changed: bool) -> int:
     """Release the waiting jobs whose dependencies are all met (unless their user holds them) and
     cancel those with one that never can be; how many left the wait. Runs in a pass's transaction,
-    under `lock`: before its step, with `ending` (its ends, not yet written), so that a job an end
-    releases competes for the cores that end frees, as a workflow's next stage does; and after
-    the step, once its ends, cancels and rejections are written (`ended`: there were some)."""
-    if not (ended or daemon.settle_due) or not daemon.waiting:
+    under `lock`: before its step, once its ends are written (`plan.record_ends`), so that a job an
+    end releases competes for the cores that end frees, as a workflow's next stage does; and after
+    the step, for its cancels and rejections (`changed`: the pass wrote some)."""
+    if not (changed or daemon.settle_due) or not daemon.waiting:
         return 0
     daemon.settle_due = False
     waiting = list(daemon.waiting.items())
     own = daemon.store.states(db, (job_id for job_id, _ in waiting))
     states = target_states(daemon.store, db, (d for _, after in waiting for d in after))
-    states.update(ending)
     alone = (job_id for job_id, after in waiting if any(d["kind"] == "singleton" for d in after))
     states.update(singleton_states(daemon.store, db, alone))
     settled = 0

@@ -34,41 +34,11 @@ class Plan:
 
 
 def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[Job], actions: list[Any]) -> Plan:
-    """Write everything this pass decided, in its transaction (`db`: the caller's, which holds the
-    stages its ends released: `workflow_stages.released_by`), before doing any of it."""
+    """Write everything this pass decided, in its transaction (`db`: the caller's, which holds its
+    ends, `record_ends`, and the stages they released, `workflow_stages.released_by`), before doing
+    any of it."""
     plan = Plan()
     store = daemon.store
-    for end in ends:
-        job = end.job
-        if end.requeued:  # it starts again, from the queue (perhaps in this very pass)
-            store.update_job(
-                db,
-                job.id,
-                state="pending",
-                start=None,
-                slots=None,
-                cpus=None,
-                quota=None,
-                host=-1,
-                container=None,
-                reason=f"requeued: {end.reason}",
-                requeue=None,
-                lost_runs=daemon.lost_runs.get(job.id, 0),
-            )
-            continue
-        state = job.state.value if job.state is not JobState.RUNNING else "failed"
-        store.update_job(
-            db,
-            job.id,
-            state=state,
-            end=end.at,
-            exit_code=end.exit_code,
-            cpu_seconds=end.cpu_seconds,
-            reason=end.reason,
-            log_tail=end.log_tail,
-        )
-        if job.workflow is not None and state != "done":  # a success released its next stages before the step
-            workflow_stages.fail(store, db, int(job.workflow), workflow_stages.stage_of(daemon, job.id), state)
     for job in cancels:
         if job.state is JobState.CANCELLED:
             store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
@@ -102,10 +72,50 @@ def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[J
                     store, db, int(action.job.workflow), workflow_stages.stage_of(daemon, action.job.id)
                 )
     rejected = any(isinstance(action, Reject) for action in actions)
-    plan.settled = dependencies.settle(daemon, db, bool(ends or cancels or rejected))  # after the ends are written
+    plan.settled = dependencies.settle(daemon, db, bool(cancels or rejected))  # the ends' were settled before the step
     _save_learning(daemon, db, ends)
     store.charge(db, daemon.core.charged)
     return plan
+
+
+def record_ends(daemon: Daemon, db: Any, ends: list[End]) -> None:
+    """The ends a pass collected, written in its transaction before its step, in the state the
+    core's rule will leave each job (`Scheduler.end_state`): a run lost goes back to the queue, unless
+    a cancel was killing it. So what the step releases (workflow stages, jobs whose dependencies on a
+    job, a workflow or a singleton's twin those ends meet) reads every end from the state file, and
+    competes for the cores the ends free; a dependency on a workflow was released a pass later."""
+    store = daemon.store
+    for end in ends:
+        job = end.job
+        state = daemon.core.end_state(job.id, end.failed or end.lost).value
+        if end.lost and state != "cancelled":  # it starts again, from the queue (perhaps in this very pass)
+            store.update_job(
+                db,
+                job.id,
+                state="pending",
+                start=None,
+                slots=None,
+                cpus=None,
+                quota=None,
+                host=-1,
+                container=None,
+                reason=f"requeued: {end.reason}",
+                requeue=None,
+                lost_runs=daemon.lost_runs.get(job.id, 0),
+            )
+            continue
+        store.update_job(
+            db,
+            job.id,
+            state=state,
+            end=end.at,
+            exit_code=end.exit_code,
+            cpu_seconds=end.cpu_seconds,
+            reason=end.reason,
+            log_tail=end.log_tail,
+        )
+        if job.workflow is not None and state != "done":  # a success released its next stages (`released_by`)
+            workflow_stages.fail(store, db, int(job.workflow), workflow_stages.stage_of(daemon, job.id), state)
 
 
 def cancel_reason(daemon: Daemon, job_id: int) -> str:

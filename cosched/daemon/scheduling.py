@@ -152,7 +152,8 @@ def _pass(daemon: Daemon) -> bool:
             released = workflow_stages.released_by(daemon, db, ended, now)
             for job_id, document in released:
                 _queue_stage(daemon, job_id, document, now)
-            dependencies.settle(daemon, db, bool(ended), dependencies.ending(daemon, ended))  # into this step
+            plan.record_ends(daemon, db, ended)  # so what they meet is released into this step
+            dependencies.settle(daemon, db, bool(ended))
             while daemon.inbox:
                 event = daemon.inbox.popleft()
                 if isinstance(event, JobSubmitted) and event.job.submit > now:
