@@ -9,6 +9,7 @@ every refusal must leave the job as it was.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import sqlite3
@@ -26,7 +27,7 @@ from fastapi.testclient import TestClient
 
 from cosched.cli import main
 from cosched.core.events import Offer
-from cosched.daemon import workflow_stages
+from cosched.daemon import views, workflow_stages
 from cosched.daemon.api import create_app
 from cosched.daemon.config import from_dict, validate
 from cosched.daemon.identity import BadToken, create_key, load_key, mint, user_of
@@ -232,6 +233,7 @@ def test_private_data_tells_a_guests_owner_nothing_of_another_users_lender(
                     "host": lender,
                     "app_class": "bob.secret",
                     "fraction": 0.5,
+                    "note": "the lender was cancelled",
                     "features": {"cpu": 0.2},
                     "host_runtime": 12.0,
                     "loss": 0.1,
@@ -242,11 +244,15 @@ def test_private_data_tells_a_guests_owner_nothing_of_another_users_lender(
             assert client.get(f"/v1/jobs/{guest}", headers=ops).json()["host"] == lender
             [hers] = client.get(f"/v1/jobs/{guest}/explain", headers=alice).json()
             assert (hers["guest"], hers["fraction"], hers["executed"]) == (guest, 0.5, True)
-            assert all(hers[key] is None for key in ("host", "app_class", "features", "host_runtime", "loss"))
+            assert all(hers[key] is None for key in ("host", "app_class", "features", "host_runtime", "loss", "note"))
             [his] = client.get(f"/v1/jobs/{lender}/explain", headers=bob).json()
             assert his["guest"] is None and (his["host"], his["app_class"], his["loss"]) == (lender, "bob.secret", 0.1)
             [theirs] = client.get(f"/v1/jobs/{guest}/explain", headers=ops).json()
             assert (theirs["guest"], theirs["host"], theirs["app_class"]) == (guest, lender, "bob.secret")
+            shared_node = [{"node": 0, "jobs": [{"id": lender, "host": None}, {"id": guest, "host": lender}]}]
+            with patch.object(views, "nodes", lambda _: copy.deepcopy(shared_node)):  # the core's, as a pass left it
+                assert client.get("/v1/nodes", headers=alice).json()[0]["jobs"] == [{"id": guest, "host": None}]
+                assert client.get("/v1/nodes", headers=ops).json() == shared_node
         # `cosched explain` prints her side only, and says what it leaves out.
         from cosched.daemon import commands
 

@@ -269,6 +269,9 @@ def create_app(daemon: Daemon) -> FastAPI:
             owners = daemon.store.owners()
             for row in rows:
                 row["jobs"] = [job for job in row["jobs"] if owners.get(job["id"]) == user]
+                for job in row["jobs"]:  # a guest's lender: another user's job is theirs to see
+                    if job["host"] is not None and owners.get(job["host"]) != user:
+                        job["host"] = None
         return rows
 
     @app.get("/v1/history")

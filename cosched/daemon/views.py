@@ -336,8 +336,10 @@ def nodes(daemon: Daemon) -> list[dict[str, Any]]:
 LENDERS = (
     "host", "host_cores", "app_class", "features", "experts", "distributions", "weights", "action", "learner",
     "loss", "host_runtime", "baseline", "busy_then", "lent_until", "shared_busy", "shared_quota", "lender_alone",
+    "note",
 )  # fmt: skip
-"""What a decision tells of its lender: its job, its kind and measured state, and how the lending cost it."""
+"""What a decision tells of its lender: its job, its kind and measured state, how the lending cost it,
+and how it ended (a note: cancelled, killed at its walltime)."""
 
 
 def explain(daemon: Daemon, job_id: int, viewer: str | None = None) -> list[dict[str, Any]]:
