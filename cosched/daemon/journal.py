@@ -26,13 +26,20 @@ class PrintableLines(logging.Formatter):
     """Every message as one printable line: a message may carry a job's own words (an engine's
     refusal quotes the command), and an operator tails the log in a terminal. A job's escape
     sequences retitled and cleared it, and a newline could forge a line (a helper's audit).
-    A traceback, the daemon's own, stays as it is."""
+    A traceback keeps its lines, but not a control character its exception's words may hold."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        text = record.message
-        if not text.isprintable():
-            record.message = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+        record.message = _printable(record.message)
         return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return "\n".join(_printable(line) for line in super().formatException(ei).split("\n"))
+
+
+def _printable(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 def log_to_stderr() -> None:

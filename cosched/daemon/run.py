@@ -163,6 +163,7 @@ def serve(config: DaemonConfig) -> None:
             app,
             http=guarded_protocol(config.api.header_timeout, config.api.max_connections, https),
             log_level="warning",
+            log_config=None,  # its lines through the daemon's handler: printable (`journal.PrintableLines`)
             access_log=False,
             lifespan="off",
             # Over HTTPS asyncio's own loop: uvloop (0.23) starts reading a new connection after
