@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cosched.daemon.config import DockerSection
-from cosched.daemon.sandbox import StagingMounts, process_start
+from cosched.daemon.sandbox import StagingMounts
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs
 from cosched.mesos.backoff import Backoff
@@ -278,29 +278,29 @@ def test_an_executor_pins_data_dirs_outside_its_sandbox_and_releases_a_gone_exec
     """Staging mounts lived in the Mesos sandbox, which the agent's `/files` serves and its garbage
     collection deletes recursively: through a mount an executor killed mid-launch left there, into
     the job's data (a helper's audit read it so; the executor never released them). Each executor now
-    has a folder of its own elsewhere, and releases those of executors no longer alive."""
+    has a folder of its own elsewhere, locked while it runs, and releases those whose lock is free."""
+    import fcntl
     import subprocess
 
-    from cosched.mesos.executor import executor_mounts
+    from cosched.mesos.executor import LOCK
 
     place = tmp_path / "executor-mounts"
-    own = executor_mounts(place, os.getpid())
-    assert own.parent == place and own.name == f"{os.getpid()}-{process_start(os.getpid())}"
     root = tmp_path / "data"
     (root / "job7").mkdir(parents=True)
     (root / "job7" / "results").write_text("keep me")
     staging = staging_for((str(root),), place, 0)
-    assert staging is not None and staging.root == own
+    assert staging is not None and staging.root.parent == place and (staging.root / LOCK).is_file()
+    with open(staging.root / LOCK) as lock, pytest.raises(BlockingIOError):
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held while this executor runs
     if os.geteuid() != 0:
         pytest.skip("the rest mounts, which needs root")
-    gone = place / "999999999-1"  # an executor killed mid-launch: its pin stayed
+    gone = place / "gone"  # an executor killed mid-launch: its pin stayed, its lock is free
     target = gone / "7" / "0"
     target.mkdir(parents=True)
+    (gone / LOCK).touch()
     subprocess.run(["mount", "--bind", str(root / "job7"), str(target)], check=True)
-    alive = place / f"{os.getppid()}-{process_start(os.getppid())}"  # another executor, still running
-    alive.mkdir()
-    executor_mounts(place, os.getpid())
-    assert not gone.exists() and alive.is_dir()
+    staging_for((str(root),), place, 0)  # the next executor's start
+    assert not gone.exists() and staging.root.is_dir()  # the live one's stays
     assert (root / "job7" / "results").read_text() == "keep me"
     assert str(target) not in Path("/proc/self/mounts").read_text()
 

@@ -73,6 +73,12 @@ class Daemon:
     ) -> None:
         self.config = config
         self.clock = clock
+        # The policies' files (trained models, an expert set) are read once, first (a bad one stops the
+        # start before anything is opened or said): a rebuild after a failed pass copies what was
+        # loaded then. Read again, a model overwritten since changed the running daemon's decisions
+        # without a word, and one deleted failed every rebuild (a helper's audit).
+        self._experts = self._expert_set()
+        self._plugins = self._made_plugins()
         self.store = Store(config.state_dir / "state.sqlite", durable_power=config.daemon.durable_power)
         self.instance = self._instance_id(config.daemon.instance)
         self.metrics = DaemonMetrics()
@@ -87,11 +93,6 @@ class Daemon:
             nodes_per_switch=config.cluster.nodes_per_switch,
             switches_per_pod=config.cluster.switches_per_pod,
         )
-        # The policies' files (trained models, an expert set) are read once: a rebuild after a failed
-        # pass copies what was loaded then. Read again, a model overwritten since changed the running
-        # daemon's decisions without a word, and one deleted failed every rebuild (a helper's audit).
-        self._experts = self._expert_set()
-        self._plugins = self._made_plugins()
         self.asax = self._policy()
         self.core = self._new_core()
         self.lock = threading.RLock()

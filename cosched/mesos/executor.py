@@ -23,6 +23,7 @@ starts another executor on that agent, which removes it.
 from __future__ import annotations
 
 import base64
+import fcntl
 import http.client
 import json
 import logging
@@ -42,7 +43,7 @@ from typing import Any
 from cosched.daemon import journal
 from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
-from cosched.daemon.sandbox import StagingMounts, process_start, root_problem, suid_warning
+from cosched.daemon.sandbox import StagingMounts, root_problem, suid_warning
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -692,6 +693,12 @@ Mesos sandbox: the agent's `/files` serves a sandbox, and its garbage collection
 recursively, through a mount an executor killed mid-launch left there, into the job's data."""
 
 
+LOCK = ".lock"
+"""In each executor's folder: the lock it holds while it runs."""
+_HELD: list[int] = []
+"""This executor's lock, held open."""
+
+
 def staging_for(roots: tuple[str, ...], place: Path, euid: int) -> StagingMounts | None:
     """Where jobs' data directories are pinned, as the local daemon pins them: a private nosuid,nodev
     mount of the directory opened and checked, never its path bound by name (a symlink swapped in
@@ -709,24 +716,39 @@ def staging_for(roots: tuple[str, ...], place: Path, euid: int) -> StagingMounts
             raise ConfigError(f"docker.data_roots: {problem}")
         if warning := suid_warning(root):
             log.warning("%s", warning)
-    return StagingMounts(executor_mounts(place, os.getpid()))
+    return StagingMounts(executor_mounts(place))
 
 
-def executor_mounts(place: Path, pid: int) -> Path:
-    """The folder of executor `pid` under `place`, named by its pid and start time. The folders of
-    executors no longer alive (killed mid-launch: their mounts stayed) are released first, as the
-    local daemon releases its own leftovers at its start; a live executor's are left alone."""
+def executor_mounts(place: Path) -> Path:
+    """A folder of this executor's under `place`, locked (`flock`) for as long as it runs. The folders
+    of executors no longer alive, killed mid-launch (their mounts stayed), are released first, as the
+    local daemon releases its own leftovers at its start: a lock anyone can take is a gone
+    executor's. A lock, not a pid: under Mesos's pid isolation a pid names no process here."""
     place.mkdir(mode=0o700, parents=True, exist_ok=True)
     for folder in place.iterdir():
-        number, _, start = folder.name.partition("-")
-        if not (number.isdigit() and start.isdigit()) or process_start(int(number)) == int(start):
-            continue
+        try:
+            lock = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # not an executor's folder, or one still being made
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock)
+            continue  # its executor runs
         try:
             StagingMounts(folder).release_all()
+            (folder / LOCK).unlink()
             folder.rmdir()
         except OSError as exc:  # the executor runs on; what is left is named for the operator
             log.warning("could not release the staging mounts of a gone executor in %s: %s", folder, exc)
-    return place / f"{pid}-{process_start(pid)}"
+        finally:
+            os.close(lock)
+    own = place / uuid.uuid4().hex
+    own.mkdir(mode=0o700)
+    lock = os.open(own / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _HELD.append(lock)  # open, and so locked, until the executor exits
+    return own
 
 
 def main() -> int:
