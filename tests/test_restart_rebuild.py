@@ -184,6 +184,44 @@ def test_a_requeued_runs_usage_is_still_charged_after_a_restart(tmp_path: Path) 
     daemon.close()
 
 
+def test_a_guest_of_a_requeued_host_is_a_job_of_its_own_after_a_restart(tmp_path: Path) -> None:
+    """Static lending on 4 cores: H (2 cores) lends to G (1 core) while B fills the rest. B ends; H
+    is requeued and starts again on the free cores; G runs on as a job of its own. The state file
+    still named H as G's host: a restart gave G to H's new run (H's quota 2 - G's) and every pass
+    failed after, or made the requeued host its own former guest's guest, and no start got past
+    recovery (a helper's crash audit). A guest's detachment is written with its quota, and
+    recovery mends an older file."""
+    for stale in (False, True):
+        clock = Clock()
+        engine = FakeEngine(clock)
+        daemon = clocked_daemon(tmp_path / str(stale), clock, engine, cores=4, cosched="static", keep_promises=False)
+        host, blocker = daemon.submit_job(_spec(2)), daemon.submit_job(_spec(2, coschedule=False))
+        daemon.schedule()
+        clock.t = 1010.0
+        guest = daemon.submit_job(_spec(1))
+        daemon.schedule()
+        assert daemon.store.job(guest)["host"] == host
+        clock.t = 1050.0
+        engine.finish(blocker)
+        daemon.schedule()
+        clock.t = 1100.0
+        daemon.requeue(host, ANONYMOUS)
+        daemon.schedule()  # the review after the pass kills it
+        clock.t = 1101.0
+        daemon.schedule()  # queued again, and started again on the free cores
+        assert daemon.store.job(host)["start"] == 1101.0 and daemon.store.job(guest)["state"] == "running"
+        assert daemon.store.job(guest)["host"] == -1
+        if stale:  # as a daemon before the fix left it
+            with daemon.store.transaction() as db:
+                daemon.store.update_job(db, guest, host=host)
+        daemon.rebuild()
+        clock.t = 1200.0
+        daemon.schedule()
+        assert daemon.failed_passes == 0 and daemon.core.jobs[guest].host == -1
+        assert (daemon.core.jobs[host].quota, daemon.core.jobs[guest].quota) == (2.0, 1.0)
+        daemon.close()
+
+
 def test_a_lending_a_restart_ends_is_charged_alike_by_the_next_restart(tmp_path: Path) -> None:
     """Static lending on 8 cores: Alice's 8-core job lends 4 CPUs to Bob's guest, whose launch the
     engine loses; the daemon restarts, queues the guest again and gives the host its 8 CPUs back.

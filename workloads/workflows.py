@@ -169,7 +169,7 @@ class Workflow:
     def _toposort(self) -> tuple[Stage, ...]:
         """Kahn's algorithm by rounds: each round takes every stage whose dependencies all came in
         the rounds before, in declaration order (deterministic). Linear in the stages and their
-        dependencies: scanning every stage at each round took half a second for a chain of 1,024,
+        dependencies: scanning every stage at each round took 150 ms for a chain of 1,024,
         at submission (on the API's event loop) and at each stage's end (in the pass)."""
         position = {stage.name: index for index, stage in enumerate(self.stages)}
         waiting = {stage.name: len(set(stage.depends)) for stage in self.stages}

@@ -39,20 +39,20 @@ def outlives(guest: Job, host: Job) -> bool:
 def ends_to_come(
     running: Iterable[Job], guests: Mapping[int, Sequence[Job]], jobs: Mapping[int, Job]
 ) -> list[tuple[float, int, Slots]]:
-    """(expected end, job id, slots its end gives back) of each running job whose end gives any,
-    in that order: a host its slots less those of its guests expected to outlive it, such a guest
-    its own (`freed_slots`). `releases` in slots: for callers who must know which node's cores come
-    back, not just how many (`running`, `guests`, `jobs` as there)."""
-    ends = []
+    """(expected end, job id, slots its end gives back) of each host in `running`, and of each guest
+    expected to outlive its host, in that order: a host its slots less those of such guests, such a
+    guest its own (`freed_slots`). `releases` in slots: for callers who must know which node's cores
+    come back, not just how many (`running`, `guests`, `jobs` as there)."""
+    ends: list[tuple[float, int, Slots]] = []
     for host in running:
         kept = (guest for guest in guests.get(host.id, ()) if outlives(guest, host))
-        ends.append((host.expected_end, host.id, freed_slots(host, False, kept)))
+        ends.append((host.expected_end, host.id, freed_slots(host, False, kept) or ()))
     for host_id, members in guests.items():
         lender = jobs.get(host_id)
         if lender is not None:
             ends += [(guest.expected_end, guest.id, guest.slots) for guest in members if outlives(guest, lender)]
     ends.sort(key=lambda end: end[:2])
-    return [(at, job_id, slots) for at, job_id, slots in ends if slots is not None]
+    return ends
 
 
 def releases(

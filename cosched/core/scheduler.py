@@ -345,11 +345,12 @@ class Scheduler:
         if self._observe is not None:
             self._observe(job, now)
 
-    def end_state(self, job_id: int, failed: bool) -> JobState:
-        """What a running job's end leaves it: cancelled if a cancel was killing it, else failed or
-        done. A caller that acts on an end in the step that takes it (the daemon releases the next
-        workflow stage into that step, as replay does) asks this one rule first."""
-        if job_id in self._killing:
+    def end_state(self, job_id: int, failed: bool, cancel_asked: bool = False) -> JobState:
+        """What a running job's end leaves it: cancelled if a cancel was killing it (or is asked in
+        the step that takes the end, before it: `cancel_asked`), else failed or done. A caller that
+        acts on an end in the step that takes it (the daemon releases the next workflow stage into
+        that step, as replay does) asks this one rule first."""
+        if cancel_asked or job_id in self._killing:
             return JobState.CANCELLED
         return JobState.FAILED if failed else JobState.DONE
 

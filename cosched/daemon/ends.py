@@ -42,11 +42,21 @@ class End:
     """What its processes used (`Exit.cpu_seconds`), where the machine measured it."""
     faulty_nodes: tuple[int, ...] = ()
     """Nodes whose machine could not start it at all (`RunLost.faulty_nodes`)."""
+    cancel_asked: bool = False
+    """A cancel of it waits in the inbox: the pass steps it before the end, whose it is."""
 
     @property
     def requeued(self) -> bool:
         """After the core's step: the job is queued again (it may even have started again in it)."""
         return self.lost and self.job.state is not JobState.CANCELLED
+
+
+def final_state(daemon: Daemon, end: End) -> JobState:
+    """The state the pass's step will leave an ended job in, known before the step: the core's rule
+    (`Scheduler.end_state`), a cancel asked before the end included; PENDING for a run lost (it is
+    queued again) unless a cancel was killing it."""
+    state = daemon.core.end_state(end.job.id, end.failed or end.lost, cancel_asked=end.cancel_asked)
+    return JobState.PENDING if end.lost and state is not JobState.CANCELLED else state
 
 
 def collect(daemon: Daemon, now: float) -> list[End]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from cosched.core.events import Colocate, Kill, Launch, Reject, SetQuota
 from cosched.daemon import dependencies, workflow_stages
 from cosched.daemon.cpus import share_of
+from cosched.daemon.ends import final_state
 from cosched.model import Job, JobState
 
 if TYPE_CHECKING:
@@ -39,8 +40,9 @@ def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[J
     any of it."""
     plan = Plan()
     store = daemon.store
+    ended = {end.job.id for end in ends}
     for job in cancels:
-        if job.state is JobState.CANCELLED:
+        if job.state is JobState.CANCELLED and job.id not in ended:  # (an end is written as it came)
             store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
             daemon.specs.pop(job.id, None)
             if job.workflow is not None:
@@ -60,7 +62,12 @@ def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[J
             plan.launches.append((action.guest, cpus, action.quota, seq))
         elif isinstance(action, SetQuota):
             seq = store.log_quota(db, action.job_id, action.cpus, action.at)
-            store.update_job(db, action.job_id, quota=action.cpus)
+            # With its host: a guest whose host ended or was requeued is a job of its own (`host` -1).
+            # Left naming it, a restart gave the guest to the host's next run (its quota then 0) and
+            # every pass failed after; or made the host its own former guest's (a helper's crash audit).
+            running = daemon.core.jobs.get(action.job_id)
+            host = running.host if running is not None else -1
+            store.update_job(db, action.job_id, quota=action.cpus, host=host)
             plan.quotas.append((action.job_id, action.cpus, seq))
         elif isinstance(action, Kill):
             plan.kills.append(action.job_id)
@@ -80,15 +87,15 @@ def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[J
 
 def record_ends(daemon: Daemon, db: Any, ends: list[End]) -> None:
     """The ends a pass collected, written in its transaction before its step, in the state the
-    core's rule will leave each job (`Scheduler.end_state`): a run lost goes back to the queue, unless
+    core's rule will leave each job (`ends.final_state`): a run lost goes back to the queue, unless
     a cancel was killing it. So what the step releases (workflow stages, jobs whose dependencies on a
     job, a workflow or a singleton's twin those ends meet) reads every end from the state file, and
     competes for the cores the ends free; a dependency on a workflow was released a pass later."""
     store = daemon.store
     for end in ends:
         job = end.job
-        state = daemon.core.end_state(job.id, end.failed or end.lost).value
-        if end.lost and state != "cancelled":  # it starts again, from the queue (perhaps in this very pass)
+        state = final_state(daemon, end).value
+        if state == "pending":  # its run was lost: it starts again, from the queue (perhaps in this very pass)
             store.update_job(
                 db,
                 job.id,

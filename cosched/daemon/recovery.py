@@ -110,7 +110,10 @@ def recover(daemon: Daemon) -> None:
         daemon.cpu_map.claim(daemon.cpus_of[job.id])
         backend.adopt(container)
     for job in jobs.values():  # a guest whose host is gone keeps its share as its own job
-        if job.host >= 0 and job.host not in jobs:
+        host = jobs.get(job.host) if job.host >= 0 else None
+        # (and one whose host's run began after it: the host was requeued since, which a daemon
+        # before it recorded the guest's detachment left in the state file)
+        if job.host >= 0 and (host is None or host.start > job.start):
             job.host = -1
             job.quota = float(job.cores)
     for job in jobs.values():  # a host's quota is its cores less what its guests hold now

@@ -141,6 +141,7 @@ def _pass(daemon: Daemon) -> bool:
             drain.follow(daemon)
         drain.faulty(daemon, ended)  # before the nodes' events: no job goes back to such a node now
         events: list[Event] = nodes.events(daemon, changes)
+        events += _cancels_first(daemon, ended)
         ended_now: set[int] = set()
         for end in ended:
             events.append(ends.event(daemon, end))
@@ -180,7 +181,12 @@ def _pass(daemon: Daemon) -> bool:
             record = daemon.store.job(job_id) or {}
             journal.accepted(job_id, document, record.get("workflow"), user=record.get("user", ""))
         daemon.metrics.submitted.inc(len(released))
-        dropped = [(job.id, plan.cancel_reason(daemon, job.id)) for job in cancels if job.state is JobState.CANCELLED]
+        ended_ids = {end.job.id for end in ended}  # (a cancelled end is journalled as an end)
+        dropped = [
+            (job.id, plan.cancel_reason(daemon, job.id))
+            for job in cancels
+            if job.state is JobState.CANCELLED and job.id not in ended_ids
+        ]
         journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
         for job_id, _ in dropped:
             daemon.kill_reason.pop(job_id, None)
@@ -202,6 +208,24 @@ def _queue_stage(daemon: Daemon, job_id: int, document: dict[str, Any], now: flo
     record = daemon.store.job(job_id)
     user, workflow = (record["user"], record["workflow"]) if record else ("", None)
     submissions.queue(daemon, job_id, document, now, user, workflow)
+
+
+def _cancels_first(daemon: Daemon, ended: list[ends.End]) -> list[Event]:
+    """The cancels waiting in the inbox of jobs whose end this pass collected, taken out to go before
+    those ends in the step: the end is the cancel's (its kill's, or the job's own first), as when the
+    cancel's pass comes first. Stepped after it, a cancelled job ended `failed` (exit 137, reason
+    "cancelled by user"), and so did its workflow (a helper's crash audit: a cancel while its job
+    launched, or a restart between the kill and the end)."""
+    asked = {event.job_id for event in daemon.inbox if isinstance(event, JobCancelled)}
+    first = [end.job.id for end in ended if end.job.id in asked]
+    if not first:
+        return []
+    for end in ended:
+        end.cancel_asked = end.job.id in asked
+    kept = [e for e in daemon.inbox if not (isinstance(e, JobCancelled) and e.job_id in first)]
+    daemon.inbox.clear()
+    daemon.inbox.extend(kept)
+    return [JobCancelled(job_id) for job_id in first]
 
 
 def _cancel_targets(daemon: Daemon, events: list[Event]) -> list[Job]:

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from cosched.daemon.ends import final_state
 from cosched.daemon.specs import WorkflowSpec
 from cosched.daemon.store import Store
 from cosched.model import JobState
@@ -54,12 +55,12 @@ def released_by(
 ) -> list[tuple[int, dict[str, Any]]]:
     """The stages this pass's ends release, submitted in the pass's transaction before the core's
     step, so that they compete for the cores those ends free, as replay's `WorkflowRuns.react`
-    submits them into the same step. Which ends succeed is the core's rule (`end_state`); one
+    submits them into the same step. Which ends succeed is the core's rule (`ends.final_state`); one
     released a pass later lost its predecessor's cores to any job queued behind it (an audit)."""
     succeeded: dict[int, list[str]] = {}
     for end in ended:
         job = end.job
-        if job.workflow is None or end.lost or daemon.core.end_state(job.id, end.failed) is not JobState.DONE:
+        if job.workflow is None or final_state(daemon, end) is not JobState.DONE:
             continue
         succeeded.setdefault(int(job.workflow), []).append(stage_of(daemon, job.id))
     released: Released = []
