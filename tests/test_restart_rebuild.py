@@ -222,6 +222,37 @@ def test_a_guest_of_a_requeued_host_is_a_job_of_its_own_after_a_restart(tmp_path
         daemon.close()
 
 
+def test_a_cancel_asked_before_its_jobs_end_was_seen_ends_it_cancelled(tmp_path: Path) -> None:
+    """A cancel and its job's end reach one pass (the container died as its launch was cut short, or
+    the daemon restarted between the kill and the end): the end was stepped first, and the job, and
+    its workflow, ended `failed` with the reason "cancelled by user" (a helper's crash audit)."""
+    from cosched.daemon.specs import WorkflowSpec
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(_spec(1))
+    spec = WorkflowSpec(
+        name="w",
+        image="x",
+        command=["true"],
+        cores=1,
+        memory_mib=64,
+        walltime=100,
+        stages=[{"name": "a"}, {"name": "b", "depends": ["a"]}],
+    )
+    workflow, [stage] = daemon.submit_workflow(spec)
+    daemon.schedule()
+    clock.t = 1010.0
+    for victim in (job, stage):
+        engine.finish(victim, 137)
+        daemon.cancel(victim, ANONYMOUS)
+    daemon.schedule()
+    assert [daemon.store.job(victim)["state"] for victim in (job, stage)] == ["cancelled", "cancelled"]
+    assert daemon.store.workflow(workflow)["state"] == "cancelled"
+    daemon.close()
+
+
 def test_a_lending_a_restart_ends_is_charged_alike_by_the_next_restart(tmp_path: Path) -> None:
     """Static lending on 8 cores: Alice's 8-core job lends 4 CPUs to Bob's guest, whose launch the
     engine loses; the daemon restarts, queues the guest again and gives the host its 8 CPUs back.
