@@ -144,7 +144,7 @@ class Annealing(PlacementPolicy):
             raise ConfigError(f"{self.name}: need 0 < t_min <= t_max, got {t_min} and {t_max}")
         self.t_max, self.t_min, self.hop_cost = t_max, t_min, hop_cost
         self.seed = seed
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # drawn from anew for each window (`arrange`), or from here by `search` alone
         self.searched = 0
         """Windows re-placed by the search (more than one multi-node job started together)."""
         self.improved = 0
