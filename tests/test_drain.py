@@ -48,25 +48,23 @@ def core_of(cluster: Cluster) -> Scheduler:
     return Scheduler(cluster, *policies, create("estimate", "requested"), create("placement", "first-fit"))
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=3, unique_by=lambda s: s[0]),
-            st.integers(1, 100),
-            st.booleans(),
-            st.integers(1, 200),
-        ),
-        min_size=1,
-        max_size=6,
+LENDINGS = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=3, unique_by=lambda s: s[0]),
+        st.integers(1, 100),
+        st.booleans(),
+        st.integers(1, 200),
     ),
-    st.sets(st.integers(0, 3)),
+    min_size=1,
+    max_size=6,
 )
-def test_reservations_count_only_what_comes_back_from_nodes_still_in_service(
-    specs: list[tuple[list[tuple[int, int]], int, bool, int]], drained: set[int]
-) -> None:
-    """Hosts, some with a guest on a share of their cores that may outlive them: whatever the
-    order of ends, the units released add up to the hosts' cores on nodes not drained, and no
-    release is negative (a guest's withheld units are its host's, not counted twice)."""
+"""Hosts (slots, expected end), each perhaps with a guest on half its cores (its expected end)."""
+
+
+def lendings(
+    specs: list[tuple[list[tuple[int, int]], int, bool, int]],
+) -> tuple[list[Job], dict[int, list[Job]], dict[int, Job]]:
+    """The running hosts (by expected end), their guests by host, and every job by id."""
     jobs: dict[int, Job] = {}
     guests: dict[int, list[Job]] = {}
     hosts = []
@@ -79,8 +77,19 @@ def test_reservations_count_only_what_comes_back_from_nodes_still_in_service(
             guest = running(index * 2 + 2, share, float(guest_end), host=host.id)
             jobs[guest.id] = guest
             guests[host.id] = [guest]
-    withheld = {job.id: units for job in jobs.values() if (units := sum(c for n, c in job.slots if n in drained))}
     hosts.sort(key=lambda job: job.expected_end)
+    return hosts, guests, jobs
+
+
+@given(LENDINGS, st.sets(st.integers(0, 3)))
+def test_reservations_count_only_what_comes_back_from_nodes_still_in_service(
+    specs: list[tuple[list[tuple[int, int]], int, bool, int]], drained: set[int]
+) -> None:
+    """Hosts, some with a guest on a share of their cores that may outlive them: whatever the
+    order of ends, the units released add up to the hosts' cores on nodes not drained, and no
+    release is negative (a guest's withheld units are its host's, not counted twice)."""
+    hosts, guests, jobs = lendings(specs)
+    withheld = {job.id: units for job in jobs.values() if (units := sum(c for n, c in job.slots if n in drained))}
     released = list(releases(hosts, guests, jobs, 0.0, withheld))
     assert all(units >= 0 for _, units in released)
     assert [t for t, _ in released] == sorted(t for t, _ in released)
@@ -88,37 +97,14 @@ def test_reservations_count_only_what_comes_back_from_nodes_still_in_service(
     assert sum(units for _, units in released) == expected
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4)), min_size=1, max_size=3, unique_by=lambda s: s[0]),
-            st.integers(1, 100),
-            st.booleans(),
-            st.integers(1, 200),
-        ),
-        min_size=1,
-        max_size=6,
-    )
-)
+@given(LENDINGS)
 def test_the_ends_to_come_per_node_are_the_releases_per_time(
     specs: list[tuple[list[tuple[int, int]], int, bool, int]],
 ) -> None:
     """What the daemon owes other frameworks from the next ends (`ends_to_come`, per node) and what
     reservations count on (`releases`, in units) foresee the same ends: at every time, the same
     cores, and a guest's cores come back from the host's end or from its own, never from both."""
-    jobs: dict[int, Job] = {}
-    guests: dict[int, list[Job]] = {}
-    hosts = []
-    for index, (slots, end, has_guest, guest_end) in enumerate(specs):
-        host = running(index * 2 + 1, tuple(slots), float(end))
-        hosts.append(host)
-        jobs[host.id] = host
-        if has_guest:
-            share = tuple((node, max(1, cores // 2)) for node, cores in slots)
-            guest = running(index * 2 + 2, share, float(guest_end), host=host.id)
-            jobs[guest.id] = guest
-            guests[host.id] = [guest]
-    hosts.sort(key=lambda job: job.expected_end)
+    hosts, guests, jobs = lendings(specs)
     per_time: dict[float, int] = {}
     for at, units in releases(hosts, guests, jobs, 0.0):
         per_time[at] = per_time.get(at, 0) + units

@@ -800,18 +800,30 @@ def test_a_released_stage_competes_for_its_predecessors_cores_as_in_replay(tmp_p
     assert (live["b"], live["Y"]) == (1050.0, 1060.0)
 
 
-def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_path: Path) -> None:
-    """FCFS on 2 cores: A (2 cores) runs from 1000; B (2 cores, afterok:A) is submitted at 1001, C
-    (2 cores, no dependency) at 1002. A succeeds at 1050: B, first in the queue, starts then. The
-    dependency was judged after the pass's step, so C (the head while B waited) took A's cores and B
-    waited for C's end (an audit of the two worlds; replay's workflow stages already competed so)."""
+@pytest.mark.parametrize("target", ["job", "workflow"])
+def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_path: Path, target: str) -> None:
+    """FCFS on 2 cores: A (2 cores: a job, or a workflow's one stage) runs from 1000; B (2 cores,
+    afterok on it) is submitted at 1001, C (2 cores, no dependency) at 1002. A succeeds at 1050: B,
+    first in the queue, starts then. The dependency was judged after the pass's step, so C (the head
+    while B waited) took A's cores and B waited for C's end (an audit of the two worlds); on a
+    workflow, whose state comes from its stage rows, 563810d still released B a pass later (the
+    review)."""
+    from cosched.daemon.specs import WorkflowSpec
+
     clock = Clock()
     engine = FakeEngine(clock)
     daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
-    a = daemon.submit_job(_spec(2))
+    if target == "job":
+        a = daemon.submit_job(_spec(2))
+        after = {"kind": "afterok", "job": a}
+    else:
+        stages = [{"name": "a"}]
+        spec = WorkflowSpec(name="w", image="x", command=["true"], cores=2, memory_mib=64, walltime=100, stages=stages)
+        workflow, [a] = daemon.submit_workflow(spec)
+        after = {"kind": "afterok", "workflow": workflow}
     daemon.schedule()
     clock.t = 1001.0
-    b = daemon.submit_job(_spec(2, after=[{"kind": "afterok", "job": a}]))
+    b = daemon.submit_job(_spec(2, after=[after]))
     daemon.schedule()
     clock.t = 1002.0
     c = daemon.submit_job(_spec(2))
@@ -822,32 +834,6 @@ def test_a_job_whose_dependency_an_end_meets_competes_for_that_ends_cores(tmp_pa
     states = {name: daemon.store.job(job)["state"] for name, job in (("A", a), ("B", b), ("C", c))}
     assert states == {"A": "done", "B": "running", "C": "pending"}
     assert daemon.store.job(b)["start"] == 1050.0
-    daemon.close()
-
-
-def test_a_job_waiting_on_a_whole_workflow_competes_for_its_last_stages_cores(tmp_path: Path) -> None:
-    """As above, the target a workflow of one stage: its state comes from its stage rows, which
-    563810d wrote after the step, so such a job was still released a pass later (the review)."""
-    from cosched.daemon.specs import WorkflowSpec
-
-    clock = Clock()
-    engine = FakeEngine(clock)
-    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
-    spec = WorkflowSpec(
-        name="w", image="x", command=["true"], cores=2, memory_mib=64, walltime=100, stages=[{"name": "a"}]
-    )
-    workflow, [a] = daemon.submit_workflow(spec)
-    daemon.schedule()
-    clock.t = 1001.0
-    b = daemon.submit_job(_spec(2, after=[{"kind": "afterok", "workflow": workflow}]))
-    clock.t = 1002.0
-    c = daemon.submit_job(_spec(2))
-    daemon.schedule()
-    clock.t = 1050.0
-    engine.finish(a)
-    daemon.schedule()
-    states = {name: daemon.store.job(job)["state"] for name, job in (("a", a), ("B", b), ("C", c))}
-    assert states == {"a": "done", "B": "running", "C": "pending"}
     daemon.close()
 
 
