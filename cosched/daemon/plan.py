@@ -30,6 +30,8 @@ class Plan:
     launches: list[tuple[Job, list[int], float, int | None]] = field(default_factory=list)
     quotas: list[tuple[int, float, int]] = field(default_factory=list)
     kills: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+    """Pending jobs it cancelled (a cancelled end is written as the end it is)."""
     settled: int = 0
     """Jobs whose dependencies it settled: released or cancelled by the next pass."""
 
@@ -43,6 +45,7 @@ def record(daemon: Daemon, db: Any, now: float, ends: list[End], cancels: list[J
     ended = {end.job.id for end in ends}
     for job in cancels:
         if job.state is JobState.CANCELLED and job.id not in ended:  # (an end is written as it came)
+            plan.dropped.append(job.id)
             store.update_job(db, job.id, state="cancelled", end=now, reason=cancel_reason(daemon, job.id))
             daemon.specs.pop(job.id, None)
             if job.workflow is not None:

@@ -32,7 +32,7 @@ from cosched.daemon import (
 )
 from cosched.daemon.docker_backend import EngineUnavailable
 from cosched.daemon.store import DECISIONS_KEPT, StateError
-from cosched.model import Job, JobState
+from cosched.model import Job
 
 if TYPE_CHECKING:
     from cosched.daemon.service import Daemon
@@ -181,12 +181,7 @@ def _pass(daemon: Daemon) -> bool:
             record = daemon.store.job(job_id) or {}
             journal.accepted(job_id, document, record.get("workflow"), user=record.get("user", ""))
         daemon.metrics.submitted.inc(len(released))
-        ended_ids = {end.job.id for end in ended}  # (a cancelled end is journalled as an end)
-        dropped = [
-            (job.id, plan.cancel_reason(daemon, job.id))
-            for job in cancels
-            if job.state is JobState.CANCELLED and job.id not in ended_ids
-        ]
+        dropped = [(job_id, plan.cancel_reason(daemon, job_id)) for job_id in planned.dropped]
         journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
         for job_id, _ in dropped:
             daemon.kill_reason.pop(job_id, None)
