@@ -26,10 +26,11 @@ import errno
 import os
 import stat
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 
 from cosched.daemon.accounts import Account
-from cosched.errors import CoschedError
+from cosched.errors import ConfigError, CoschedError
 
 PROGRESS_MAX_BYTES = 256
 """`done/total` needs a few bytes; more is never read."""
@@ -105,6 +106,19 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     own components, link-free (`root_problem` refused roots that are, or go through, links)."""
     plain = Path(path)
     return any(plain == root or root in plain.parents for root in map(Path, roots))
+
+
+def check_data_roots(roots: Iterable[str], key: str) -> list[str]:
+    """The daemon's and each Mesos executor's check of their data roots at start: ConfigError (under
+    `key`) for one that cannot serve (`root_problem`); what the operator should know of the others
+    (`suid_warning`), to log."""
+    warnings = []
+    for root in roots:
+        if problem := root_problem(root):
+            raise ConfigError(f"{key}: {problem}")
+        if warning := suid_warning(root):
+            warnings.append(warning)
+    return warnings
 
 
 def suid_warning(root: str) -> str:

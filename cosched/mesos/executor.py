@@ -43,7 +43,7 @@ from typing import Any
 from cosched.daemon import journal
 from cosched.daemon.config import a_duration
 from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
-from cosched.daemon.sandbox import StagingMounts, root_problem, suid_warning
+from cosched.daemon.sandbox import StagingMounts, check_data_roots
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
 from cosched.mesos.backoff import Backoff
@@ -711,11 +711,8 @@ def staging_for(roots: tuple[str, ...], place: Path, euid: int) -> StagingMounts
             "docker.data_roots: jobs' data dirs are bind-mounted nosuid,nodev at launch, which needs the "
             "executor to run as root (mesos.user = 'root'), or leave data_roots empty"
         )
-    for root in roots:
-        if problem := root_problem(root):
-            raise ConfigError(f"docker.data_roots: {problem}")
-        if warning := suid_warning(root):
-            log.warning("%s", warning)
+    for warning in check_data_roots(roots, "docker.data_roots"):
+        log.warning("%s", warning)
     return StagingMounts(executor_mounts(place))
 
 
