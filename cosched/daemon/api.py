@@ -205,9 +205,8 @@ def create_app(daemon: Daemon) -> FastAPI:
         if status is None:
             raise HTTPException(404, f"job {job_id}: no such job")
         only_own(request, status["user"], f"job {job_id}")
-        user = viewer(request)
-        if user is not None and status["host"] is not None:  # its lender: another user's job is theirs to see
-            status["host"] = status["host"] if (daemon.store.job(status["host"]) or {}).get("user") == user else None
+        if status["host"] is not None and views.others(daemon, status["host"], viewer(request)):
+            status["host"] = None  # its lender: another user's job is theirs to see
         return status
 
     @app.delete("/v1/jobs/{job_id}", response_model=Cancelled)

@@ -348,19 +348,17 @@ def explain(daemon: Daemon, job_id: int, viewer: str | None = None) -> list[dict
     is another user's, is left out: a guest's owner read the lender's kind, CPU, memory, progress
     and runtime (a helper's audit)."""
     decisions = daemon.store.decisions(job_id)
-    if viewer is None:
-        return decisions
-    owners: dict[int, str] = {}
     for decision in decisions:
-        for role in ("guest", "host"):
-            other = decision.get(role)
-            if isinstance(other, int) and other != job_id and other not in owners:
-                owners[other] = str((daemon.store.job(other) or {}).get("user", ""))
-        if decision.get("host") != job_id and owners.get(decision.get("host", -1), viewer) != viewer:
+        if decision["host"] != job_id and others(daemon, decision["host"], viewer):
             decision.update(dict.fromkeys(LENDERS))
-        if decision.get("guest") != job_id and owners.get(decision.get("guest", -1), viewer) != viewer:
+        if decision["guest"] != job_id and others(daemon, decision["guest"], viewer):
             decision["guest"] = None
     return decisions
+
+
+def others(daemon: Daemon, job_id: int, viewer: str | None) -> bool:
+    """Whether job `job_id` is another user's than `viewer`, who sees their own only (None: all)."""
+    return viewer is not None and (daemon.store.job(job_id) or {}).get("user", "") != viewer
 
 
 def shares(daemon: Daemon) -> list[dict[str, Any]] | None:
