@@ -110,10 +110,7 @@ def test_silent_connections_holding_every_place_do_not_keep_a_request_out(port: 
     silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
     try:
         time.sleep(0.1)
-        with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            assert answer_of(sock).startswith(b"HTTP/1.1 200")
-        assert answer_of(silent[0], 1.0).startswith(b"HTTP/1.1 503")
+        a_newcomer_takes_the_place_of_the_longest_waiting(port, silent)
     finally:
         for sock in silent:
             sock.close()
@@ -128,10 +125,15 @@ def test_requests_whose_body_never_comes_do_not_keep_a_request_out(port: int) ->
         for sock in stalled:
             sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
         time.sleep(0.2)
-        with socket.create_connection(("127.0.0.1", port)) as sock:
-            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            assert answer_of(sock).startswith(b"HTTP/1.1 200")
-        assert answer_of(stalled[0], 1.0).startswith(b"HTTP/1.1 503")
+        a_newcomer_takes_the_place_of_the_longest_waiting(port, stalled)
     finally:
         for sock in stalled:
             sock.close()
+
+
+def a_newcomer_takes_the_place_of_the_longest_waiting(port: int, waiting: list[socket.socket]) -> None:
+    """With every place held by `waiting`, oldest first: a new request is served, the oldest gets 503."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert answer_of(sock).startswith(b"HTTP/1.1 200")
+    assert answer_of(waiting[0], 1.0).startswith(b"HTTP/1.1 503")
