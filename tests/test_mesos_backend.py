@@ -55,7 +55,9 @@ def _container(engine: object, framework_id: str, job_id: int) -> str:
     return str(found[0].id)
 
 
-def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) -> None:
+def test_jobs_run_lend_report_and_survive_a_restarted_backend(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
     engine = require_engine()
     image = busybox_image(engine)
     ids: list[str] = []
@@ -96,6 +98,7 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(cluster: Cluster) 
     again = _backend(cluster, framework_id=fid)
     try:
         assert again.framework_id == fid
+        assert "did not finish reconciling" not in caplog.text  # the real master answered the end marker
         assert again.containers()[1] == ContainerInfo(host, 1, "running", run=0)
         assert [f["id"] for f in cluster.state()["frameworks"] if f["name"] == "cosched-backend-test"] == [fid]
         again.kill(host)

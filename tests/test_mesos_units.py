@@ -734,6 +734,61 @@ def test_a_room_learnt_before_reconciliation_told_of_a_running_task_counts_it_on
     assert backend.rooms["A1"].cpus == pytest.approx(2.1)
 
 
+class _LateReconcilingMaster:
+    """A master's calls as the backend makes them at start: reconciliation's answers come late, a
+    wake-up (an offer) before them, and an explicit answer after those of an implicit call."""
+
+    def __init__(self, backend: Any, told: dict[str, Any], answer_marker: bool = True) -> None:
+        self.backend, self.told, self.answer_marker = backend, told, answer_marker
+        self.calls: list[list[tuple[str, str | None]]] = []
+
+    def reconcile(self, tasks: Any = ()) -> None:
+        tasks = list(tasks)
+        self.calls.append(tasks)
+        if not tasks:
+            threading.Timer(0.5, self.backend.on_update, (self.told,)).start()
+        elif self.answer_marker:
+            lost = {"task_id": {"value": tasks[0][0]}, "state": "TASK_LOST", "reason": "REASON_RECONCILIATION"}
+            threading.Timer(0.6, self.backend.on_update, (lost,)).start()
+
+
+def test_start_up_waits_for_the_master_to_finish_reconciling_whatever_wakes_it_before() -> None:
+    """A daemon SIGKILLed between its ACCEPT and recording the run restarts with the job
+    `launching`: only reconciliation tells that its task ran. The start-up waited for a quiet second
+    of updates, which any wake-up ended (an offer): recovery listed no run, queued the job again, and
+    it ran twice (CI at c5adcd6). It now waits for the answer to an explicit RECONCILE asked after
+    the implicit one, which the master gives after all of that one's."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
+    backend.agents = ["A1"]
+    handle = new_handle(7, 1)
+    told = {
+        "task_id": {"value": part_id(handle, 0, 1, 1)},
+        "agent_id": {"value": "A1"},
+        "state": "TASK_FINISHED",
+        "source": "SOURCE_MASTER",
+        "reason": "REASON_RECONCILIATION",
+    }
+    master = backend.client = _LateReconcilingMaster(backend, told)  # type: ignore[assignment]
+
+    def wake() -> None:
+        with backend.cond:
+            backend.cond.notify_all()
+
+    threading.Timer(0.1, wake).start()
+    backend._settle()
+    assert backend.containers()[7].id == handle  # recovery adopts it (live until its executor's own update)
+    assert master.calls[0] == [] and master.calls[1][0][1] == "A1"  # the marker asked on an agent that offered
+
+    silent = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
+    silent.client = _LateReconcilingMaster(silent, told, answer_marker=False)  # type: ignore[assignment]
+    started = time.monotonic()
+    silent._settle(limit=1.0)  # a master that never answers: the start is not held for good
+    assert 1.0 <= time.monotonic() - started < 5.0
+
+
 def test_a_run_lost_on_an_agent_whose_node_another_took_names_the_machine() -> None:
     """Once a spare took its node, a run lost on the dead agent named the agent's id in its reason
     (`TASK_LOST on 1be963c0-...-S1`), not the machine (an operator's walkthrough)."""

@@ -105,6 +105,8 @@ MESSAGE_RESEND = 3.0
 LOG_TIMEOUT = 10.0
 """Seconds `cosched logs` waits for a running job's executors to send its output."""
 _SWEEP = "cosched-sweep-"
+_TOLD_ALL = "cosched-reconciled-"
+"""Task ids of no task: the master's answer for one marks the end of a reconciliation (`_settle`)."""
 SWEEP_RETRY_MOST = 60.0
 """Seconds at most between a sweep's tries, which double from one (an agent that kept refusing one
 had a sandbox made every second)."""
@@ -304,11 +306,13 @@ class MesosBackend(EventHandler):
         self._next_ask = (0.0, ASK_FIRST)
         """When to ask for them next (monotonic), and the wait after that."""
         self._recovered = False
+        self._marker = ""
+        """The task id whose reconciliation answer `_settle` waits for."""
+        self._told_all = False
         self._queued = 0
         self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
         self._log_answers: dict[str, str] = {}
-        self._updates = 0
         self._started = False
         self._closing = False
         self._offers_thread: threading.Thread | None = None
@@ -424,15 +428,29 @@ class MesosBackend(EventHandler):
                 self.down.add(node)
                 self.changes.append((node, False))
 
-    def _settle(self, quiet: float = 1.0, limit: float = 10.0) -> None:
-        """Wait until reconciliation has told the tasks the master knows (no update for `quiet` s)."""
-        end = time.monotonic() + limit
+    def _settle(self, limit: float = 10.0) -> None:
+        """Wait until reconciliation has told every task the master knows: recovery adopts each run
+        started, those the state file does not name yet (a launch cut short) too.
+
+        Implicit reconciliation's answers have no end, but the master sends them at once and answers
+        calls in order. So an implicit RECONCILE is followed by an explicit one for a task that never
+        was (`_TOLD_ALL`, on an agent that offered, so that the master answers it at once): its
+        answer comes after all the others. Why not wait for a quiet second, as before: any wake-up
+        in it (an offer) ended the wait; a job whose launch a SIGKILL cut short, and whose task the
+        master told of just after, was queued again and ran twice (CI at c5adcd6)."""
+        marker = f"{_TOLD_ALL}{uuid.uuid4().hex[:12]}"
         with self.cond:
-            while time.monotonic() < end:
-                seen = self._updates
-                self.cond.wait(quiet)
-                if self._updates == seen:
-                    return
+            self._told_all = False
+            self._marker = marker
+            agent = next((a for a in self.agents if a), None)
+        try:
+            self.client.reconcile()
+            self.client.reconcile([(marker, agent)])
+        except MesosError as exc:
+            log.warning("RECONCILE: %s", exc)
+        with self.cond:
+            if not self.cond.wait_for(lambda: self._told_all, limit):
+                log.warning("the master did not finish reconciling in %.0f s: the daemon starts on what it told", limit)
 
     @property
     def framework_id(self) -> str | None:
@@ -564,6 +582,11 @@ class MesosBackend(EventHandler):
         if task_id.startswith(_SWEEP):
             self._sweep_update(status)
             return None
+        if task_id.startswith(_TOLD_ALL):
+            with self.cond:
+                self._told_all = self._told_all or task_id == self._marker
+                self.cond.notify_all()
+            return None
         name = parse_task(task_id)
         if name is None:
             return None
@@ -596,7 +619,6 @@ class MesosBackend(EventHandler):
                 keep = state not in LIVE and bool(status.get("uuid")) and not stray
                 if keep:
                     task.ack = (status["agent_id"]["value"], status["uuid"])
-            self._updates += 1
             self._dirty = True
             self.cond.notify_all()
         if stray:
