@@ -62,7 +62,8 @@ def test_the_reject_names_the_job_and_its_latest_start() -> None:
     )
     assert scheduler.step(29, []).wake_at == 30
     [reject] = scheduler.step(30, []).actions
-    assert isinstance(reject, Reject) and reject.reason == "job 2 did not start by its latest start 30"
+    assert isinstance(reject, Reject)
+    assert reject.reason == "job 2 did not start by its latest start, 30 s after its submission"
     assert scheduler.jobs.keys() == {1}
 
 

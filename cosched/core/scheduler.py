@@ -413,7 +413,10 @@ class Scheduler:
             if job.id not in self.jobs:
                 continue
             self._leave_pending(job, JobState.FAILED, now)
-            actions.append(Reject(job, f"job {job.id} did not start by its latest start {job.latest_start:.0f}"))
+            # counted from its submission: the daemon's clock is epoch seconds, which a reader cannot place
+            after = job.latest_start - job.submit
+            why = f"job {job.id} did not start by its latest start, {after:.0f} s after its submission"
+            actions.append(Reject(job, why))
 
     def _on_usage(self, event: UsageReported, now: float, actions: list[Action]) -> None:
         job = self.jobs.get(event.job_id)
