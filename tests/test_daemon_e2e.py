@@ -12,6 +12,7 @@ move during the run and are persisted, and `cosched explain` shows each loss.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -184,19 +185,25 @@ def test_every_released_workflow_stage_counts_as_submitted(daemon: DaemonProcess
 def test_job_lifecycle_and_refusals_are_logged_one_grep_able_line_each(daemon: DaemonProcess, image: str) -> None:
     ok = daemon.submit(image=image, command=["true"], cores=1, walltime=60, app_class="ok")
     bad = daemon.submit(image=image, command=["sh", "-c", "exit 3"], cores=1, walltime=60)
+    refused = daemon.submit(image=image, command=["/no/such/program"], cores=1, walltime=60)
     with pytest.raises(Exception, match="99 cores asked"):
         daemon.submit(image=image, command=["true"], cores=99, walltime=60)
-    daemon.wait_final([ok, bad], 60)
+    daemon.wait_final([ok, bad, refused], 60)
     time.sleep(0.5)  # the lines are written after the pass's commit
     lines = daemon.log.read_text().splitlines()
 
     def story(job_id: int) -> list[str]:
         return [line.split(f"job={job_id} ", 1)[1] for line in lines if f" job={job_id} " in line]
 
-    assert [entry.split()[0] for entry in story(ok)] == ["event=accepted", "event=started", "event=ended"]
+    events = ["event=accepted", "event=launching", "event=running", "event=ended"]
+    assert [entry.split()[0] for entry in story(ok)] == events
     assert "app_class=ok" in story(ok)[0] and "quota=1.00" in story(ok)[1]
-    assert story(ok)[2].startswith("event=ended state=done exit_code=0")
+    assert re.fullmatch(r"event=running container=[0-9a-f]{12}", story(ok)[2])
+    assert story(ok)[3].startswith("event=ended state=done exit_code=0")
     assert story(bad)[-1].startswith("event=ended state=failed exit_code=3")
+    # the engine refused its launch: it never ran, and the journal does not say it did
+    assert [entry.split()[0] for entry in story(refused)] == ["event=accepted", "event=launching", "event=ended"]
+    assert 'reason="could not start:' in story(refused)[2]
     assert any('submission=refused path=/v1/jobs reason="cores: 99 cores asked' in line for line in lines)
 
 

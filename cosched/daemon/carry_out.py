@@ -17,6 +17,7 @@ from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cosched.daemon import journal
 from cosched.daemon.accounts import account_of
 from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch, RunLost
 from cosched.daemon.engine_calls import raise_failures
@@ -115,6 +116,8 @@ def _record(daemon: Daemon, parked: Sequence[Parked]) -> None:
                 daemon.store.update_job(db, p.job.id, state="running", container=container, start=p.job.start)
             applied = [(p.quota_seq, p.job.start) for p, _, _ in started if p.quota_seq is not None]
             daemon.store.quotas_applied(db, applied)
+        for p, container, _ in started:
+            journal.running(p.job.id, container)
         daemon.metrics.launched.inc(len(started))
     kills = [(container,) for p, container, _ in started if p.job.id in daemon.kill_reason]
     changed = [

@@ -133,8 +133,12 @@ class ContainerInfo:
 
     @property
     def shown(self) -> str:
-        """Its id as logs show it: a Docker id's first 12 characters, a Mesos run's handle whole."""
-        return self.id[:12] if len(self.id) == 64 and self.id.isalnum() else self.id
+        return shown_id(self.id)
+
+
+def shown_id(container: str) -> str:
+    """A run's id as logs show it: a Docker id's first 12 characters, a Mesos run's handle whole."""
+    return container[:12] if len(container) == 64 and container.isalnum() else container
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cosched.core.events import Colocate, Kill, Launch, Reject, SetQuota
+from cosched.daemon.docker_backend import shown_id
 from cosched.model import Job, JobState
 
 log = logging.getLogger("cosched.jobs")
@@ -108,6 +109,11 @@ def ended(job: Job, exit_code: int | None, reason: str) -> None:
     log.info(_line(job.id, "ended", state=state, exit_code=exit_code, reason=reason or None))
 
 
+def running(job_id: int, container: str) -> None:
+    """Its launch finished: the engine runs it (a refused launch ends it instead, `ended`)."""
+    log.info(_line(job_id, "running", container=shown_id(container)))
+
+
 def requeued(job_id: int, reason: str) -> None:
     """Its run was lost to its machine, not ended by the job: it waits in the queue again."""
     log.info(_line(job_id, "requeued", reason=reason or None))
@@ -123,8 +129,8 @@ def decided(
     for job_id, reason in cancelled:
         log.info(_line(job_id, "cancelled", reason=reason))
     for action in actions:
-        if isinstance(action, Launch):
-            log.info(_line(action.job.id, "started", cpus=cpus_of.get(action.job.id), quota=action.job.quota))
+        if isinstance(action, Launch):  # `running` once the engine has started it (`running`)
+            log.info(_line(action.job.id, "launching", cpus=cpus_of.get(action.job.id), quota=action.job.quota))
         elif isinstance(action, Colocate):
             job_id = action.guest.id
             log.info(_line(job_id, "colocated", host=action.host_id, cpus=cpus_of.get(job_id), quota=action.quota))
