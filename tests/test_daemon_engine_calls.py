@@ -437,3 +437,33 @@ def test_a_job_its_dependency_just_released_is_not_shown_held_by_its_user(tmp_pa
     daemon.schedule()  # takes the release
     assert daemon.store.job(released)["state"] == "running"
     daemon.close()
+
+
+def test_a_hold_or_release_shows_in_the_queue_before_the_pass_that_takes_it(tmp_path: Path) -> None:
+    """`cosched queue` showed a hold, or a release, only once the next pass took it (a walkthrough):
+    a held job kept its place at the head, and `cosched status` said JobHeldUser meanwhile."""
+    daemon = _daemon(tmp_path, _SlowEngine(), workers=1)
+
+    def job(cores: int) -> int:
+        return daemon.submit_job(JobSpec(image="x", command=["true"], cores=cores, memory_mib=64, walltime=600))
+
+    job(8)  # fills the cluster
+    waiting, behind = job(1), job(1)
+    daemon.schedule()
+
+    def reasons() -> dict[int, str]:
+        return {row["id"]: row["reason"] for row in views.queue(daemon) if row["state"] == "pending"}
+
+    assert reasons() == {waiting: "Resources", behind: "Priority"}
+    daemon.hold(waiting, ANONYMOUS, True)
+    arriving = job(1)
+    daemon.hold(arriving, ANONYMOUS, True)  # held before any pass saw it
+    shown = reasons()
+    assert (shown[waiting], shown[arriving], shown[behind]) == ("JobHeldUser", "JobHeldUser", "Resources")
+    daemon.schedule()
+    assert reasons() == shown
+    daemon.hold(waiting, ANONYMOUS, False)
+    assert reasons()[waiting] == "Submitted"  # back in the queue at the next pass
+    daemon.schedule()
+    assert reasons() == {waiting: "Resources", behind: "Priority", arriving: "JobHeldUser"}  # first come again
+    daemon.close()

@@ -369,6 +369,10 @@ class Scheduler:
         """Whether the user holds this job (`JobHeld`)."""
         return job_id in self._held_begins
 
+    def begin_once_released(self, job: Job) -> float:
+        """The begin a job the user holds gets back when released (a held one's is +inf)."""
+        return self._held_begins.get(job.id, job.begin)
+
     def _on_held(self, event: JobHeld, now: float, actions: list[Action]) -> None:
         """A pending job leaves the queue (or, held until its begin, stays held past it) until
         released: its begin becomes +inf, the one it had is kept for the release."""

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cosched.core.events import JobHeld, JobReleased
 from cosched.core.view import SchedulerView
 from cosched.daemon import drain, submissions, workflow_stages
 from cosched.daemon import nodes as machines
@@ -47,13 +48,18 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     order: Sequence[Job] = queued if policy.one_by_one else policy.order(queued, _view_over(daemon, now, queued, jobs))
     # A job the machines still up can never hold (a Mesos agent gone) has no start to promise: inf.
     reservations = {job_id: at for job_id, at in daemon.reservations.items() if math.isfinite(at)}
-    arriving = [e.job for e in list(daemon.inbox) if hasattr(e, "job")]
+    inbox = list(daemon.inbox)
+    arriving = [e.job for e in inbox if hasattr(e, "job")]
+    # holds and releases the next pass takes: shown now, as `status` shows them (from the state file)
+    asked = {e.job_id: isinstance(e, JobHeld) for e in inbox if isinstance(e, JobHeld | JobReleased)}
     waiting = daemon.backend.waiting()
     rows = []
     out_of_service = _out_of_service(daemon)
     priority = policy.priority if isinstance(policy, FairShare) else None  # Slurm's sprio: why this order
     limit, head = core.limit, True
     for job in order:
+        if asked.get(job.id):
+            continue
         reason = _not_available(daemon, job, out_of_service)
         capped = "" if reason or limit is None else limit.blocking(job)  # out of the pass: not the head
         reason = reason or capped or ("Resources" if head else "Priority")
@@ -64,11 +70,13 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         rows.append(_row(daemon, job, "pending", reason, start))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))
-    rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving]
+    rows += [_row(daemon, job, "pending", "Submitted", None) for job in arriving if not asked.get(job.id)]
     in_queue = {job.id for job in queued}
-    held = [job for job in jobs if job.state is JobState.PENDING and job.id not in in_queue]
+    held = [job for job in jobs if job.state is JobState.PENDING and (job.id not in in_queue or asked.get(job.id))]
+    held += [job for job in arriving if asked.get(job.id)]
     rows += [
-        _row(daemon, job, "pending", _held_reason(daemon, job), None) for job in sorted(held, key=lambda j: j.begin)
+        _row(daemon, job, "pending", _held_reason(daemon, job, asked.get(job.id), now), None)
+        for job in sorted(held, key=lambda j: j.begin)
     ]
     owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
@@ -165,17 +173,21 @@ def _not_available(daemon: Daemon, job: Any, out: dict[int, str]) -> str:
     return f"ReqNodeNotAvail: {nodes}"
 
 
-def _held_reason(daemon: Daemon, job: Job) -> str:
+def _held_reason(daemon: Daemon, job: Job, hold_asked: bool | None, now: float) -> str:
     """Why a pending job is out of the queue, in Slurm's words: its dependencies, its user's
     hold, or its begin. A job its dependencies have just released stays held in the core until
-    the next pass takes the release, which may wait on this pass's launches: not the user's hold."""
+    the next pass takes the release, which may wait on this pass's launches: not the user's hold.
+    `hold_asked`: a hold (True) or release (False) the next pass takes, None if none."""
     if job.id in daemon.waiting:
         return "Dependency"
-    if not daemon.core.is_held(job.id):
+    if hold_asked is None and not daemon.core.is_held(job.id):
         return begins_at(job.begin)
     held = int((daemon.store.job(job.id) or {}).get("held") or 0)
     if daemon.specs.get(job.id, {}).get("after") and not held:
         return "Dependency"
+    if hold_asked is False:  # its user's release: it enters the queue at the next pass, as an arrival does
+        begin = daemon.core.begin_once_released(job)
+        return begins_at(begin) if begin > now else "Submitted"
     return hold_reason(held)
 
 
