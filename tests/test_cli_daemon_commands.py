@@ -96,6 +96,7 @@ def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
         "quota": 1.5,
         "host": None,
         "walltime": 600.0,
+        "memory_mib": 2048,
         "app_class": "blast.blastn",
         "workflow": 2,
         "stage": "blastn",
@@ -114,6 +115,7 @@ def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
     assert lines["cpus"] == "0-1"
     assert lines["quota"] == "1.5 CPUs"
     assert lines["walltime"] == "600 s"
+    assert lines["memory"] == "2048 MiB"
     assert lines["usage"] == "CPU 87% of its quota, memory 4% of its limit, tasks 3/8"
     assert "{" not in out and "0.8712" not in out  # no Python dict, no raw floats
     assert lines["end"] == "N/A"

@@ -1171,6 +1171,22 @@ def test_a_stage_job_keeps_a_jobs_limits_with_what_it_takes_from_its_workflow() 
 # -- the queue view ----------------------------------------------------------------
 
 
+def test_status_shows_a_jobs_memory_also_when_it_took_the_default(tmp_path: Path) -> None:
+    """A job submitted without `memory_mib` showed none (a walkthrough); its cgroup was given
+    `default_memory_per_core` per core, which `status` now says."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    daemon = clocked_daemon(tmp_path, Clock(), FakeEngine(Clock()), cores=2)
+    default = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, walltime=100))
+    asked = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, memory_mib=64, walltime=100))
+    per_core = daemon.config.cluster.default_memory_per_core
+    assert views.job_status(daemon, default)["memory_mib"] == 2 * per_core  # type: ignore[index]
+    assert views.job_status(daemon, asked)["memory_mib"] == 64  # type: ignore[index]
+    daemon.close()
+
+
 def test_cpus_are_shown_only_where_jobs_are_pinned_to_them(tmp_path: Path) -> None:
     """On one host a job's container is pinned to CPUs, which `status` and `nodes` show; on Mesos a
     node is an agent and a job is pinned to none: `status` showed the daemon host's CPUs (`cpus:

@@ -750,6 +750,8 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
             value = f"{value:g} CPUs"
         lines.append(("waits" if key == "pending_reason" else key, str(value)))
     lines.append(("walltime", f"{status['walltime']:g} s"))
+    if status.get("memory_mib") is not None:
+        lines.append(("memory", f"{status['memory_mib']} MiB"))
     for key in ("app_class", "workflow", "stage", "exit_code"):
         if status.get(key) not in (None, ""):
             lines.append((key, str(status[key])))

@@ -55,7 +55,7 @@ def check_job(daemon: Daemon, spec: JobSpec, account: Account | None = None) -> 
     if spec.cores > per_node and not _spans(daemon, spec.model_dump()):
         where = "a Mesos agent" if daemon.config.backend.kind == "mesos" else "a node"
         raise Rejected("cores", f"{spec.cores} cores asked, {where} has {per_node} (span = true spreads it)")
-    memory = _memory_mib(daemon, spec.model_dump())
+    memory = memory_mib(daemon, spec.model_dump())
     on_a_node = daemon.cluster.memory_on_one_node(spec.cores, _per_core(memory, spec.cores))
     if on_a_node > daemon.cluster.memory_per_node:
         of_it = f", {on_a_node} MiB of it on one node" if on_a_node != memory else " on one node"
@@ -263,7 +263,7 @@ def job_from(
     daemon: Daemon, job_id: int, spec: dict[str, Any], submit: float, user: str, workflow: int | None = None
 ) -> Job:
     cores = int(spec["cores"])
-    memory = _memory_mib(daemon, spec)
+    memory = memory_mib(daemon, spec)
     begin, latest_start = start_window.stored(spec)
     return Job(
         id=job_id,
@@ -296,6 +296,6 @@ def _per_core(memory: int, cores: int) -> int:
     return math.ceil(memory / cores)
 
 
-def _memory_mib(daemon: Daemon, spec: dict[str, Any]) -> int:
+def memory_mib(daemon: Daemon, spec: dict[str, Any]) -> int:
     """A job's memory in all: as asked, or `default_memory_per_core` per core (Slurm's DefMemPerCPU)."""
     return int(spec.get("memory_mib") or int(spec["cores"]) * daemon.config.cluster.default_memory_per_core)

@@ -219,7 +219,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "image": spec["image"],
         "command": spec["command"],
         "cores": spec["cores"],
-        "memory_mib": spec.get("memory_mib"),
+        "memory_mib": submissions.memory_mib(daemon, spec),  # the default too: what its cgroup is given
         "walltime": spec["walltime"],
         "app_class": spec.get("app_class"),
         "submit": record["submit"],
