@@ -341,7 +341,10 @@ def _field(error: Any) -> str:
     """What a validation error is about: its location less `body`; a model-level check names its field first."""
     if error.get("type") == "json_invalid":
         return "body"  # the location's number is a character offset, not a field
-    where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    parts = [str(part) for part in error.get("loc", ()) if part != "body"]
+    if len(parts) >= 2 and parts[-1] == "[key]":  # a mapping's key (an env variable's name), not a path
+        return f"{'.'.join(parts[:-2])} key {parts[-2]!r}"
+    where = ".".join(parts)
     if not where and error.get("type") == "value_error":
         where = str(error.get("ctx", {}).get("error", "")).partition(": ")[0]
     return where or "body"
