@@ -425,6 +425,27 @@ def _on_node(daemon: Any, job_id: int) -> int:
     return int(json.loads(slots)[0][0])
 
 
+def test_a_job_that_ends_while_its_restarted_agent_recovers_is_done_once(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """The agent is SIGKILLed and started again a second before its job ends: the executor lives on
+    and subscribes again while the agent still recovers, which answers its TASK_FINISHED with 503.
+    That end was lost and the job stayed running for good, past its walltime (a crash audit, 3 of 3).
+    The executor sends it again until the agent takes it: the job is done, once."""
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-agent-recovers")
+    try:
+        fid = framework_id_of(daemon)
+        job = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=30)
+        daemon.wait_running(job, 60)
+        time.sleep(2.0)
+        cluster.crash_and_restart_agent(_on_node(daemon, job) + 1)
+        status = daemon.wait_final([job], 60)[job]
+        assert (status["state"], status["exit_code"]) == ("done", 0), status
+        assert [c.exit_code for c in container_events.containers(fid)[job]] == [0]
+    finally:
+        finish(cluster, daemon)
+
+
 def test_a_killed_executors_jobs_are_swept_then_run_again(
     cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
@@ -448,6 +469,37 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(
         ran = container_events.containers(fid)[job]
         assert_ran_once(ran)
         assert [c.exit_code for c in ran] == [137, 0]  # the left container removed, then the run that finished
+    finally:
+        finish(cluster, daemon)
+
+
+def test_a_job_that_finished_while_its_executor_was_dead_is_done_and_not_run_again(
+    cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """The executor is stopped (SIGSTOP) while its job runs, the job finishes (exit 0), and the
+    executor is SIGKILLed before it collected the container: the run counted as lost and the job ran
+    again (a crash audit). The sweep finds the container ended on its own: the job is done, with its
+    output, and ran once."""
+    engine = require_engine()
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-executor-dead-end")
+    try:
+        fid = framework_id_of(daemon)
+        command = ["sh", "-c", "sleep 2; echo its own end"]
+        job = daemon.submit(image=image, command=command, cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(job, 60)
+        executors = executor_pids(fid, cluster.agent_id(f"agent{_on_node(daemon, job) + 1}"))
+        [executor] = set(executors.values())
+        [left] = engine.containers.list(filters={"label": f"cosched.executor={executor}"})
+        for pid in executors:
+            os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: engine.api.inspect_container(left.id)["State"]["Status"] == "exited", 30, "the job's end")
+        for pid in executors:
+            os.kill(pid, signal.SIGKILL)
+        status = daemon.wait_final([job], 90)[job]
+        assert (status["state"], status["exit_code"]) == ("done", 0), status
+        assert "its own end" in status["log_tail"]
+        assert engine.containers.list(all=True, filters={"id": left.id}) == []  # the sweep removed it
+        assert [c.exit_code for c in container_events.containers(fid)[job]] == [0]  # one run
     finally:
         finish(cluster, daemon)
 

@@ -73,6 +73,29 @@ def test_our_kill_is_an_end_and_a_sweep_makes_a_killed_executors_task_lost() -> 
     assert orphan.outcome(False, 0.0) == "lost"
 
 
+def test_a_killed_executors_container_the_sweep_found_ended_on_its_own_is_the_jobs_end() -> None:
+    """Its executor SIGKILLed after its job finished, but before it collected the container: the
+    run counted as lost and the job ran again (a crash audit). The sweep found the container ended:
+    the job's end, as its exit code says; the agent's resent TASK_FAILED changes nothing of it."""
+    run = gang()
+    for task in run.tasks.values():
+        task.apply(status("TASK_RUNNING", started=5.0), 0.0)
+    executor_died = status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED")
+    run.tasks[0].apply(executor_died, 1.0)
+    run.tasks[0].swept = True
+    run.tasks[0].found_ended({"exit_code": 0, "finished": 9.0, "oom": False, "log_tail": "ok", "cpu_seconds": 2.0})
+    run.tasks[0].apply(executor_died, 11.0)  # resent by the agent until acknowledged
+    assert run.tasks[0].outcome(False, 11.0) == "ended"
+    assert run.state(lambda agent: False, 11.0, {}).state == "running"  # its other part runs on: not broken
+    run.tasks[1].apply(status("TASK_FINISHED", exit_code=0, finished=10.0), 12.0)
+    assert run.state(lambda agent: False, 12.0, {}).state == "exited"
+    assert run.exit() == (0, 5.0, 10.0, False, 2.0)
+    failed = Task("t", 7, "A1", 1)
+    failed.apply(executor_died, 0.0)
+    failed.found_ended({"exit_code": 137, "finished": 9.0, "oom": True, "log_tail": "", "cpu_seconds": None})
+    assert (failed.state, failed.message, failed.outcome(False, 0.0)) == ("TASK_FAILED", "out of memory", "ended")
+
+
 def test_a_terminal_state_from_reconciliation_waits_for_the_agents_own_update() -> None:
     task = Task("t", 7, "A1", 1)
     task.apply(status("TASK_FAILED", "SOURCE_MASTER", "REASON_RECONCILIATION"), now=100.0)

@@ -564,6 +564,90 @@ class _DownEngine:
         return True
 
 
+class _EndedEngine:
+    """An engine whose containers all exited with `code`."""
+
+    def __init__(self, code: int) -> None:
+        self.code, self.removed = code, []  # type: ignore[var-annotated]
+
+    def labelled(self, **labels: str) -> list[object]:
+        from cosched.daemon.docker_backend import ContainerInfo
+
+        return [ContainerInfo("c1", 7, "exited")]
+
+    def exit_of(self, container: str) -> object:
+        from cosched.daemon.docker_backend import Exit
+
+        return Exit(self.code, 1.0, 2.0, False, 0.5)
+
+    def logs(self, container: str) -> str:
+        return "out"
+
+    def remove(self, container: str) -> None:
+        self.removed.append(container)
+
+
+@pytest.mark.parametrize(
+    ("code", "killing", "state"), [(0, True, "TASK_FINISHED"), (143, True, "TASK_KILLED"), (3, False, "TASK_FAILED")]
+)
+def test_an_executor_reports_an_end_by_its_exit_code_and_a_sweep_the_ends_it_found(
+    code: int, killing: bool, state: str
+) -> None:
+    """A container that exited 0 while a kill (a requeue, a walltime) was on its way reported
+    TASK_KILLED, and its finished job ran again (a crash audit): exit 0 is the job's own end, as
+    the daemon's rule on one host says. A sweep reports, by executor, the ends it found."""
+    from cosched.mesos.executor import Executor, ExecutorSettings, _Task
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    engine = _EndedEngine(code)
+    executor = Executor(ExecutorSettings.from_env(env), backend=engine)  # type: ignore[arg-type]
+    sent: list[tuple[str, str, Any]] = []
+    executor.update = lambda task_id, state, message="", data=None: sent.append((task_id, state, data))  # type: ignore[method-assign]
+    payload = jobs.JobPayload(7, {"image": "x", "command": ["true"], "cores": 1}, 1.0, 64)
+    executor.tasks["t1"] = _Task({}, payload, 1.0, container="c1", killing=killing)
+    executor._collect_ends()
+    assert [(task, told) for task, told, _ in sent] == [("t1", state)] and engine.removed == ["c1"]
+    assert sent[0][2]["exit_code"] == code and sent[0][2]["log_tail"] == "out"
+    executor.sweep("sweep-1", ["dead-executor"])
+    assert sent[1][:2] == ("sweep-1", "TASK_FINISHED")
+    assert sent[1][2] == {"removed": ["c1"], "ended": {"dead-executor": sent[0][2]}}
+
+
+def test_an_update_the_agent_refused_is_sent_again_until_it_takes_it() -> None:
+    """A restarted agent answers 503 until its recovery ends, also to an executor that has subscribed
+    again: the TASK_FINISHED sent then went only with a next SUBSCRIBE, which never came, and the job
+    stayed running for good (a crash audit, 3 of 3 agent restarts near a job's end). It is now sent
+    again, one second later, then twice as long each time, until the agent takes it."""
+    from cosched.mesos.executor import RESEND_FIRST, Executor, ExecutorSettings
+
+    env = {"MESOS_AGENT_ENDPOINT": "127.0.0.1:1", "MESOS_FRAMEWORK_ID": "F", "MESOS_EXECUTOR_ID": "t1"}
+    executor = Executor(ExecutorSettings.from_env(env), backend=None)  # type: ignore[arg-type]
+    answers = [False, False, True, False]
+    posted: list[str] = []
+
+    def post(call: dict[str, Any]) -> bool:
+        posted.append(call["update"]["status"]["state"])
+        return answers.pop(0)
+
+    executor._post = post  # type: ignore[method-assign]
+    executor.update("t1", "TASK_FINISHED", data={"exit_code": 0})
+    [key] = executor.updates.unsent
+    assert executor.updates.unsent[key][1] == RESEND_FIRST
+    executor._resend_unsent()  # not due yet
+    assert posted == ["TASK_FINISHED"]
+    for wait in (2 * RESEND_FIRST, None):
+        executor.updates.unsent[key] = (0.0, executor.updates.unsent[key][1])  # due now
+        executor._resend_unsent()
+        assert executor.updates.unsent.get(key, (0, None))[1] == wait
+    assert posted == ["TASK_FINISHED"] * 3 and key in executor.updates.pending  # taken; acknowledged later
+    executor.update("t1", "TASK_FINISHED")  # refused, then acknowledged before it was due: not sent again
+    [again] = executor.updates.unsent
+    del executor.updates.pending[again]
+    executor.updates.unsent[again] = (0.0, RESEND_FIRST)
+    executor._resend_unsent()
+    assert len(posted) == 4 and not executor.updates.unsent
+
+
 def _fencing(engine: _DownEngine, fence: float) -> tuple[Any, list[str], threading.Thread]:
     """An executor with job task t1 (container c1) running, its agent silent (nothing listens at its
     endpoint), watching with `fence`; the states it reports go to the list returned."""
@@ -732,6 +816,40 @@ def test_a_room_learnt_before_reconciliation_told_of_a_running_task_counts_it_on
     assert backend.others_hold(2, 0) == {}
     backend.size(handle, 0, guest=False)  # told again: counted once
     assert backend.rooms["A1"].cpus == pytest.approx(2.1)
+
+
+def test_a_sweep_that_found_a_killed_executors_container_ended_reports_the_jobs_end() -> None:
+    """The sweep of a SIGKILLed executor's agent found its container ended on its own (exit 0): the
+    run ended, as the job did; it counted as lost and the job ran again (a crash audit). A sweep's
+    report without ends (an older executor), or with a malformed one, leaves the run lost."""
+    from types import SimpleNamespace
+
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    def swept(ended: Any) -> tuple[str, int]:
+        backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
+        backend.agents, backend.hostnames = ["A1"], {"A1": "agent1"}
+        backend.client = SimpleNamespace(framework_id="F1")  # type: ignore[assignment]
+        handle = new_handle(7, 1)
+        task = Task(part_id(handle, 0, 1, 1), 7, "A1", 1, ran=True, data={"started": 5.0})
+        task.apply({"state": "TASK_FAILED", "source": "SOURCE_AGENT", "reason": "REASON_EXECUTOR_TERMINATED"}, 0.0)
+        backend.runs[handle] = Run(handle, 7, 1, {0: task}, run=1)
+        with backend.cond:
+            backend._want_sweep("A1")
+        sweep = backend.sweeps["A1"]
+        assert sweep.killed == [task.id]
+        body = {"removed": ["c1"], **({"ended": ended(task.id)} if ended else {})}
+        data = base64.b64encode(json.dumps(body).encode()).decode()
+        done = {"state": "TASK_FINISHED", "source": "SOURCE_EXECUTOR", "data": data}
+        backend.on_update({**done, "task_id": {"value": sweep.task_id}, "agent_id": {"value": "A1"}})
+        return backend.containers()[7].state, backend.exit_of(handle).code
+
+    end = {"exit_code": 0, "finished": 9.0, "oom": False, "log_tail": "done", "cpu_seconds": 1.0}
+    assert swept(lambda task: {task: end}) == ("exited", 0)
+    assert swept(lambda task: {task: {**end, "exit_code": 2}}) == ("exited", 2)
+    assert swept(None)[0] == "lost"
+    assert swept(lambda task: {task: {**end, "exit_code": "0"}})[0] == "lost"
 
 
 class _LateReconcilingMaster:

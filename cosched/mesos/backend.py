@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -1205,7 +1205,7 @@ class MesosBackend(EventHandler):
                 return
             if status["state"] == "TASK_FINISHED":
                 self.dead_executors.pop(agent, None)
-                self._swept(agent)
+                self._swept(agent, jobs.swept_ends(status))
                 return
             # e.g. the agent still tears the killed executor down; or our executor does not start there
             dead = status.get("reason") == "REASON_EXECUTOR_TERMINATED" and status.get("source") != "SOURCE_EXECUTOR"
@@ -1225,13 +1225,16 @@ class MesosBackend(EventHandler):
             log.info("sweep of agent %s ended %s (%s); again in %.0f s", host, status["state"], why, delay)
             self._want_sweep(agent, since=sweep.requested, delay=delay, tries=(sweep.tries + 1, dead_starts))
 
-    def _swept(self, agent: str) -> None:
-        """Under the lock: nothing of the tasks the sweep of `agent` named runs on."""
+    def _swept(self, agent: str, ended: Mapping[str, Any] | None = None) -> None:
+        """Under the lock: nothing of the tasks the sweep of `agent` named runs on; those whose
+        container it found ended on its own (`ended`, by executor: each task's is its own id) ended so."""
         sweep = self.sweeps.pop(agent)
         for run in self.runs.values():
             for task in run.tasks.values():
                 if task.id in sweep.killed:
                     task.swept = True
+                    if ended and task.id in ended:
+                        task.found_ended(ended[task.id])
         self._dirty = True
         self.cond.notify_all()
 

@@ -50,6 +50,7 @@ from cosched.mesos.backoff import Backoff
 from cosched.mesos.errors import CallError, MesosError
 from cosched.mesos.masters import Master, parse_master
 from cosched.mesos.recordio import RecordIODecoder
+from cosched.mesos.runs import own_end
 from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_call
 
 log = logging.getLogger("cosched.mesos.executor")
@@ -65,6 +66,8 @@ ANSWER_RETRY = 15.0
 LEFT_WAIT = 600.0
 """Seconds an executor whose tasks all ended stays for the engine to answer, to remove the containers
 it stopped without it (`_remove_left`); after that it leaves them to the engine, with an error line."""
+RESEND_FIRST, RESEND_MOST = 1.0, 10.0
+"""Seconds before an update whose UPDATE call failed is sent again, doubling up to the most."""
 HALF_MADE_WAIT = 10.0
 """Seconds a launch the engine cut short waits for it to answer, to remove what it may have made,
 before the run is reported lost with its engine at fault (under the framework's launch timeout)."""
@@ -148,6 +151,8 @@ class _Updates:
     """Updates sent and not yet acknowledged, resent at every re-subscription (the agent asks for them)."""
 
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unsent: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Those whose UPDATE call failed, by uuid: when to send it again (monotonic), and the wait after that."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -220,6 +225,8 @@ class Executor:
                 continue
             lost_since, attempt = None, 0
             self._answered(True)
+            with self.updates.lock:  # the SUBSCRIBE carried every update not acknowledged
+                self.updates.unsent.clear()
             self._stream = stream
             try:
                 code = self._read(stream)
@@ -350,7 +357,26 @@ class Executor:
         with self.updates.lock:
             self.updates.pending[status["uuid"]] = update
         log.info("task %s: %s %s", task_id, state, message)
-        self._post(self._call("UPDATE", update))
+        if not self._post(self._call("UPDATE", update)):
+            with self.updates.lock:
+                self.updates.unsent[status["uuid"]] = (time.monotonic() + RESEND_FIRST, RESEND_FIRST)
+
+    def _resend_unsent(self) -> None:
+        """Send again, until the agent takes them, the updates whose UPDATE call failed. Why: they
+        went again only with the next SUBSCRIBE, and an executor that had subscribed again while its
+        restarted agent still recovered sent its job's end into that agent's 503 ("has not finished
+        recovery"): it was lost, and the job stayed running for good, past its walltime (a crash audit)."""
+        now = time.monotonic()
+        with self.updates.lock:
+            due = [(key, self.updates.pending.get(key)) for key, (at, _) in self.updates.unsent.items() if at <= now]
+        for key, update in due:
+            sent = update is None or self._post(self._call("UPDATE", update))  # None: acknowledged since
+            with self.updates.lock:
+                if sent:
+                    self.updates.unsent.pop(key, None)
+                elif key in self.updates.unsent:
+                    wait = min(RESEND_MOST, 2 * self.updates.unsent[key][1])
+                    self.updates.unsent[key] = (now + wait, wait)
 
     def send(self, data: bytes, retry_for: float = 0.0) -> None:
         """A MESSAGE to the framework. Usage goes at most once (the next one supersedes it); an
@@ -364,20 +390,40 @@ class Executor:
     # -- jobs ------------------------------------------------------------------
     def sweep(self, task_id: str, killed: list[str]) -> None:
         """Remove the containers of `killed` executors (SIGKILLed: they could not), then finish the
-        sweep task; the framework requeues their jobs once it is reported."""
-        removed = []
+        sweep task. A container that had ended on its own is reported with its end (`ended`, by
+        executor): the job ended, as its exit code says; the framework requeues the jobs of the others.
+        Why: a job that finished while its executor was dead was run again (a crash audit)."""
+        removed, ended = [], {}
         try:
             for executor in killed:
                 for info in self.backend.labelled(**{LABEL_EXECUTOR: executor}):
+                    if info.state in ("exited", "dead"):
+                        ended[executor] = self._end_of(info.id)
                     log.warning(
-                        "removing container %s of job %d left by executor %s", info.id[:12], info.job_id, executor
+                        "removing container %s of job %d left by executor %s (%s)",
+                        info.id[:12],
+                        info.job_id,
+                        executor,
+                        f"ended, exit code {ended[executor]['exit_code']}" if executor in ended else "running",
                     )
                     self.backend.remove(info.id)
                     removed.append(info.id)
         except EngineUnavailable as exc:
             self.update(task_id, "TASK_FAILED", f"cannot sweep: {exc}")
             return
-        self.update(task_id, "TASK_FINISHED", f"{len(removed)} left container(s) removed", {"removed": removed})
+        data = {"removed": removed, "ended": ended}
+        self.update(task_id, "TASK_FINISHED", f"{len(removed)} left container(s) removed", data)
+
+    def _end_of(self, container: str) -> dict[str, Any]:
+        """What a task's terminal update carries of its ended container (its start came with TASK_RUNNING)."""
+        exit = self.backend.exit_of(container)
+        return {
+            "exit_code": exit.code,
+            "finished": exit.finished,
+            "oom": exit.oom,
+            "log_tail": self.backend.logs(container),
+            "cpu_seconds": exit.cpu_seconds,
+        }
 
     def _submit_launch(self, info: dict[str, Any]) -> None:
         with self.lock:
@@ -533,7 +579,7 @@ class Executor:
         come first: a job that ended just before the fence is reported ended, not lost."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
-            steps = [self._collect_ends, self._fence, self._remove_left, self._leave_when_done]  # an end first
+            steps = [self._collect_ends, self._resend_unsent, self._fence, self._remove_left, self._leave_when_done]
             if time.monotonic() - last_sample >= self.settings.sample_interval:
                 last_sample = time.monotonic()
                 steps.append(self._report_usage)
@@ -580,23 +626,12 @@ class Executor:
             if info is None:
                 self.update(task_id, "TASK_FAILED" if not task.killing else "TASK_KILLED", "container disappeared")
                 continue
-            exit = self.backend.exit_of(task.container)
-            logs = self.backend.logs(task.container)
+            data = self._end_of(task.container)
             self.backend.remove(task.container)
-            data = {
-                "exit_code": exit.code,
-                "finished": exit.finished,
-                "oom": exit.oom,
-                "log_tail": logs,
-                "cpu_seconds": exit.cpu_seconds,
-            }
-            if task.killing:
+            if task.killing and data["exit_code"] != 0:
                 self.update(task_id, "TASK_KILLED", "killed by the framework", data)
-            elif exit.code == 0:
-                self.update(task_id, "TASK_FINISHED", "", data)
-            else:
-                reason = "out of memory" if exit.oom else f"exit code {exit.code}"
-                self.update(task_id, "TASK_FAILED", reason, data)
+            else:  # exit 0 is the job's own end, a kill on its way or not (the daemon's rule on one host)
+                self.update(task_id, *own_end(data), data)
 
     def _remove_left(self) -> None:
         """Remove the containers `_stop` could only kill (the engine down during a fence): nobody else

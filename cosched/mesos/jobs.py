@@ -188,6 +188,22 @@ def swept_executors(task: Json) -> list[str] | None:
     return [str(e) for e in body.get("executors") or []]
 
 
+def swept_ends(status: Json) -> dict[str, Json]:
+    """The ends a sweep's TASK_FINISHED reports (`ended`: executor -> what its container's end was,
+    as `Executor._end_of` tells it), those well formed; none from an older executor."""
+    try:
+        ended = _json(status.get("data"), "sweep data").get("ended")
+    except BadPayload:
+        return {}
+    if not isinstance(ended, dict):
+        return {}
+    return {
+        str(executor): end
+        for executor, end in ended.items()
+        if isinstance(end, dict) and _whole(end.get("exit_code")) and isinstance(end.get("oom"), bool)
+    }
+
+
 def job_of(task: Json) -> JobPayload:
     """The job a TaskInfo carries; BadPayload if it carries none."""
     body = _json(task.get("data"), "task data")

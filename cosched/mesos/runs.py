@@ -11,7 +11,8 @@ failing for its machine's sake, and from running twice. Their unit tests need no
   container on its way out): lost.
 - A terminal state the agent or the master made (the executor died, the agent is gone) is
   lost. While the agent is there, a killed executor's container may still run (Docker runs
-  it): such a task waits for a `sweep` of its agent before it counts as lost. An agent the
+  it): such a task waits for a `sweep` of its agent before it counts as lost, unless the sweep
+  found its container ended on its own: then it ended as its exit code says. An agent the
   master lost may only be cut off (frozen, partitioned) with its executor and container running
   on: its task waits `fence_wait` (the `fence` its executor stops its jobs after, with a margin)
   before it counts as lost, and is live again if the agent comes back meanwhile. Counted lost
@@ -49,6 +50,14 @@ FENCE_MARGIN = 30.0
 """Seconds added to an executor's fence before its lost agent's task counts as lost: the executor
 notices a silent agent by a report that fails (one per sample interval, each given 10 s), and its
 watch may be held up by another such call before it stops the job."""
+
+
+def own_end(data: Mapping[str, Any]) -> tuple[str, str]:
+    """(state, message) of a task whose container ended on its own, by its end's `data` (exit code,
+    oom): whether its executor collected it, or a sweep found it ended (`Task.found_ended`)."""
+    if data["exit_code"] == 0:
+        return "TASK_FINISHED", ""
+    return "TASK_FAILED", "out of memory" if data["oom"] else f"exit code {data['exit_code']}"
 
 
 def fence_wait(fence: float) -> float:
@@ -123,9 +132,13 @@ class Task:
     """When an update first said it no longer runs (the daemon's monotonic clock)."""
     learnt: float = 0.0
     """When an update first told of it, for a task this daemon did not launch (0: launched here)."""
+    found: bool = False
+    """Its end was found by a sweep (`found_ended`): the job's own, whatever the agent says."""
 
     def apply(self, status: Mapping[str, Any], now: float) -> None:
         """A status update; reconciliation's summary of a state we know better is ignored."""
+        if self.found:  # the agent's word (executor terminated), which it resends until acknowledged
+            return
         reconciled = status.get("reason") == "REASON_RECONCILIATION"
         if reconciled and self.state not in LIVE and self.reconciled is None:
             return
@@ -142,6 +155,14 @@ class Task:
                 self.data.update(json.loads(base64.b64decode(status["data"])))
             except (ValueError, binascii.Error):
                 self.message = self.message or "undecodable status data"
+
+    def found_ended(self, data: Mapping[str, Any]) -> None:
+        """Its container had ended on its own while its executor was dead, as a sweep found it: the
+        job's end, as its executor would have told it (a job that finished then ran again)."""
+        self.state, self.message = own_end(data)
+        self.source, self.reason, self.reconciled = "SOURCE_EXECUTOR", "", None
+        self.data.update(data)
+        self.found = True
 
     def outcome(self, agent_gone: bool, now: float, fence_wait: float = 0.0) -> Outcome:
         """live, ended (by the job, or by our kill), lost (not by the job), sweep (lost once a
