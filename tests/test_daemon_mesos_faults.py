@@ -446,6 +446,14 @@ def test_a_job_that_ends_while_its_restarted_agent_recovers_is_done_once(
         finish(cluster, daemon)
 
 
+def _executor_of(daemon: Any, cluster: Cluster, engine: Any, fid: str, job: int) -> tuple[dict[int, str], Any]:
+    """The processes of a running 1-core job's executor, and its container."""
+    executors = executor_pids(fid, cluster.agent_id(f"agent{_on_node(daemon, job) + 1}"))
+    [executor] = set(executors.values())
+    [container] = engine.containers.list(filters={"label": f"cosched.executor={executor}"})
+    return executors, container
+
+
 def test_a_killed_executors_jobs_are_swept_then_run_again(
     cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
@@ -457,9 +465,7 @@ def test_a_killed_executors_jobs_are_swept_then_run_again(
         fid = framework_id_of(daemon)
         job = daemon.submit(image=image, command=["sleep", "8"], cores=1, memory_mib=64, walltime=120)
         daemon.wait_running(job, 60)
-        executors = executor_pids(fid, cluster.agent_id(f"agent{_on_node(daemon, job) + 1}"))
-        [executor] = set(executors.values())
-        [left] = engine.containers.list(filters={"label": f"cosched.executor={executor}"})
+        executors, left = _executor_of(daemon, cluster, engine, fid, job)
         for pid in executors:
             os.kill(pid, signal.SIGKILL)
         status = wait_until(lambda: (j := daemon.job(job))["reason"] and j, 60, "the job requeued")
@@ -487,9 +493,7 @@ def test_a_job_that_finished_while_its_executor_was_dead_is_done_and_not_run_aga
         command = ["sh", "-c", "sleep 2; echo its own end"]
         job = daemon.submit(image=image, command=command, cores=1, memory_mib=64, walltime=120)
         daemon.wait_running(job, 60)
-        executors = executor_pids(fid, cluster.agent_id(f"agent{_on_node(daemon, job) + 1}"))
-        [executor] = set(executors.values())
-        [left] = engine.containers.list(filters={"label": f"cosched.executor={executor}"})
+        executors, left = _executor_of(daemon, cluster, engine, fid, job)
         for pid in executors:
             os.kill(pid, signal.SIGSTOP)
         wait_until(lambda: engine.api.inspect_container(left.id)["State"]["Status"] == "exited", 30, "the job's end")
