@@ -418,7 +418,9 @@ def test_every_stage_of_a_users_workflow_is_journaled_with_its_user(
 def test_a_job_its_dependency_just_released_is_not_shown_held_by_its_user(tmp_path: Path) -> None:
     """Between the pass that releases a job whose dependency was met and the next pass, which takes
     the release (after the first one's launches, up to `launch_wait`), the core still holds it:
-    `cosched queue` showed `JobHeldUser`, a hold nobody made. A job its user holds still shows it."""
+    `cosched queue` showed `JobHeldUser`, a hold nobody made; it is `Submitted`, as a job its user
+    released. A job its user holds still shows it; released, it is `Submitted` too (it showed
+    `Dependency`, which were met)."""
     daemon = _daemon(tmp_path, _SlowEngine(), workers=1)
 
     def job(**more: Any) -> int:
@@ -432,10 +434,13 @@ def test_a_job_its_dependency_just_released_is_not_shown_held_by_its_user(tmp_pa
         daemon.store.update_job(db, first, state="done")
         assert settle(daemon, db, changed=True) == 2
     reasons = {row["id"]: row["reason"] for row in views.queue(daemon)}
-    assert (reasons[released], reasons[held]) == ("Dependency", "JobHeldUser")
-    assert views.job_status(daemon, released)["pending_reason"] == "Dependency"  # `cosched status` too
+    assert (reasons[released], reasons[held]) == ("Submitted", "JobHeldUser")
+    assert views.job_status(daemon, released)["reason"] is None  # `cosched status`: no hold, as a job just submitted
     daemon.schedule()  # takes the release
     assert daemon.store.job(released)["state"] == "running"
+    assert {row["id"]: row["reason"] for row in views.queue(daemon)}[held] == "JobHeldUser"
+    daemon.hold(held, ANONYMOUS, False)
+    assert {row["id"]: row["reason"] for row in views.queue(daemon)}[held] == "Submitted"
     daemon.close()
 
 

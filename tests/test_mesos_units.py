@@ -827,7 +827,7 @@ def test_a_sweep_that_found_a_killed_executors_container_ended_reports_the_jobs_
     from cosched.mesos import backend as mesos_backend
     from cosched.mesos.runs import Run, Task, new_handle, part_id
 
-    def swept(ended: Any) -> tuple[str, int]:
+    def swept(ended: Any, failed_first: bool = False) -> tuple[str, int]:
         backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
         backend.agents, backend.hostnames = ["A1"], {"A1": "agent1"}
         backend.client = SimpleNamespace(framework_id="F1")  # type: ignore[assignment]
@@ -837,11 +837,16 @@ def test_a_sweep_that_found_a_killed_executors_container_ended_reports_the_jobs_
         backend.runs[handle] = Run(handle, 7, 1, {0: task}, run=1)
         with backend.cond:
             backend._want_sweep("A1")
-        sweep = backend.sweeps["A1"]
-        assert sweep.killed == [task.id]
         body = {"removed": ["c1"], **({"ended": ended(task.id)} if ended else {})}
         data = base64.b64encode(json.dumps(body).encode()).decode()
         done = {"state": "TASK_FINISHED", "source": "SOURCE_EXECUTOR", "data": data}
+        if failed_first:  # a try that read the end, removed the container, then lost the engine
+            failed = {**done, "state": "TASK_FAILED", "message": "cannot sweep: engine gone"}
+            where = {"task_id": {"value": backend.sweeps["A1"].task_id}, "agent_id": {"value": "A1"}}
+            backend.on_update({**failed, **where})
+            done.pop("data")  # the next try finds nothing of it
+        sweep = backend.sweeps["A1"]
+        assert sweep.killed == [task.id]
         backend.on_update({**done, "task_id": {"value": sweep.task_id}, "agent_id": {"value": "A1"}})
         return backend.containers()[7].state, backend.exit_of(handle).code
 
@@ -849,6 +854,7 @@ def test_a_sweep_that_found_a_killed_executors_container_ended_reports_the_jobs_
     assert swept(lambda task: {task: end}) == ("exited", 0)
     assert swept(lambda task: {task: {**end, "exit_code": 2}}) == ("exited", 2)
     assert swept(None)[0] == "lost"
+    assert swept(lambda task: {task: end}, failed_first=True) == ("exited", 0)  # the end a failed try read
     assert swept(lambda task: {task: {**end, "exit_code": "0"}})[0] == "lost"
 
 

@@ -343,7 +343,7 @@ def _field(error: Any) -> str:
         return "body"  # the location's number is a character offset, not a field
     parts = [str(part) for part in error.get("loc", ()) if part != "body"]
     if len(parts) >= 2 and parts[-1] == "[key]":  # a mapping's key (an env variable's name), not a path
-        return f"{'.'.join(parts[:-2])} key {parts[-2]!r}"
+        return " ".join(filter(None, (".".join(parts[:-2]), f"key {parts[-2]!r}")))
     where = ".".join(parts)
     if not where and error.get("type") == "value_error":
         where = str(error.get("ctx", {}).get("error", "")).partition(": ")[0]

@@ -180,14 +180,14 @@ def _held_reason(daemon: Daemon, job: Job, hold_asked: bool | None, now: float) 
     `hold_asked`: a hold (True) or release (False) the next pass takes, None if none."""
     if job.id in daemon.waiting:
         return "Dependency"
+    if hold_asked is False:  # released (its user, or its dependencies): in the queue from the next pass
+        begin = daemon.core.begin_once_released(job)
+        return begins_at(begin) if begin > now else "Submitted"
     if hold_asked is None and not daemon.core.is_held(job.id):
         return begins_at(job.begin)
     held = int((daemon.store.job(job.id) or {}).get("held") or 0)
     if daemon.specs.get(job.id, {}).get("after") and not held:
         return "Dependency"
-    if hold_asked is False:  # its user's release: it enters the queue at the next pass, as an arrival does
-        begin = daemon.core.begin_once_released(job)
-        return begins_at(begin) if begin > now else "Submitted"
     return hold_reason(held)
 
 

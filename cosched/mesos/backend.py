@@ -204,6 +204,9 @@ class _Sweep:
     """Tries that failed before this one (the next waits twice as long)."""
     dead_starts: int = 0
     """Of them, those in a row whose executor terminated before it said anything (`EXECUTOR_DEAD`)."""
+    found: dict[str, Any] = field(default_factory=dict)
+    """Ends that tries before this one found (`jobs.swept_ends`): a try that failed may have removed
+    those containers already, and the next would not find them."""
 
 
 class MesosBackend(EventHandler):
@@ -442,12 +445,14 @@ class MesosBackend(EventHandler):
         with self.cond:
             self._told_all = False
             self._marker = marker
-            agent = next((a for a in self.agents if a), None)
+            # an agent the master knows, so that it answers at once (without one, not while agents re-register)
+            agent = next((a for a in self.agents if a), None) or next(iter(self.hostnames), None)
         try:
             self.client.reconcile()
             self.client.reconcile([(marker, agent)])
         except MesosError as exc:
-            log.warning("RECONCILE: %s", exc)
+            log.warning("RECONCILE: %s; the daemon starts on what reconciliation told", exc)
+            return
         with self.cond:
             if not self.cond.wait_for(lambda: self._told_all, limit):
                 log.warning("the master did not finish reconciling in %.0f s: the daemon starts on what it told", limit)
@@ -1224,16 +1229,18 @@ class MesosBackend(EventHandler):
             why = status.get("message", "")
             log.info("sweep of agent %s ended %s (%s); again in %.0f s", host, status["state"], why, delay)
             self._want_sweep(agent, since=sweep.requested, delay=delay, tries=(sweep.tries + 1, dead_starts))
+            self.sweeps[agent].found = {**sweep.found, **jobs.swept_ends(status)}
 
     def _swept(self, agent: str, ended: Mapping[str, Any] | None = None) -> None:
         """Under the lock: nothing of the tasks the sweep of `agent` named runs on; those whose
         container it found ended on its own (`ended`, by executor: each task's is its own id) ended so."""
         sweep = self.sweeps.pop(agent)
+        ended = {**sweep.found, **(ended or {})}
         for run in self.runs.values():
             for task in run.tasks.values():
                 if task.id in sweep.killed:
                     task.swept = True
-                    if ended and task.id in ended:
+                    if task.id in ended:
                         task.found_ended(ended[task.id])
         self._dirty = True
         self.cond.notify_all()

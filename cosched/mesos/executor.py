@@ -225,8 +225,6 @@ class Executor:
                 continue
             lost_since, attempt = None, 0
             self._answered(True)
-            with self.updates.lock:  # the SUBSCRIBE carried every update not acknowledged
-                self.updates.unsent.clear()
             self._stream = stream
             try:
                 code = self._read(stream)
@@ -365,7 +363,9 @@ class Executor:
         """Send again, until the agent takes them, the updates whose UPDATE call failed. Why: they
         went again only with the next SUBSCRIBE, and an executor that had subscribed again while its
         restarted agent still recovered sent its job's end into that agent's 503 ("has not finished
-        recovery"): it was lost, and the job stayed running for good, past its walltime (a crash audit)."""
+        recovery"): it was lost, and the job stayed running for good, past its walltime (a crash audit).
+        A re-subscription, which may have carried them too, does not clear them: the agent passes over
+        an update it already has (same uuid), and one made while the SUBSCRIBE was under way is not in it."""
         now = time.monotonic()
         with self.updates.lock:
             due = [(key, self.updates.pending.get(key)) for key, (at, _) in self.updates.unsent.items() if at <= now]
@@ -408,8 +408,8 @@ class Executor:
                     )
                     self.backend.remove(info.id)
                     removed.append(info.id)
-        except EngineUnavailable as exc:
-            self.update(task_id, "TASK_FAILED", f"cannot sweep: {exc}")
+        except EngineUnavailable as exc:  # the ends read (their containers perhaps removed) go with it
+            self.update(task_id, "TASK_FAILED", f"cannot sweep: {exc}", {"removed": removed, "ended": ended})
             return
         data = {"removed": removed, "ended": ended}
         self.update(task_id, "TASK_FINISHED", f"{len(removed)} left container(s) removed", data)
@@ -579,7 +579,8 @@ class Executor:
         come first: a job that ended just before the fence is reported ended, not lost."""
         last_sample = 0.0
         while not self.stopping.wait(self.settings.poll_interval):
-            steps = [self._collect_ends, self._resend_unsent, self._fence, self._remove_left, self._leave_when_done]
+            # an end first; resending (each call may wait 10 s on a frozen agent) after the fence
+            steps = [self._collect_ends, self._fence, self._resend_unsent, self._remove_left, self._leave_when_done]
             if time.monotonic() - last_sample >= self.settings.sample_interval:
                 last_sample = time.monotonic()
                 steps.append(self._report_usage)
