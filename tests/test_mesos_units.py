@@ -865,6 +865,9 @@ class _LateReconcilingMaster:
     def __init__(self, backend: Any, told: dict[str, Any], answer_marker: bool = True) -> None:
         self.backend, self.told, self.answer_marker = backend, told, answer_marker
         self.calls: list[list[tuple[str, str | None]]] = []
+        # the answers to the implicit RECONCILE the client sent on SUBSCRIBED, which the old start-up
+        # waited for (a quiet second), come now too
+        threading.Timer(0.5, self.backend.on_update, (self.told,)).start()
 
     def reconcile(self, tasks: Any = ()) -> None:
         tasks = list(tasks)
