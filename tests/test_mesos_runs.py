@@ -51,6 +51,7 @@ def test_task_ids_name_their_run_part_and_cores() -> None:
         (status("TASK_FAILED", exit_code=3), False, "ended"),  # the job's own failure
         (status("TASK_FAILED"), False, "ended"),  # "could not start": its image, its command
         (status("TASK_KILLED"), False, "lost"),  # our executor removed its container on its way out
+        (status("TASK_KILLED", exit_code=137, asked=True), False, "ended"),  # a kill asked before a restart
         (status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), False, "sweep"),
         (status("TASK_FAILED", "SOURCE_AGENT", "REASON_EXECUTOR_TERMINATED"), True, "lost"),
         (status("TASK_LOST", "SOURCE_MASTER", "REASON_AGENT_REMOVED"), True, "lost"),

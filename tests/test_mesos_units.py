@@ -608,9 +608,11 @@ def test_an_executor_reports_an_end_by_its_exit_code_and_a_sweep_the_ends_it_fou
     executor._collect_ends()
     assert [(task, told) for task, told, _ in sent] == [("t1", state)] and engine.removed == ["c1"]
     assert sent[0][2]["exit_code"] == code and sent[0][2]["log_tail"] == "out"
+    assert sent[0][2].get("asked", False) is (state == "TASK_KILLED")  # a kill asked, not the executor's own
     executor.sweep("sweep-1", ["dead-executor"])
     assert sent[1][:2] == ("sweep-1", "TASK_FINISHED")
-    assert sent[1][2] == {"removed": ["c1"], "ended": {"dead-executor": sent[0][2]}}
+    end = {key: value for key, value in sent[0][2].items() if key != "asked"}
+    assert sent[1][2] == {"removed": ["c1"], "ended": {"dead-executor": end}}
 
 
 def test_an_update_the_agent_refused_is_sent_again_until_it_takes_it() -> None:

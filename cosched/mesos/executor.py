@@ -629,8 +629,8 @@ class Executor:
                 continue
             data = self._end_of(task.container)
             self.backend.remove(task.container)
-            if task.killing and data["exit_code"] != 0:
-                self.update(task_id, "TASK_KILLED", "killed by the framework", data)
+            if task.killing and data["exit_code"] != 0:  # `asked`: not this executor's own removal on its way out
+                self.update(task_id, "TASK_KILLED", "killed by the framework", {**data, "asked": True})
             else:  # exit 0 is the job's own end, a kill on its way or not (the daemon's rule on one host)
                 self.update(task_id, *own_end(data), data)
 

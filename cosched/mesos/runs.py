@@ -7,8 +7,9 @@ killed): a lost run's job is queued again, so telling the two apart is what keep
 failing for its machine's sake, and from running twice. Their unit tests need no cluster.
 
 - A terminal update from our executor is the job's own end (TASK_FAILED with its exit code,
-  or `could not start`), except TASK_KILLED we did not ask for (the executor removed its
-  container on its way out): lost.
+  or `could not start`), except TASK_KILLED the framework did not ask for (the executor removed
+  its container on its way out): lost. One it asked for says so (`asked`), so a daemon restarted
+  before it recorded a walltime kill's end does not take it for a lost run and run the job again.
 - A terminal state the agent or the master made (the executor died, the agent is gone) is
   lost. While the agent is there, a killed executor's container may still run (Docker runs
   it): such a task waits for a `sweep` of its agent before it counts as lost, unless the sweep
@@ -177,8 +178,9 @@ class Task:
             return "ended"
         if state == "TASK_DROPPED":  # never delivered: its executor never started
             return "lost"
-        if self.source == "SOURCE_EXECUTOR":
-            return "ended" if state == "TASK_FAILED" else "lost"  # our executor removed what it ran
+        if self.source == "SOURCE_EXECUTOR":  # a kill the framework asked for, in this daemon's life or before
+            asked = state == "TASK_KILLED" and self.data.get("asked") is True
+            return "ended" if state == "TASK_FAILED" or asked else "lost"  # else our executor removed what it ran
         if self.swept:
             return "lost"
         if not agent_gone:
