@@ -310,8 +310,7 @@ class MesosBackend(EventHandler):
         """When to ask for them next (monotonic), and the wait after that."""
         self._recovered = False
         self._marker = ""
-        """The task id whose reconciliation answer `_settle` waits for."""
-        self._told_all = False
+        """The task id whose reconciliation answer `_settle` waits for; '' once answered."""
         self._queued = 0
         self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
@@ -443,7 +442,6 @@ class MesosBackend(EventHandler):
         master told of just after, was queued again and ran twice (CI at c5adcd6)."""
         marker = f"{_TOLD_ALL}{uuid.uuid4().hex[:12]}"
         with self.cond:
-            self._told_all = False
             self._marker = marker
             # an agent the master knows, so that it answers at once (without one, not while agents re-register)
             agent = next((a for a in self.agents if a), None) or next(iter(self.hostnames), None)
@@ -454,7 +452,7 @@ class MesosBackend(EventHandler):
             log.warning("RECONCILE: %s; the daemon starts on what reconciliation told", exc)
             return
         with self.cond:
-            if not self.cond.wait_for(lambda: self._told_all, limit):
+            if not self.cond.wait_for(lambda: self._marker != marker, limit):
                 log.warning("the master did not finish reconciling in %.0f s: the daemon starts on what it told", limit)
 
     @property
@@ -589,7 +587,8 @@ class MesosBackend(EventHandler):
             return None
         if task_id.startswith(_TOLD_ALL):
             with self.cond:
-                self._told_all = self._told_all or task_id == self._marker
+                if task_id == self._marker:  # an earlier start's marker answered late is passed over
+                    self._marker = ""
                 self.cond.notify_all()
             return None
         name = parse_task(task_id)
