@@ -28,6 +28,18 @@ elif ! grep -q '"live-restore": *true' /etc/docker/daemon.json; then
     echo "docker-setup: /etc/docker/daemon.json does not enable live-restore; containers die with the engine" >&2
 fi
 
+# One job may open docker.nofile x docker.pids_limit files; the kernel's default file table is far
+# smaller and the host's whole (cosched/daemon/host_limits.py). At its largest, a job's memory bounds it.
+file_max=9223372036854775807
+if [ "$(cat /proc/sys/fs/file-max)" != "$file_max" ]; then
+    if [ -w /proc/sys/fs/file-max ]; then
+        echo "$file_max" > /proc/sys/fs/file-max
+        [ -d /etc/sysctl.d ] && echo "fs.file-max = $file_max" > /etc/sysctl.d/60-cosched.conf
+    else
+        echo "docker-setup: fs.file-max is $(cat /proc/sys/fs/file-max): one job can fill the host's file table (as root: sysctl fs.file-max=$file_max)" >&2
+    fi
+fi
+
 if ! docker info >/dev/null 2>&1; then
     echo "docker-setup: starting dockerd (log: /var/log/dockerd.log)" >&2
     nohup dockerd >/var/log/dockerd.log 2>&1 &

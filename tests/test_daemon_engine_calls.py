@@ -472,3 +472,61 @@ def test_a_hold_or_release_shows_in_the_queue_before_the_pass_that_takes_it(tmp_
     daemon.schedule()
     assert reasons() == {waiting: "Resources", behind: "Priority", arriving: "JobHeldUser"}  # first come again
     daemon.close()
+
+
+def test_a_kill_the_engine_could_not_carry_out_in_time_is_asked_again_until_the_job_ends(tmp_path: Path) -> None:
+    """Docker answers 500 (`did not receive an exit event`) when a killed job's processes take the
+    kernel long to end (a job closing a million files took hours: a helper's audit). That is no
+    engine lost, and the kill was asked once only: the job ran on past its walltime, holding its
+    cores. It is now asked again at each review until the job's end is collected."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon.docker_backend import NotKilled
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    refusals = 2
+    kill = engine.kill
+
+    def stubborn(container: str) -> None:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise NotKilled(f"killing {container}: tried to kill container, but did not receive an exit event")
+        kill(container)
+
+    engine.kill = stubborn  # type: ignore[method-assign]
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(JobSpec(image="x", command=["true"], cores=1, memory_mib=64, walltime=60))
+    daemon.schedule()
+    clock.t += 61
+    for _ in range(2):
+        daemon.review()
+        assert daemon.engine_up and job not in engine.exits and job in daemon.not_killed
+    daemon.review()
+    assert engine.exits[job].code == 137
+    daemon.schedule()
+    record = daemon.store.job(job) or {}
+    assert (record["state"], record["reason"]) == ("failed", "walltime exceeded") and not daemon.not_killed
+    daemon.close()
+
+
+def test_a_run_whose_container_never_started_is_lost_not_held_for_ever(tmp_path: Path) -> None:
+    """A run the daemon holds as running whose container never started (a Mesos gang adopted by a
+    restarted daemon whose held parts gave up before its `go`) was passed over by every pass: the job
+    held its cores for good (a review). Its run is lost: the job is queued again."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
+    job = daemon.submit_job(JobSpec(image="x", command=["true"], cores=2, memory_mib=64, walltime=60))
+    daemon.schedule()
+    listed = engine.containers
+    engine.containers = lambda: {  # type: ignore[method-assign]
+        j: ContainerInfo(info.id, j, "created", "its gang never started whole") for j, info in listed().items()
+    }
+    daemon.schedule()
+    record = daemon.store.job(job) or {}
+    assert record["lost_runs"] == 1 and record["reason"] == "requeued: its gang never started whole", record
+    daemon.close()

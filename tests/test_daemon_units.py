@@ -2095,3 +2095,19 @@ def test_a_drain_follows_its_machine_to_the_node_it_holds(tmp_path: Path) -> Non
     drain.follow(daemon)
     assert daemon.drained == {} and drain.load(daemon.store, 2) == {}
     daemon.close()
+
+
+def test_the_daemon_says_when_one_job_could_fill_the_hosts_file_table(tmp_path: Path) -> None:
+    """The kernel's file table is the host's, and one job may open `nofile` x `pids_limit` files: at
+    Debian's default `fs.file-max` one job left none for any other process not root (a helper's
+    audit). Said at start, with what closes it; nothing where the table is unbounded."""
+    from cosched.daemon.host_limits import FILE_MAX_UNBOUNDED, file_table_exposure
+
+    (tmp_path / "file-max").write_text("2466170\n")
+    line = file_table_exposure(4096, 4096, tmp_path)
+    assert "one job may open 16,777,216 files" in line and "2,466,170 (fs.file-max)" in line
+    assert f"fs.file-max={FILE_MAX_UNBOUNDED}" in line
+    assert file_table_exposure(64, 64, tmp_path) == ""  # 4,096: far from it
+    (tmp_path / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")
+    assert file_table_exposure(4096, 4096, tmp_path) == ""
+    assert file_table_exposure(4096, 4096, tmp_path / "absent") == ""  # a host that does not say

@@ -7,19 +7,31 @@ FrameworkID finds the running job again, as a restarted daemon would.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from daemon_support import require_engine
-from mesos_support import Cluster, containers_left, start_cluster, stop_cluster, wait_until
+from mesos_support import (
+    Cluster,
+    ContainerEvents,
+    assert_ran_once,
+    containers_left,
+    start_cluster,
+    stop_cluster,
+    wait_until,
+)
 
 from cosched.daemon.cgroups import CgroupFiles
-from cosched.daemon.docker_backend import ContainerInfo
+from cosched.daemon.docker_backend import ContainerInfo, RunLost
 from cosched.mesos.backend import MesosBackend, MesosSettings
+from cosched.mesos.errors import MesosError
 from cosched.mesos.executor import instance_of
 from workloads.images import busybox_image
 
@@ -109,3 +121,127 @@ def test_jobs_run_lend_report_and_survive_a_restarted_backend(
         again.close()
     ours = {"label": f"cosched.instance={instance_of(fid)}"}
     wait_until(lambda: not containers_left(engine, ours), 30, "no container left")
+
+
+class _SecondAccept:
+    """The backend's ACCEPTs, the second of which is held until the first part's executor has
+    reported (so that a part not held would have started), then fails, at once or once `release`d,
+    as if the daemon died between the two: a gang's parts go one agent at a time."""
+
+    def __init__(self, backend: MesosBackend, hangs: bool) -> None:
+        self.backend, self.hangs, self.calls = backend, hangs, 0
+        self.accept = backend.client.accept
+        self.reported, self.release = threading.Event(), threading.Event()
+        backend.client.accept = self  # type: ignore[method-assign]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.calls != 2:
+            self.accept(*args, **kwargs)
+            return
+        runs = self.backend.runs
+        wait_until(
+            lambda: any(t.state != "TASK_STAGING" for r in runs.values() for t in r.tasks.values()), 30, "a part"
+        )
+        self.reported.set()
+        if self.hangs:
+            self.release.wait(120)
+        raise MesosError("injected: the second ACCEPT never reached the master")
+
+
+def _launch_gang(backend: MesosBackend, job: int, spec: dict[str, Any]) -> None:
+    """Launch `job` over both nodes in a thread of its own, which the backend's death leaves to give up."""
+
+    def launch() -> None:
+        with contextlib.suppress(RunLost):
+            backend.launch(job, spec, [], 2.0, 128, slots=((0, 1), (1, 1)))
+
+    threading.Thread(target=launch, daemon=True).start()
+
+
+def _dies(backend: MesosBackend) -> None:
+    """The backend gone as a SIGKILLed daemon's: no TEARDOWN, and no KILL from its launch giving up."""
+    backend.client.kill = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    backend.close()
+
+
+def _killed(cluster: Cluster, framework_id: str) -> bool:
+    """Whether the master holds a task of the framework killed (acknowledged, so completed, or not)."""
+    framework = cluster.framework(framework_id) or {}
+    return any(t["state"] == "TASK_KILLED" for t in framework.get("tasks", []) + framework.get("completed_tasks", []))
+
+
+@pytest.mark.parametrize("fault", ["second ACCEPT fails", "daemon dies between ACCEPTs"])
+def test_no_part_of_a_gang_runs_before_every_part_is_placed(cluster: Cluster, fault: str) -> None:
+    """Each part waits, made and not started, until the framework says `go`: a gang whose second
+    ACCEPT failed ran its first part alone, and after a daemon SIGKILLed between the two a short
+    part had finished when the restarted daemon queued the job again (a crash audit). Now the first
+    fault kills the held part; after the second, the restarted backend finds the run `created`
+    (never started), which recovery removes and queues again. No container of the job ever starts."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    events = ContainerEvents(engine)
+    backend = _backend(cluster)
+    fid = backend.framework_id or ""
+    second = _SecondAccept(backend, hangs=fault != "second ACCEPT fails")
+    spec = {"image": image, "cores": 2, "command": ["echo", "a part alone"]}
+    job = 11 if second.hangs else 12
+    try:
+        if not second.hangs:
+            with pytest.raises(RunLost, match="injected"):
+                backend.launch(job, spec, [], 2.0, 128, slots=((0, 1), (1, 1)))
+            wait_until(lambda: _killed(cluster, fid), 30, "the held part killed")
+        else:
+            _launch_gang(backend, job, spec)
+            assert second.reported.wait(60)
+            assert "TASK_STARTING" in cluster.task_states(fid)  # made and held
+            _dies(backend)
+            again = _backend(cluster, framework_id=fid)
+            try:
+                info = again.containers()[job]
+                assert info.state == "created"  # recovery removes it and queues the job: it never ran
+                again.remove(info.id)
+                wait_until(lambda: _killed(cluster, fid), 30, "the held part killed")
+            finally:
+                again.client.teardown()
+                again.close()
+        ours = {"label": f"cosched.instance={instance_of(fid)}"}
+        wait_until(lambda: not containers_left(engine, ours), 30, "the held part's container removed")
+        assert job not in events.containers(fid)  # made, never started
+    finally:
+        second.release.set()
+        events.close()
+        if backend.client.subscribed:
+            backend.client.teardown()
+        backend.close()
+
+
+def test_a_restarted_daemon_starts_a_gang_whose_parts_were_all_held(cluster: Cluster) -> None:
+    """The daemon died once every part of a gang was held, before it said `go`: the restarted one
+    adopts the run (every part is there) and tells its parts to start; the job runs once, whole."""
+    engine = require_engine()
+    image = busybox_image(engine)
+    events = ContainerEvents(engine)
+    backend = _backend(cluster)
+    fid = backend.framework_id or ""
+    backend._go = lambda task_id, agent: None  # type: ignore[method-assign]  # it dies before it says it
+    spec = {"image": image, "cores": 2, "command": ["sleep", "1"]}
+    _launch_gang(backend, 13, spec)
+    try:
+        wait_until(lambda: cluster.task_states(fid).count("TASK_STARTING") == 2, 30, "both parts held")
+        _dies(backend)
+        again = _backend(cluster, framework_id=fid)
+        try:
+            info = again.containers()[13]
+            assert info.state == "running"
+            again.adopt(info.id)
+            wait_until(lambda: again.containers()[13].state == "exited", 30, "the gang told to start, and its end")
+            assert again.exit_of(info.id).code == 0
+            again.remove(info.id)
+        finally:
+            again.client.teardown()
+            again.close()
+        assert_ran_once(events.containers(fid)[13])
+    finally:
+        events.close()
+        backend.close()

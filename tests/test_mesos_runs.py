@@ -213,6 +213,41 @@ def test_a_gang_whose_part_the_master_never_heard_of_is_lost() -> None:
     assert run.state(lambda agent: False, 0.0, {}) == ("lost", "a part was never launched", [], [])
 
 
+def test_a_gang_none_of_whose_parts_started_is_created_and_one_whole_is_told_to_start() -> None:
+    """Parts are held (TASK_STARTING) until every one is: the daemon that died between two agents'
+    ACCEPTs left part 0 alone, and it ran (a crash audit). A restarted daemon finds a gang with a
+    part never launched `created`, which recovery removes and queues again: nothing of it ran. One
+    whose parts are all there is adopted (`running`), and its held parts told to start."""
+    run = gang(3)
+    del run.tasks[2]  # its ACCEPT never sent
+    run.tasks[0].apply(status("TASK_STARTING"), 0.0)
+    assert run.state(lambda agent: False, 0.0, {}).state == "created" and run.to_start() == []
+    run.tasks[2] = Task(part_id(run.handle, 2, 3, 1), 7, "A3", 1)  # launched: staging, not yet held
+    assert run.state(lambda agent: False, 0.0, {}).state == "running" and run.to_start() == []
+    run.tasks[1].apply(status("TASK_STARTING"), 0.0)
+    run.tasks[2].apply(status("TASK_STARTING"), 0.0)
+    assert run.to_start() == list(run.tasks.values())  # whole: every part told
+    run.tasks[0].apply(status("TASK_RUNNING"), 0.0)  # one started: the others still told
+    assert run.state(lambda agent: False, 0.0, {}).state == "running"
+    run.tasks[0].apply(status("TASK_FINISHED", exit_code=0), 0.0)  # even once it ended
+    assert run.to_start() == [run.tasks[1], run.tasks[2]]
+    run.tasks[1].killed = True  # being given up: none is told
+    assert run.to_start() == []
+
+
+def test_a_held_part_that_ended_unstarted_leaves_its_gang_created_and_a_single_task_is_never_held() -> None:
+    run = gang()
+    run.tasks[0].apply(status("TASK_STARTING"), 0.0)
+    run.tasks[1].apply(status("TASK_LOST", withheld=True), 0.0)  # never told to start in time
+    assert run.state(lambda agent: False, 0.0, {}).state == "created"
+    run.tasks[1].data.pop("withheld")  # lost otherwise (its agent gone): not known never to have run
+    assert run.state(lambda agent: False, 0.0, {}).state == "running"
+    expected = gang()  # a gang the state file records running, unanswered after a failover: staging
+    assert expected.state(lambda agent: False, 0.0, {}).state == "running"  # adopted, never killed
+    single = Run(new_handle(8, 1), 8, 1, {0: Task(part_id(new_handle(8, 1), 0, 1, 1), 8, "A1", 1)})
+    assert single.state(lambda agent: False, 0.0, {}).state == "running"  # staging: adopted, as before
+
+
 def test_usage_of_a_gang_weighs_parts_by_their_cores_and_is_none_until_sampled_under_its_quota() -> None:
     run = gang()
     run.tasks[1].cores = 3

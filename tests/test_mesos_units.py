@@ -220,7 +220,7 @@ def test_backoff_grows_with_jitter_up_to_the_cap() -> None:
 
 # -- the executor's payloads and settings ---------------------------------------------
 def test_a_job_rides_in_task_data_and_comes_back_whole() -> None:
-    job = jobs.JobPayload(12, {"image": "i", "command": ["true"], "cores": 2}, 1.5, 256, (0, 1))
+    job = jobs.JobPayload(12, {"image": "i", "command": ["true"], "cores": 2}, 1.5, 256, (0, 1), hold=30.0)
     task = jobs.job_task("t12", "S0", jobs.executor_info("t12", "F"), job, 2.0)
     assert jobs.job_of(task) == job and jobs.swept_executors(task) is None
     assert task["executor"]["executor_id"] == {"value": "t12"}
@@ -344,6 +344,13 @@ def test_bad_job_settings_stop_the_executor_with_one_line(value: str, problem: s
             ).decode(),
             "must be > 0",
         ),
+        (
+            base64.b64encode(
+                b'{"type": "job", "job": 1, "spec": {"image": "i", "command": ["x"]}, "quota": 1, "memory_mib": 8,'
+                b' "hold": -1}'
+            ).decode(),
+            "hold -1.0 must be seconds >= 0",
+        ),
     ],
 )
 def test_bad_task_data_is_named(data: object, problem: str) -> None:
@@ -370,6 +377,7 @@ def test_bad_task_data_is_named(data: object, problem: str) -> None:
         (b'{"type": "usage", "tasks": []}', "needs 'tasks'"),
         (b'{"type": "quota", "task": "t", "cpus": Infinity}', "'cpus' > 0"),
         (b'{"type": "quota_applied", "task": "t", "cpus": NaN}', "'cpus' \\(finite, or null\\)"),
+        (b'{"type": "go"}', "go message: needs 'task'"),
     ],
 )
 def test_bad_messages_are_named(data: bytes, problem: str) -> None:
@@ -960,3 +968,38 @@ def test_nodes_mapped_anew_take_drained_machines_last() -> None:
     with alone.cond:
         alone._map_nodes(0.2)  # no other machine: the drained one, for want of any
     assert alone.node_hosts == ["agent1"]
+
+
+def test_a_restarted_daemon_tells_the_held_parts_of_a_gang_it_adopted_to_start() -> None:
+    """The daemon died after one part of a gang was told `go` and before the other: the first runs,
+    the second is held. The restarted daemon adopts the run (a part of it ran) and tells the held
+    part to start, again every few seconds until it runs; one it has not adopted (recovery has not
+    decided on it yet) is told nothing."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 2)
+    told: list[tuple[str, str, bytes]] = []
+    backend.client.message = lambda agent, executor, data: told.append((agent, executor, data))  # type: ignore[method-assign]
+    handle = new_handle(7, 1)
+    parts = [part_id(handle, part, 2, 1) for part in range(2)]
+    reconciled = {"source": "SOURCE_MASTER", "reason": "REASON_RECONCILIATION"}
+    for task_id, agent, state in ((parts[0], "A1", "TASK_RUNNING"), (parts[1], "A2", "TASK_STARTING")):
+        backend.on_update({"task_id": {"value": task_id}, "agent_id": {"value": agent}, "state": state, **reconciled})
+
+    def round_at(now: float) -> list[str]:
+        with backend.cond:
+            work = backend._tell_go(now)
+        for call in work:
+            call()
+        said = [executor for _, executor, data in told if jobs.parse_message(data) == {"type": "go", "task": executor}]
+        told.clear()
+        return said
+
+    assert round_at(100.0) == []  # not the daemon's yet
+    backend.adopt(handle)
+    assert round_at(100.0) == [parts[1]]
+    assert round_at(101.0) == []  # answered by TASK_RUNNING, else said again
+    assert round_at(100.0 + mesos_backend.MESSAGE_RESEND) == [parts[1]]
+    backend.on_update({"task_id": {"value": parts[1]}, "agent_id": {"value": "A2"}, "state": "TASK_RUNNING"})
+    assert round_at(200.0) == [] and handle not in backend._held

@@ -664,6 +664,7 @@ answers = {
     "clone3": call(435, buffer, 88),
     "keyctl": call(250, 0, 0, 0, 0, 0),
     "unshare": call(272, 0x10000000),
+    "io_setup": call(206, 4096, buffer),
 }
 child = call(56, 0x10000000 | 17, 0, 0, 0, 0)
 if child == 0:
@@ -682,6 +683,7 @@ FLOORED = {
     "keyctl": -errno.EPERM,
     "unshare": -errno.EPERM,
     "clone_newuser": -errno.EPERM,
+    "io_setup": -errno.ENOSYS,
 }
 
 
@@ -700,6 +702,24 @@ def _calls_in_a_job(daemon: DaemonProcess, name: str) -> dict[str, int]:
     lines = (data / "answer").read_text().splitlines()
     assert lines[0] == "a thread", lines
     return dict(json.loads(lines[1]))
+
+
+def test_a_job_cannot_reach_the_hosts_pressure_files(daemon: DaemonProcess) -> None:
+    """`/proc/pressure` is the host's, and any process may write a PSI trigger there: a job holding
+    hundreds of thousands of them could not be killed for hours (SIGKILL failed, `did not receive an
+    exit event`), its walltime passed, the host's CPU spent in its teardown (a helper's audit). A job
+    finds it empty and read-only."""
+    if not os.path.isdir("/proc/pressure"):
+        pytest.skip("this kernel has no pressure stall information (/proc/pressure)")
+    data = make_data_dir(daemon.root / "pressure")
+    trigger = "echo 'some 150000 2000000' > /proc/pressure/cpu"
+    job = run(
+        daemon,
+        f"ls -A /proc/pressure > {data}/listed; {trigger} 2> {data}/err; echo $? > {data}/code",
+        data_dirs=[str(data)],
+    )
+    assert job["state"] == "done", job
+    assert (data / "listed").read_text() == "" and (data / "code").read_text().strip() != "0"
 
 
 def test_by_default_jobs_run_under_debians_profile_on_cosched_s_floor(daemon: DaemonProcess) -> None:
@@ -738,7 +758,9 @@ def test_the_floor_holds_even_where_the_operators_profile_allows_everything(tmp_
     refuses them, and jobs still run under it."""
     client = require_engine()
     profile = tmp_path / "seccomp.json"
-    opened = [{"names": ["io_uring_setup", "unshare", "keyctl", "clone", "clone3"], "action": "SCMP_ACT_ALLOW"}]
+    opened = [
+        {"names": ["io_uring_setup", "unshare", "keyctl", "clone", "clone3", "io_setup"], "action": "SCMP_ACT_ALLOW"}
+    ]
     profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": opened}))
     process = DaemonProcess(tmp_path, docker=f'seccomp_profile = "{profile}"')
     process.start()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cosched.daemon import journal
 from cosched.daemon.accounts import account_of
-from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch, RunLost
+from cosched.daemon.docker_backend import EngineUnavailable, NotKilled, QuotaMismatch, RunLost
 from cosched.daemon.engine_calls import raise_failures
 from cosched.model import Job
 
@@ -37,9 +37,25 @@ def carry_out(daemon: Daemon, ends: list[End], plan: Plan) -> None:
     removals = [(end.container,) for end in ends if end.container is not None]
     raise_failures(daemon.engine.each(daemon.backend.remove, removals))
     apply_quotas(daemon, plan.quotas)
-    kills = [(daemon.containers[job_id],) for job_id in plan.kills if job_id in daemon.containers]
-    raise_failures(daemon.engine.each(daemon.backend.kill, kills))
+    kill(daemon, [(job_id, daemon.containers[job_id]) for job_id in plan.kills if job_id in daemon.containers])
     launch_all(daemon, plan.launches)
+
+
+def kill(daemon: Daemon, targets: Sequence[tuple[int, str]]) -> None:
+    """Kill these jobs' containers, side by side. A job the engine could not kill in time (it
+    answered: `NotKilled`) is killed again at each review until its end is collected
+    (`daemon.not_killed`): its kill was asked once, and a job that outlived it ran on for good,
+    past its walltime, holding its cores (a helper's audit: a job closing a million files took
+    hours to die). An engine lost is raised, once every call was looked at."""
+    outcomes = daemon.engine.each(daemon.backend.kill, [(container,) for _, container in targets])
+    for (job_id, _), outcome in zip(targets, outcomes, strict=True):
+        if isinstance(outcome, NotKilled):
+            if job_id not in daemon.not_killed:
+                log.error("job %d: %s; killed again at each review until it ends", job_id, outcome)
+            daemon.not_killed.add(job_id)
+        elif not isinstance(outcome, Exception):
+            daemon.not_killed.discard(job_id)
+    raise_failures(outcomes, tolerated=(NotKilled,))
 
 
 @dataclass

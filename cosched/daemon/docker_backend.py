@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,6 +36,7 @@ import requests.exceptions
 from cosched.daemon.accounts import Account, account_in, job_user_account
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
+from cosched.daemon.host_limits import file_table_exposure
 from cosched.daemon.sandbox import (
     SandboxRefused,
     StagingMounts,
@@ -76,6 +77,26 @@ def scratch_mounts(memory_mib: int, volumes: Iterable[str] = ()) -> dict[str, st
     return {path: f"rw,exec,nosuid,nodev,mode=1777,size={memory_mib}m" for path in (*SCRATCH_DIRS, *volumes)}
 
 
+MASKED_PROC = ("/proc/pressure",)
+"""Host-wide /proc directories a job gets an empty read-only tmpfs over, besides what Docker masks.
+`/proc/pressure`: any process may write a PSI trigger there, at a kernel cost its memory cgroup is
+not charged, and closing N of them takes time growing as N squared, under a lock: a job holding
+hundreds of thousands could not be killed (`did not receive an exit event`) and ran on for hours
+past its walltime, the host's CPU spent in its teardown (a helper's audit). It also shows the
+host's load. Docker 20.10 does not mask it, and its SDK cannot ask it to (`MaskedPaths`); a tmpfs
+is what runc masks a directory with."""
+
+
+def masked_proc(proc: Path = Path("/proc")) -> dict[str, str]:
+    """The tmpfs mounts that mask `MASKED_PROC`, those this host's kernel has (a mount onto a missing
+    /proc directory fails the container's start)."""
+    return {
+        path: "ro,nosuid,nodev,noexec,size=4k"
+        for path in MASKED_PROC
+        if (proc / Path(path).relative_to("/proc")).is_dir()
+    }
+
+
 LOG_TAIL_BYTES = 8192
 LIVE_LOG_BYTES = 1 << 20
 """The most of a running job's output one `cosched logs` reads: a job that prints megabytes a
@@ -106,6 +127,17 @@ class RunLost(CoschedError):
         self.faulty_nodes = faulty_nodes
         """Nodes whose machine could not start it at all (a Mesos agent whose engine cannot be
         reached): the daemon drains them, as Slurm drains a node a launch failed on."""
+
+
+class Withheld(CoschedError):
+    """The launch's gate said no: its container was made and never started (a Mesos gang's part
+    its framework did not tell to start). The container is left for the caller to remove, by name."""
+
+
+class NotKilled(CoschedError):
+    """The engine answered a kill, and the container had not ended when it stopped waiting (a job
+    whose processes the kernel takes long to end: a job closing millions of files). The engine is
+    up; the job is killed again at each review until it ends (`carry_out.kill`)."""
 
 
 class QuotaMismatch(CoschedError):
@@ -180,6 +212,9 @@ class DockerBackend:
         if self._profile:
             self._security.append(f"seccomp={load_profile(self._profile)}")
         self._exposure_told = False
+        if files := file_table_exposure(settings.nofile, settings.pids_limit):
+            log.warning("%s", files)
+        self._masked = masked_proc()
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""
         self._pids: dict[str, int] = {}
@@ -276,10 +311,14 @@ class DockerBackend:
         name: str = "",
         labels: Mapping[str, str] | None = None,
         run: int = 0,
+        gate: Callable[[], bool] | None = None,
     ) -> tuple[str, float]:
         """Create and start a job's container; returns its id and when it started (epoch s).
         (One host: `slots` and `guest` are already in `cpus` and `quota`.) `name` and `labels`
         replace and add to the job's own (the Mesos executor names a container by its task).
+        `gate`, if given, is asked between the create and the start, its data dirs still pinned:
+        False raises `Withheld` (the Mesos executor holds a gang's part there until every part is
+        placed; made first, most of a bad spec is refused before any part runs).
 
         A container with the job's name may already exist: this `run`'s, if the daemon died
         between creating it and recording that (then it is that container), or an earlier run's
@@ -307,7 +346,7 @@ class DockerBackend:
             ]
             own = {LABEL_INSTANCE: self.instance, LABEL_JOB: str(job_id), LABEL_RUN: str(run), **(labels or {})}
             named = name or self.name_of(job_id)
-            container = self._create_and_start(job_id, spec, env, mounts, cpus, quota, memory_mib, named, own)
+            container = self._create_and_start(job_id, spec, env, mounts, cpus, quota, memory_mib, named, own, gate)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -327,6 +366,7 @@ class DockerBackend:
         memory_mib: int,
         name: str,
         labels: dict[str, str],
+        gate: Callable[[], bool] | None = None,
     ) -> Any:
         limits = self.settings
         account = account_in(spec)
@@ -363,7 +403,10 @@ class DockerBackend:
                     network_mode="none",
                     cgroupns="private",  # its own cgroup as its root: on cgroup v1 the host's showed its container id
                     read_only=True,
-                    tmpfs=scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
+                    tmpfs={
+                        **scratch_mounts(memory_mib, {os.path.normpath(path) for path in declared} - bound),
+                        **self._masked,
+                    },
                     working_dir=workdir,  # the one checked, whatever the image is by the create
                     healthcheck={"test": ["NONE"]},  # an image's probe every millisecond loads the engine, not the job
                     use_config_proxy=False,  # the SDK copies the engine client's proxies, credentials and all, into env
@@ -378,6 +421,8 @@ class DockerBackend:
             except docker.errors.APIError as exc:
                 raise _refused(job_id, exc) from None
             _refuse_volumes(container, spec["image"])
+            if container.status == "created" and gate is not None and not gate():
+                raise Withheld(f"job {job_id}: its container {name} was made and not started")
             if container.status == "created":
                 try:
                     container.start()
@@ -486,8 +531,11 @@ class DockerBackend:
         try:
             self.client.api.kill(container_id)
         except docker.errors.APIError as exc:
-            if exc.status_code not in (404, 409):  # gone, or not running: already what we want
-                raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
+            if exc.status_code in (404, 409):  # gone, or not running: already what we want
+                return
+            if exc.status_code is not None and exc.status_code >= 500:  # it answered: not an engine lost
+                raise NotKilled(f"killing {container_id[:12]}: {_reason(exc)}") from None
+            raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
         except _ENGINE_ERRORS as exc:
             raise EngineUnavailable(f"killing {container_id[:12]}: {_reason(exc)}") from None
 

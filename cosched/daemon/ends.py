@@ -87,8 +87,10 @@ def collect(daemon: Daemon, now: float) -> list[End]:
         info = listed.get(job_id)
         if info is None:
             ends.append(End(job, True, now, None, "container disappeared", "", None))
-        elif info.state == "lost":
-            ends.append(End(job, False, now, None, info.note, "", container, lost=True))
+        elif info.state in ("lost", "created"):  # created: never started (a Mesos gang that never was whole)
+            ends.append(
+                End(job, False, now, None, info.note or "its container never started", "", container, lost=True)
+            )
         elif info.state in ("exited", "dead"):
             stopped.append((job, container))
     outcomes = daemon.engine.each(_exit_and_logs, [(daemon, container) for _, container in stopped])

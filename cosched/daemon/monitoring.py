@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from cosched.core.events import UsageReported
 from cosched.daemon import carry_out, engine_faults
 from cosched.daemon.docker_backend import EngineUnavailable, QuotaMismatch
-from cosched.daemon.engine_calls import raise_failures
 from cosched.model import Usage
 
 if TYPE_CHECKING:
@@ -79,8 +78,9 @@ def review(daemon: Daemon) -> None:
             for job_id, _, _ in asked:  # killed, then queued again by `ends`
                 daemon.kill_reason[job_id] = daemon.requeue_asked[job_id]
             late += asked
+            late += [item for item in running if item[0] in daemon.not_killed and item not in late]
         try:
-            raise_failures(daemon.engine.each(daemon.backend.kill, [(container,) for _, container, _ in late]))
+            carry_out.kill(daemon, [(job_id, container) for job_id, container, _ in late])
             wrong = []
             for job_id, container, job in running:
                 if job_id in daemon.kill_reason:

@@ -169,6 +169,7 @@ def _pass(daemon: Daemon) -> bool:
         for end in ended:
             daemon.containers.pop(end.job.id, None)
             daemon.kill_reason.pop(end.job.id, None)
+            daemon.not_killed.discard(end.job.id)
             daemon.requeue_asked.pop(end.job.id, None)  # it ended before the kill: done, not queued again
             if end.requeued:
                 journal.requeued(end.job.id, end.reason)

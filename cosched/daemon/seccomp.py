@@ -41,9 +41,12 @@ RULE_KEYS = ("name", "names", "action", "errnoRet", "args", "comment", "includes
 """Docker's own field names, which a profile must spell exactly (`_refuse_other_spellings`)."""
 MAX_PROFILE_BYTES = 1 << 20
 
-NOT_THERE = (*IO_URING, "clone3")
+NOT_THERE = (*IO_URING, "clone3", "io_setup")
 """Refused with ENOSYS, as on a kernel without them: liburing's users fall back to epoll, glibc's
-threads to `clone` (whose flags, unlike `clone3`'s, a filter can read)."""
+threads to `clone` (whose flags, unlike `clone3`'s, a filter can read). `io_setup`: the kernel's
+AIO contexts are one pool for the whole host (`fs.aio-max-nr`), which one job took whole in 16
+calls, after which the host's own databases and every other job got EAGAIN (a helper's audit);
+without it libaio's users fall back (POSIX AIO in glibc is threads, not this)."""
 NOT_ALLOWED = (
     "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "mount_setattr",
     "fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree",

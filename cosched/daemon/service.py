@@ -116,6 +116,8 @@ class Daemon:
         self.wake_at = math.inf
         """When the core asked for its next pass at the last (a begin, a latest start, a window's end)."""
         self.kill_reason: dict[int, str] = {}
+        self.not_killed: set[int] = set()
+        """Jobs whose kill the engine answered and that had not ended (`carry_out.kill`): killed again."""
         self.requeue_asked: dict[int, str] = {}
         """Running jobs to kill and queue again (`cosched requeue`), with why; from the state file."""
         self.review_due = False
@@ -328,7 +330,7 @@ class Daemon:
         wait([parked.future for parked in self.launching.values()])  # what they started, recovery adopts
         self.launching.clear()
         held_maps = (self.inbox, self.specs, self.containers, self.cpus_of, self.kill_reason, self.failed_launches)
-        for held in (*held_maps, self.lost_launches, self.lost_runs, self.waiting, self.requeue_asked):
+        for held in (*held_maps, self.lost_launches, self.lost_runs, self.waiting, self.requeue_asked, self.not_killed):
             held.clear()
         self.reservations = {}
         self.saved_decisions = 0

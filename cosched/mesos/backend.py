@@ -102,6 +102,9 @@ GUEST_CPUS = 0.01
 """What a guest's task asks Mesos for: the least a task may hold (its CPU is its host's)."""
 MESSAGE_RESEND = 3.0
 """Seconds before an unanswered message to an executor (a quota, a request for output) is sent again."""
+HOLD_BEYOND = 60.0
+"""Seconds a gang's held part waits for its `go` beyond `launch_timeout`: a restarted daemon's start
+(the saved agents' offers, 10 s at most, then reconciliation, 10 s) and its recovery come first."""
 LOG_TIMEOUT = 10.0
 """Seconds `cosched logs` waits for a running job's executors to send its output."""
 _SWEEP = "cosched-sweep-"
@@ -311,6 +314,8 @@ class MesosBackend(EventHandler):
         self._recovered = False
         self._marker = ""
         """The task id whose reconciliation answer `_settle` waits for; '' once answered."""
+        self._held: set[str] = set()
+        """Runs of which a part said it is held (`JobPayload.hold`): told to start once whole (`_tell_go`)."""
         self._queued = 0
         self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
@@ -618,6 +623,8 @@ class MesosBackend(EventHandler):
                     self._unanswered.pop(task_id, None)
                 if state == "TASK_RUNNING":  # our executor starts there (again)
                     self.dead_executors.pop(task.agent_id, None)
+                if state == "TASK_STARTING" and run.parts > 1:
+                    self._held.add(run.handle)
                 if state in GONE and status.get("reason") in AGENT_GONE:
                     self._agent_lost(task.agent_id, f"lost ({status.get('reason')})")
                 keep = state not in LIVE and bool(status.get("uuid")) and not stray
@@ -682,7 +689,7 @@ class MesosBackend(EventHandler):
         actions = self.book.decide(demands, self._queued, now, watching=bool(self.down) or self._mapping)
         if self.metrics is not None:
             self.metrics.offers_held.set(len(self.book.held))
-        work: list[Callable[[], None]] = self._ask_unanswered(now)
+        work: list[Callable[[], None]] = self._ask_unanswered(now) + self._tell_go(now)
         for action in actions:
             if isinstance(action, Accept):
                 work.append(self._accept_call(action, [held[o] for o in action.offer_ids]))
@@ -708,6 +715,32 @@ class MesosBackend(EventHandler):
         self._next_ask = (now + wait, min(wait * 2, ASK_MOST))
         asked = [(task, self._agent_at(node) or None) for task, node in sorted(self._unanswered.items())]
         return [partial(self._reconcile, asked)]
+
+    def _tell_go(self, now: float) -> list[Callable[[], None]]:
+        """Under the lock: `go` for the held parts of the runs that are whole (`Run.to_start`), this
+        daemon's (a restarted one adopts a run of which a part ran, and tells the others; it removes
+        one of which none did), each said again every `MESSAGE_RESEND` s until it runs."""
+        work: list[Callable[[], None]] = []
+        for handle in list(self._held):
+            run = self.runs.get(handle)
+            if run is None or not run.holding():
+                self._held.discard(handle)
+                continue
+            if handle not in self._claimed:
+                continue
+            for task in run.to_start():
+                if task.told is None or now - task.told >= MESSAGE_RESEND:
+                    run.told = run.told or now
+                    task.told = now
+                    work.append(partial(self._go, task.id, task.agent_id))
+        return work
+
+    def _go(self, task_id: str, agent: str) -> None:
+        """Tell a held part to start; a call that fails is made again at a later round."""
+        try:
+            self.client.message(agent, task_id, jobs.go_message(task_id))  # its executor is named as it
+        except MesosError as exc:
+            log.warning("telling task %s to start: %s", task_id, exc)
 
     def _agent_at(self, node: int) -> str:
         """Under the lock: the agent id of `node` ('' while no agent offered for it since the start)."""
@@ -993,7 +1026,9 @@ class MesosBackend(EventHandler):
                 task = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores, quota=quota * share)
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
-                payload = jobs.JobPayload(job_id, {**spec, "cores": cores, "env": env}, quota * share, memory)
+                hold = self._hold() if len(parts) > 1 else 0.0  # a gang's part waits for the others
+                part_spec = {**spec, "cores": cores, "env": env}
+                payload = jobs.JobPayload(job_id, part_spec, quota * share, memory, hold=hold)
                 executor = self._executor_info(task.id, framework_id)
                 task_cpus = GUEST_CPUS if guest else float(cores)
                 name = f"cosched job {job_id}" + (f" part {part + 1}/{len(parts)}" if len(parts) > 1 else "")
@@ -1018,6 +1053,11 @@ class MesosBackend(EventHandler):
             finally:
                 self.launches.pop(handle, None)
         return handle, started
+
+    def _hold(self) -> float:
+        """How long a gang's part waits, made, for its `go`: past `launch_timeout`, by which a live
+        daemon gives up and kills it, for a restarted one to adopt it and say `go` (`HOLD_BEYOND`)."""
+        return self.settings.launch_timeout + HOLD_BEYOND
 
     def _room(self, need: Need) -> bool:
         """Under the lock: whether the held offers of `need`'s agent have room for it."""
@@ -1045,13 +1085,16 @@ class MesosBackend(EventHandler):
                 self._node_down(need.agent_id, f"made no offer with room in {timeout:.0f} s", wanted=need)
             hosts = ", ".join(self.hostnames.get(n.agent_id, n.agent_id) for n in short)
             raise RunLost(f"no offer of agent(s) {hosts} with room in {timeout:.0f} s")
-        if launch.failure:
-            raise RunLost(launch.failure)
         deadline = time.monotonic() + timeout
         while not all(t.ran for t in run.tasks.values()):
+            if launch.failure:  # an ACCEPT that failed after the wait above ended: its part never comes
+                raise RunLost(launch.failure)
             failure = run.start_failure(self._outcome)  # a part that never ran: the job cannot start whole
             if failure is None:
-                if not self.cond.wait(max(0.0, deadline - time.monotonic())) and time.monotonic() >= deadline:
+                # once told to start, each part says whether it did: given up on meanwhile, a part
+                # told first could start and a short one finish before the KILL came (a review)
+                limit = deadline if run.told is None else max(deadline, run.told + self._hold())
+                if not self.cond.wait(max(0.0, limit - time.monotonic())) and time.monotonic() >= limit:
                     raise RunLost(f"not every task of {run.handle} running after {timeout:.0f} s")
             elif failure.verdict == "refused":
                 raise LaunchRefused(failure.why)

@@ -8,6 +8,11 @@ kernel enforces. It also sends each job's usage (cgroup CPU and memory, progress
 for ASAx, and reports each job's end as a task state: TASK_FINISHED on exit 0,
 TASK_FAILED with the exit code and log tail otherwise, TASK_KILLED after a KILL.
 
+A gang's part (a job spread over agents) is held: its container made, not started, and
+TASK_STARTING said, until the framework says `go` once every part is held. Mesos launches
+on one agent per ACCEPT, so the parts arrive one by one; started at once, a part ran alone
+when the daemon died, or an ACCEPT failed, before the next one (a crash audit).
+
 The framework gives each task an executor of its own (`jobs.executor_info`), which
 leaves once its task's end is acknowledged. Containers are started by the same
 `DockerBackend` as the local daemon's, so a job has the same sandbox on Mesos as on
@@ -37,12 +42,20 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from cosched.daemon import journal
 from cosched.daemon.config import a_duration
-from cosched.daemon.docker_backend import DockerBackend, EngineUnavailable, QuotaMismatch, RunLost
+from cosched.daemon.docker_backend import (
+    DockerBackend,
+    EngineUnavailable,
+    NotKilled,
+    QuotaMismatch,
+    RunLost,
+    Withheld,
+)
 from cosched.daemon.sandbox import StagingMounts, check_data_roots
 from cosched.errors import ConfigError
 from cosched.mesos import jobs
@@ -144,6 +157,10 @@ class _Task:
     ended: bool = False
     left: bool = False
     """Its container stopped while the engine could not be asked (`_stop`), so not removed yet."""
+    go: bool = False
+    """The framework said a held part may start (`JobPayload.hold`)."""
+    wake: threading.Event = field(default_factory=threading.Event)
+    """Set by `go` or a KILL: a held part stops waiting."""
 
 
 @dataclass
@@ -464,7 +481,11 @@ class Executor:
                 job.memory_mib,
                 name=name,
                 labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
+                gate=partial(self._hold, task_id, task, job.hold) if job.hold > 0 else None,
             )
+        except Withheld:
+            self._withheld(task_id, task, name)
+            return
         except Exception as exc:
             # The engine refused this job (a 4xx: its own spec), so it fails; or the engine is gone or
             # failed on its own (a 5xx): the machine's fault, a lost run, which the framework queues
@@ -474,13 +495,51 @@ class Executor:
             # queued again. An engine that never answers is the machine's fault: its node is drained.
             unreachable = isinstance(exc, EngineUnavailable) and not self._remove_half_made(name)
             fault = {jobs.ENGINE_FAULT: True} if unreachable else None
-            self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}", fault)
-            task.ended = True  # after the update: ended with nothing pending would let the executor leave
+            if self._claim_end(task):  # (the executor cannot leave meanwhile: `_launching` counts this launch)
+                self.update(task_id, state, f"could not start: {str(exc).splitlines()[0][:500]}", fault)
             return
-        task.container = container
+        with self.lock:
+            stopped = task.ended
+            task.container = "" if stopped else container
+        if stopped:  # its end told while it started (SHUTDOWN): no one else would remove it
+            self._remove_half_made(name)
+            return
         self.update(task_id, "TASK_RUNNING", data={"container": container, "started": started})
         if task.killing:
-            self.backend.kill(container)
+            self._kill_container(task_id, container)
+
+    def _hold(self, task_id: str, task: _Task, hold: float) -> bool:
+        """The gate of a gang's part (`DockerBackend.launch`), its container made: whether the
+        framework said `go` within `hold` s, before any KILL. Why `hold`: a framework gone for good
+        never says it; the part is then lost, and nothing of it ran."""
+        with self.lock:
+            if task.ended or task.killing:  # no TASK_STARTING after its end: the agent would drop it
+                return False
+        self.update(task_id, "TASK_STARTING", "made, not started: waiting for every part of its gang")
+        deadline = time.monotonic() + hold
+        while not task.wake.is_set() and not self.stopping.is_set() and (left := deadline - time.monotonic()) > 0:
+            task.wake.wait(min(left, self.settings.poll_interval))
+        with self.lock:  # decided under the lock `_claim_end` takes: a part told ended never starts
+            return task.go and not task.killing and not task.ended and not self.stopping.is_set()
+
+    def _withheld(self, task_id: str, task: _Task, name: str) -> None:
+        """A held part that will not start: its end told (unless the executor, leaving, told it) and
+        its made container removed. `withheld` says it never started, so a restarted daemon queues
+        its job again as never run (`Run.never_started`); `asked`, as for any kill of the framework's."""
+        if self._claim_end(task):
+            if task.killing:
+                self.update(task_id, "TASK_KILLED", "killed before it started", {"asked": True, "withheld": True})
+            else:
+                why = f"not told to start in {task.job.hold:g} s: its gang was not whole"
+                self.update(task_id, "TASK_LOST", why, {"withheld": True})
+        self._remove_half_made(name)
+
+    def _claim_end(self, task: _Task) -> bool:
+        """Whether telling `task`'s end falls to the caller: the first to ask, of the launch and of
+        the executor stopping its tasks (`_stop`), says it, and only once."""
+        with self.lock:
+            claimed, task.ended = not task.ended, True
+        return claimed
 
     def _remove_half_made(self, name: str) -> bool:
         """Remove the container `name` a launch cut short may have left, once the engine answers
@@ -502,11 +561,16 @@ class Executor:
             self.update(task_id, "TASK_LOST", "no such task on this executor")
             return
         task.killing = True
+        task.wake.set()  # held: never started
         if task.container:
-            try:
-                self.backend.kill(task.container)
-            except EngineUnavailable as exc:
-                log.warning("killing task %s: %s", task_id, exc)
+            self._kill_container(task_id, task.container)
+
+    def _kill_container(self, task_id: str, container: str) -> None:
+        """The framework asks again for a kill that failed (its daemon's review, `carry_out.kill`)."""
+        try:
+            self.backend.kill(container)
+        except (EngineUnavailable, NotKilled) as exc:
+            log.warning("killing task %s: %s", task_id, exc)
 
     def _kill_all(self, reason: str) -> None:
         with self.lock:
@@ -516,7 +580,8 @@ class Executor:
     def _stop(self, tasks: list[tuple[str, _Task]], state: str, message: str) -> None:
         """These tasks end now: each one's container removed, `state` reported."""
         for task_id, task in tasks:
-            task.ended = True
+            if not self._claim_end(task):  # a launch failing meanwhile told it
+                continue
             if task.container:
                 try:
                     self.backend.remove(task.container)
@@ -539,6 +604,13 @@ class Executor:
             return
         if body["type"] == "log" and "lines" in body:
             self._send_log(body["task"], int(body["lines"]))
+            return
+        if body["type"] == "go":  # sent again until TASK_RUNNING: once started, passed over
+            with self.lock:
+                task = self.tasks.get(body["task"])
+                if task is not None:
+                    task.go = True
+                    task.wake.set()
             return
         if body["type"] != "quota":
             log.warning("ignoring a message of type %r", body["type"])
@@ -623,7 +695,8 @@ class Executor:
             info = listed.get(task.container)
             if info is not None and info.state not in ("exited", "dead"):
                 continue
-            task.ended = True
+            if not self._claim_end(task):  # the executor, shut down meanwhile, told it
+                continue
             if info is None:
                 self.update(task_id, "TASK_FAILED" if not task.killing else "TASK_KILLED", "container disappeared")
                 continue

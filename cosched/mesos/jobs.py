@@ -2,10 +2,10 @@
 
 Both sides import this module and nothing of each other: the framework builds an
 `ExecutorInfo` and a job's `TaskInfo` (the job's spec rides in `TaskInfo.data`), the
-executor reads them back. Quota changes go framework -> executor as MESSAGE calls; the
-executor answers with the quota the cgroup shows and, every few seconds, the usage of
-its jobs. Every payload is a small JSON object with a `type`; anything else is a
-`BadPayload` naming what is wrong, never a crash of either side.
+executor reads them back. Quota changes, and `go` to a gang's held part, go framework ->
+executor as MESSAGE calls; the executor answers with the quota the cgroup shows and, every
+few seconds, the usage of its jobs. Every payload is a small JSON object with a `type`;
+anything else is a `BadPayload` naming what is wrong, never a crash of either side.
 """
 
 from __future__ import annotations
@@ -135,6 +135,9 @@ class JobPayload:
     quota: float
     memory_mib: int
     cpus: tuple[int, ...] = ()
+    hold: float = 0.0
+    """Seconds its executor holds the job's container made and not started, until the framework
+    says `go` (a gang's part: no part runs before every part is placed); 0: started at once."""
 
     def encode(self) -> str:
         body = {
@@ -144,6 +147,7 @@ class JobPayload:
             "quota": self.quota,
             "memory_mib": self.memory_mib,
             "cpus": list(self.cpus),
+            "hold": self.hold,
         }
         return _b64(body)
 
@@ -215,13 +219,16 @@ def job_of(task: Json) -> JobPayload:
         quota = float(body["quota"])
         memory = int(body["memory_mib"])
         cpus = tuple(int(c) for c in body.get("cpus") or ())
+        hold = float(body.get("hold") or 0.0)
     except (KeyError, TypeError, ValueError) as exc:
         raise BadPayload(f"task data: missing or invalid field ({type(exc).__name__}: {exc})") from None
     if not isinstance(spec, dict) or not spec.get("image") or not spec.get("command"):
         raise BadPayload("task data: spec needs an image and a command")
     if not (math.isfinite(quota) and quota > 0) or memory <= 0:
         raise BadPayload(f"task data: quota {quota} and memory_mib {memory} must be > 0")
-    return JobPayload(job_id, spec, quota, memory, cpus)
+    if not (math.isfinite(hold) and hold >= 0):
+        raise BadPayload(f"task data: hold {hold} must be seconds >= 0")
+    return JobPayload(job_id, spec, quota, memory, cpus, hold)
 
 
 # -- messages ------------------------------------------------------------------
@@ -233,6 +240,11 @@ def quota_message(task_id: str, cpus: float) -> bytes:
 def quota_applied(task_id: str, cpus: float | None, error: str = "") -> bytes:
     """Executor -> framework: the quota the task's cgroup shows now (None when unreadable)."""
     return json.dumps({"type": "quota_applied", "task": task_id, "cpus": cpus, "error": error}).encode()
+
+
+def go_message(task_id: str) -> bytes:
+    """Framework -> executor: start this held part (`JobPayload.hold`): every part of its gang is placed."""
+    return json.dumps({"type": "go", "task": task_id}).encode()
 
 
 def log_message(task_id: str, lines: int) -> bytes:
@@ -266,6 +278,8 @@ def parse_message(data: bytes) -> Json:
         cpus = body.get("cpus")
         if not isinstance(body.get("task"), str) or not (_number(cpus) and cpus > 0):
             raise BadPayload("quota message: needs 'task' (a task id) and 'cpus' > 0")
+    if body["type"] == "go" and not isinstance(body.get("task"), str):
+        raise BadPayload("go message: needs 'task' (a task id)")
     if body["type"] == "quota_applied":  # NaN read back would pass any check of it against the quota asked
         cpus = body.get("cpus")
         if not isinstance(body.get("task"), str) or not (cpus is None or _number(cpus)):

@@ -22,6 +22,11 @@ failing for its machine's sake, and from running twice. Their unit tests need no
   `RECONCILED_GRACE` for the agent's own update, which comes again until acknowledged.
 - A gang is whole or nothing: when a part is lost or failed, the live parts are killed; the
   run is lost if a part was lost (or never heard of), else it ended as its failed part did.
+- A gang's parts are held (TASK_STARTING: made, not started) until every part is; then each is
+  told to start (`to_start`). A gang that never started and never can start whole (a part never
+  launched, or ended unstarted) is `created`, as a container made and never started: a restarted
+  daemon removes it and queues the job again, which never ran (the daemon died between two
+  agents' ACCEPTs).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ LIVE = frozenset({"TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING
 GONE = frozenset(
     {"TASK_LOST", "TASK_UNREACHABLE", "TASK_GONE", "TASK_GONE_BY_OPERATOR", "TASK_DROPPED", "TASK_UNKNOWN"}
 )
+HELD = frozenset({"TASK_STAGING", "TASK_STARTING"})
+"""States of a gang's part that has not started: our executor holds it until told (`to_start`)."""
 AGENT_GONE = frozenset({"REASON_AGENT_REMOVED", "REASON_SLAVE_REMOVED", "REASON_AGENT_REMOVED_BY_OPERATOR"})
 """Reasons of a lost task that say its agent was removed."""
 
@@ -135,6 +142,8 @@ class Task:
     """When an update first told of it, for a task this daemon did not launch (0: launched here)."""
     found: bool = False
     """Its end was found by a sweep (`found_ended`): the job's own, whatever the agent says."""
+    told: float | None = None
+    """When the framework last told it, a held part, to start (monotonic)."""
 
     def apply(self, status: Mapping[str, Any], now: float) -> None:
         """A status update; reconciliation's summary of a state we know better is ignored."""
@@ -191,7 +200,7 @@ class Task:
 
 class RunState(NamedTuple):
     state: str
-    """running, exited or lost (ContainerInfo's words)."""
+    """running, exited, lost, or created: a gang that never started (ContainerInfo's words)."""
     note: str
     kill: list[Task]
     """Live parts of a broken gang, to kill."""
@@ -222,6 +231,9 @@ class Run:
     tasks: dict[int, Task] = field(default_factory=dict)
     run: int | None = None
     """The job's run it is (`TaskName.run`)."""
+    told: float | None = None
+    """When its held parts were first told to start (monotonic): from then on each part's executor
+    decides, and says, whether it started (`JobPayload.hold`)."""
 
     def share(self, task: Task) -> float:
         """The task's part of the job's quota: its cores over the run's."""
@@ -231,6 +243,8 @@ class Run:
     def state(
         self, agent_gone: Callable[[str], bool], now: float, names: Mapping[str, str], fence_wait: float = 0.0
     ) -> RunState:
+        if self.never_started():
+            return RunState("created", "its gang never started whole", [], [])
         outcomes = {part: task.outcome(agent_gone(task.agent_id), now, fence_wait) for part, task in self.tasks.items()}
         missing = self.parts - len(self.tasks)  # parts the master never heard of
         live = [t for p, t in self.tasks.items() if outcomes[p] == "live"]
@@ -253,6 +267,32 @@ class Run:
         if missing:
             return RunState("lost", "a part was never launched", [], [])
         return RunState("exited", "", [], [])
+
+    def never_started(self) -> bool:
+        """A gang none of whose parts ran and that can never be whole: a part never reached its agent
+        (the daemon died, or an ACCEPT failed, before it), or one ended unstarted (`withheld`). None
+        of it started: `go` is said only once every part is held. One whose parts are all there,
+        held or on their way, is adopted instead, and its parts told to start once all are held."""
+        tasks = self.tasks.values()
+        return (
+            self.parts > 1
+            and not any(t.ran for t in tasks)
+            and all(t.state in HELD or t.data.get("withheld") is True for t in tasks)
+            and (len(self.tasks) < self.parts or any(t.state not in HELD for t in tasks))
+        )
+
+    def holding(self) -> bool:
+        """A part of it is held: made, not started, waiting to be told (TASK_STARTING)."""
+        return any(not t.ran and t.state == "TASK_STARTING" for t in self.tasks.values())
+
+    def to_start(self) -> list[Task]:
+        """Its held parts, once every part is held or has run and none is being killed: the gang is
+        whole. Parts that ran may have ended since: the others are told all the same (each told
+        again until it runs: a framework message may be lost)."""
+        tasks = self.tasks.values()
+        if len(self.tasks) < self.parts or any(t.killed or not (t.ran or t.state == "TASK_STARTING") for t in tasks):
+            return []
+        return [t for t in tasks if not t.ran]
 
     def start_failure(self, outcome: Callable[[Task], Outcome]) -> StartFailure | None:
         """While the run starts: None while no part has failed before it ran. A part that failed may
