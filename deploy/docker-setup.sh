@@ -4,7 +4,8 @@
 # Installs docker.io (the engine), busybox-static and debootstrap (images are built
 # without a registry, see workloads/images.py) and Debian's container seccomp profile
 # (golang-github-containers-common; docs/security.md) when missing, enables live-restore so
-# containers outlive an engine restart, and starts dockerd when none answers.
+# containers outlive an engine restart, raises fs.file-max to its largest (one job's files are
+# then bounded by its memory, not by the host's table), and starts dockerd when none answers.
 # Root is needed only when something must be installed or started.
 set -euo pipefail
 
