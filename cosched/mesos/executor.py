@@ -594,7 +594,9 @@ class Executor:
                         how = "its process killed by pid" if killed else "its process already gone"
                         log.warning("removing the container of task %s: %s; %s", task_id, exc, how)
                     task.left = True
-            self.update(task_id, state, message)
+            # a held part never told `go` never starts now (`_hold` decides under the lock): say so
+            withheld = task.job.hold > 0 and not task.container and not task.go
+            self.update(task_id, state, message, {"withheld": True} if withheld else None)
 
     def _message(self, data: bytes) -> None:
         try:
