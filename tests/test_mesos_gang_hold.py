@@ -46,7 +46,11 @@ def test_a_gangs_part_is_made_and_starts_only_when_told(end: str) -> None:
         wait_until(lambda: sent, 30, "the part held")
         assert sent == [("t1", "TASK_STARTING", None)]
         assert engine.containers.get(name).status == "created"  # made: a bad spec is refused before any part runs
-        if end == "go":
+        if end == "go":  # and a quota asked while it is held: carried into its start
+            answers: list[bytes] = []
+            executor.send = lambda data, retry_for=0.0: answers.append(data)  # type: ignore[method-assign]
+            executor._message(jobs.quota_message("t1", 0.5))
+            assert [jobs.parse_message(a) for a in answers] == [jobs.parse_message(jobs.quota_applied("t1", 0.5))]
             executor._message(jobs.go_message("t1"))
         elif end == "kill":
             executor._kill("t1")
@@ -58,7 +62,9 @@ def test_a_gangs_part_is_made_and_starts_only_when_told(end: str) -> None:
         states = [(state, data) for _, state, data in sent[1:]]
         if end == "go":
             assert [state for state, _ in states] == ["TASK_RUNNING"]
-            assert engine.containers.get(name).status == "running"
+            container = engine.containers.get(name)
+            assert container.status == "running"
+            assert backend.applied_quota(container.id) == 0.5
             return
         assert states == [
             {

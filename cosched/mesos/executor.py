@@ -161,6 +161,9 @@ class _Task:
     """The framework said a held part may start (`JobPayload.hold`)."""
     wake: threading.Event = field(default_factory=threading.Event)
     """Set by `go` or a KILL: a held part stops waiting."""
+    resizing: threading.Lock = field(default_factory=threading.Lock)
+    """Held while its quota is applied: messages run on a pool, and a launch carries a quota asked
+    before its start, so the last one asked is the one left in the cgroup."""
 
 
 @dataclass
@@ -507,6 +510,13 @@ class Executor:
         self.update(task_id, "TASK_RUNNING", data={"container": container, "started": started})
         if task.killing:
             self._kill_container(task_id, container)
+            return
+        with task.resizing:  # a quota asked while it was held or starting (`_message`)
+            if task.quota != job.quota:
+                try:
+                    self.backend.set_quota(container, task.quota)
+                except (QuotaMismatch, EngineUnavailable) as exc:  # its samples show the cgroup's
+                    log.warning("task %s: the quota asked before its start: %s", task_id, exc)
 
     def _hold(self, task_id: str, task: _Task, hold: float) -> bool:
         """The gate of a gang's part (`DockerBackend.launch`), its container made: whether the
@@ -620,18 +630,22 @@ class Executor:
         task_id, cpus = body["task"], float(body["cpus"])
         with self.lock:
             task = self.tasks.get(task_id)
-        if task is None or not task.container or task.ended:
+        if task is None or task.ended:
             self.send(jobs.quota_applied(task_id, None, "no such running task"), retry_for=ANSWER_RETRY)
             return
         error = ""
-        try:
-            self.backend.set_quota(task.container, cpus)
-            task.quota = cpus
-        except (QuotaMismatch, EngineUnavailable) as exc:
-            error = str(exc)
-        self.send(
-            jobs.quota_applied(task_id, self.backend.applied_quota(task.container), error), retry_for=ANSWER_RETRY
-        )
+        with task.resizing:
+            if not task.container:  # held, or starting: `_launch` applies it once started
+                task.quota = cpus
+                self.send(jobs.quota_applied(task_id, cpus), retry_for=ANSWER_RETRY)
+                return
+            try:
+                self.backend.set_quota(task.container, cpus)
+                task.quota = cpus
+            except (QuotaMismatch, EngineUnavailable) as exc:
+                error = str(exc)
+            applied = self.backend.applied_quota(task.container)
+        self.send(jobs.quota_applied(task_id, applied, error), retry_for=ANSWER_RETRY)
 
     def _send_log(self, task_id: str, lines: int) -> None:
         """The task's last `lines` of output, read from the engine now ('' if it has no container)."""
