@@ -4,8 +4,9 @@
 # Installs docker.io (the engine), busybox-static and debootstrap (images are built
 # without a registry, see workloads/images.py) and Debian's container seccomp profile
 # (golang-github-containers-common; docs/security.md) when missing, enables live-restore so
-# containers outlive an engine restart, raises fs.file-max to its largest (one job's files are
-# then bounded by its memory, not by the host's table), and starts dockerd when none answers.
+# containers outlive an engine restart, raises the kernel's file, pty and pid tables to their
+# largest (what one job takes of them is then bounded by its memory, not by the host's table), and
+# starts dockerd when none answers.
 # Root is needed only when something must be installed or started.
 set -euo pipefail
 
@@ -29,16 +30,21 @@ elif ! grep -q '"live-restore": *true' /etc/docker/daemon.json; then
     echo "docker-setup: /etc/docker/daemon.json does not enable live-restore; containers die with the engine" >&2
 fi
 
-# One job may open docker.nofile x docker.pids_limit files; the kernel's default file table is far
-# smaller and the host's whole (cosched/daemon/host_limits.py). At its largest, a job's memory bounds it.
-file_max=9223372036854775807
-if [ "$(cat /proc/sys/fs/file-max)" != "$file_max" ]; then
-    if [ -w /proc/sys/fs/file-max ]; then
-        echo "$file_max" > /proc/sys/fs/file-max
-        [ -d /etc/sysctl.d ] && echo "fs.file-max = $file_max" > /etc/sysctl.d/60-cosched.conf
+# Kernel tables no cgroup bounds (cosched/daemon/host_limits.py): open files (one job may open
+# docker.nofile x docker.pids_limit), ptys (3,072 shared by every container by default) and pids.
+# Each at its largest, a job's memory bounds what it takes (the kernel charges each to its cgroup).
+sysctls=("fs.file-max=9223372036854775807" "kernel.pty.max=1048576" "kernel.pid_max=4194304")
+for setting in "${sysctls[@]}"; do
+    key=${setting%%=*} value=${setting#*=} file=/proc/sys/$(echo "${setting%%=*}" | tr . /)
+    [ -e "$file" ] && [ "$(cat "$file")" != "$value" ] || continue
+    if [ -w "$file" ]; then
+        echo "$value" > "$file"
     else
-        echo "docker-setup: fs.file-max is $(cat /proc/sys/fs/file-max): one job can fill the host's file table (as root: sysctl fs.file-max=$file_max)" >&2
+        echo "docker-setup: $key is $(cat "$file"): jobs can fill the host's table (as root: sysctl $key=$value)" >&2
     fi
+done
+if [ -d /etc/sysctl.d ] && [ -w /etc/sysctl.d ]; then
+    printf '%s\n' "${sysctls[@]/=/ = }" > /etc/sysctl.d/60-cosched.conf
 fi
 
 if ! docker info >/dev/null 2>&1; then

@@ -2097,17 +2097,29 @@ def test_a_drain_follows_its_machine_to_the_node_it_holds(tmp_path: Path) -> Non
     daemon.close()
 
 
-def test_the_daemon_says_when_one_job_could_fill_the_hosts_file_table(tmp_path: Path) -> None:
-    """The kernel's file table is the host's, and one job may open `nofile` x `pids_limit` files: at
-    Debian's default `fs.file-max` one job left none for any other process not root (a helper's
-    audit). Said at start, with what closes it; nothing where the table is unbounded."""
-    from cosched.daemon.host_limits import FILE_MAX_UNBOUNDED, file_table_exposure
+def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> None:
+    """The kernel's tables of files, ptys and pids are the host's, and no cgroup bounds what one
+    job takes of them: at Debian's defaults one job left no file or pty for any other (a helper's
+    audit). Each is said at start, with what closes it; nothing where each is at its largest."""
+    from cosched.daemon.host_limits import FILE_MAX_UNBOUNDED, PID_MAX_LARGEST, PTY_MAX_LARGEST, exposures
 
-    (tmp_path / "file-max").write_text("2466170\n")
-    line = file_table_exposure(4096, 4096, tmp_path)
-    assert "one job may open 16,777,216 files" in line and "2,466,170 (fs.file-max)" in line
-    assert f"fs.file-max={FILE_MAX_UNBOUNDED}" in line
-    assert file_table_exposure(64, 64, tmp_path) == ""  # 4,096: far from it
-    (tmp_path / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")
-    assert file_table_exposure(4096, 4096, tmp_path) == ""
-    assert file_table_exposure(4096, 4096, tmp_path / "absent") == ""  # a host that does not say
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "kernel" / "pty").mkdir(parents=True)
+    (tmp_path / "fs" / "file-max").write_text("2466170\n")
+    (tmp_path / "kernel" / "pty" / "max").write_text("4096\n")
+    (tmp_path / "kernel" / "pty" / "reserve").write_text("1024\n")
+    (tmp_path / "kernel" / "pid_max").write_text("32768\n")
+    files, ptys, pids = exposures(4096, 4096, 8, tmp_path)
+    assert "one job may open 16,777,216 files" in files and "2,466,170 (fs.file-max)" in files
+    assert f"fs.file-max={FILE_MAX_UNBOUNDED}" in files
+    assert "the same 3,072 (kernel.pty.max less kernel.pty.reserve)" in ptys
+    assert f"kernel.pty.max={PTY_MAX_LARGEST}" in ptys
+    assert "32,768 pids (kernel.pid_max) are 8 jobs' worth" in pids and "may run 16 jobs at once" in pids
+    assert f"kernel.pid_max={PID_MAX_LARGEST}" in pids
+    only_ptys = exposures(64, 64, 8, tmp_path)  # 4,096 files, and 8,192 pids at once: far from either
+    assert [line.split()[2] for line in only_ptys] == ["takes"]
+    (tmp_path / "fs" / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")
+    (tmp_path / "kernel" / "pty" / "max").write_text(f"{PTY_MAX_LARGEST}\n")
+    (tmp_path / "kernel" / "pid_max").write_text(f"{PID_MAX_LARGEST}\n")
+    assert exposures(4096, 4096, 8, tmp_path) == []
+    assert exposures(4096, 4096, 8, tmp_path / "absent") == []  # a host that does not say

@@ -36,7 +36,7 @@ import requests.exceptions
 from cosched.daemon.accounts import Account, account_in, job_user_account
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
-from cosched.daemon.host_limits import file_table_exposure
+from cosched.daemon.host_limits import exposures
 from cosched.daemon.sandbox import (
     SandboxRefused,
     StagingMounts,
@@ -212,8 +212,8 @@ class DockerBackend:
         if self._profile:
             self._security.append(f"seccomp={load_profile(self._profile)}")
         self._exposure_told = False
-        if files := file_table_exposure(settings.nofile, settings.pids_limit):
-            log.warning("%s", files)
+        for exposure in exposures(settings.nofile, settings.pids_limit, os.cpu_count() or 1):
+            log.warning("%s", exposure)
         self._masked = masked_proc()
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""

@@ -1,12 +1,19 @@
-"""What one job can take of the host's kernel tables that no cgroup bounds.
+"""What jobs can take of the host's kernel tables that no cgroup bounds.
 
-A job's memory, CPU and processes are its cgroup's; the kernel's table of open files is the
-host's. Docker 20.10 bounds a job only by `nofile` per process times `pids_limit` processes
-(16.7 million files at the defaults), and Debian's default `fs.file-max` is about a tenth of the
-host's memory in KiB (2.5 million on 24 GiB): one job opening `/dev/null` in 500 processes left
-none for any other process not root, every other job and every user of the host included (a
-helper's audit). With `fs.file-max` at its largest, the files a job opens are bounded by its
-memory, to which the kernel charges each (`filp`, 256 bytes). `deploy/docker-setup.sh` sets it.
+A job's memory, CPU and processes are its cgroup's; some kernel tables are the host's, and one
+job filling one fails every other job, and host users too (a helper's audit):
+- open files: Docker 20.10 bounds a job only by `nofile` per process times `pids_limit` processes
+  (16.7 million at the defaults), and Debian's default `fs.file-max` is about a tenth of the host's
+  memory in KiB (2.5 million on 24 GiB): one job opening `/dev/null` in 500 processes left none
+  for any other process not root;
+- ptys: every container's share is `kernel.pty.max` less the 1,024 kept for the host's own
+  (3,072 by default): one job took them all, and every other job's pty and an operator's
+  `docker run -t` failed;
+- processes: `pids_limit` bounds one job, and `kernel.pid_max` (32,768 on a host without
+  systemd) is eight jobs' worth at the default 4,096.
+The kernel charges each file (`filp`), pty (about 3 KiB) and process to its job's memory cgroup,
+so with each table at its largest a job's memory bounds what it takes. `deploy/docker-setup.sh`
+sets them; the daemon, and each Mesos executor, says at start which are not.
 """
 
 from __future__ import annotations
@@ -15,20 +22,47 @@ from pathlib import Path
 
 FILE_MAX_UNBOUNDED = 9223372036854775807
 """The largest `fs.file-max`, as systemd sets it."""
+PTY_MAX_LARGEST = 1 << 20
+"""The largest `kernel.pty.max` (the kernel's `NR_UNIX98_PTY_MAX`)."""
+PID_MAX_LARGEST = 1 << 22
+"""The largest `kernel.pid_max` on 64-bit hosts, as systemd sets it."""
+JOBS_PER_CPU = 2
+"""Jobs one CPU may run at once: its owner and a guest it lends to."""
 
 
-def file_table_exposure(nofile: int, pids_limit: int, fs: Path = Path("/proc/sys/fs")) -> str:
-    """'' when one job cannot fill the host's file table (or this host does not say), else a line
-    saying how many files one job may open against `fs.file-max`, and what closes it."""
+def _read(sysctl: Path) -> int | None:
     try:
-        file_max = int((fs / "file-max").read_text().split()[0])
+        return int(sysctl.read_text().split()[0])
     except (OSError, ValueError, IndexError):
-        return ""
-    one_job = nofile * pids_limit
-    if one_job < file_max:
-        return ""
-    return (
-        f"one job may open {one_job:,} files (docker.nofile x docker.pids_limit), and the host's whole file "
-        f"table is {file_max:,} (fs.file-max): a job can leave none for any other process but root's; set sysctl "
-        f"fs.file-max={FILE_MAX_UNBOUNDED} (a job's files are charged to its memory), or lower docker.nofile"
-    )
+        return None  # a host that does not say
+
+
+def exposures(nofile: int, pids_limit: int, cpus: int, sys: Path = Path("/proc/sys")) -> list[str]:
+    """One line per host table a job, or this host's jobs together, can fill, each naming what
+    closes it; none where every table is at its largest (or the host does not say)."""
+    lines = []
+    file_max = _read(sys / "fs" / "file-max")
+    if file_max is not None and nofile * pids_limit >= file_max:
+        lines.append(
+            f"one job may open {nofile * pids_limit:,} files (docker.nofile x docker.pids_limit), and the host's "
+            f"whole file table is {file_max:,} (fs.file-max): a job can leave none for any other process but "
+            f"root's; set sysctl fs.file-max={FILE_MAX_UNBOUNDED} (a job's files are charged to its memory), "
+            "or lower docker.nofile"
+        )
+    pty_max, reserve = _read(sys / "kernel" / "pty" / "max"), _read(sys / "kernel" / "pty" / "reserve")
+    if pty_max is not None and pty_max < PTY_MAX_LARGEST:
+        shared = max(0, pty_max - (reserve or 0))
+        lines.append(
+            f"every job takes its ptys from the same {shared:,} (kernel.pty.max less kernel.pty.reserve): one job "
+            f"can leave none for any other; set sysctl kernel.pty.max={PTY_MAX_LARGEST} (a job's ptys are "
+            "charged to its memory)"
+        )
+    pid_max = _read(sys / "kernel" / "pid_max")
+    if pid_max is not None and pid_max < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= pid_max:
+        lines.append(
+            f"the host's {pid_max:,} pids (kernel.pid_max) are {pid_max // pids_limit:,} jobs' worth at "
+            f"docker.pids_limit {pids_limit:,}, and its {cpus} CPUs may run {JOBS_PER_CPU * cpus} jobs at once: "
+            f"they can leave no pid for the host; set sysctl kernel.pid_max={PID_MAX_LARGEST}, "
+            "or lower docker.pids_limit"
+        )
+    return lines
