@@ -44,6 +44,9 @@ class _SlowEngine:
     def expect(self, handle: str, job_id: int, slots: Any) -> None:
         pass
 
+    def expect_launch(self, job_id: int, run: int, slots: Any) -> None:
+        pass
+
     def has_image(self, name: str) -> bool:
         return True
 

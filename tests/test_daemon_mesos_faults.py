@@ -847,6 +847,45 @@ def test_a_silent_master_under_the_daemon(
         finish(cluster, daemon)
 
 
+def test_a_daemon_killed_mid_launch_before_the_agent_rejoins_a_new_master_runs_the_job_once(
+    zk_cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
+) -> None:
+    """The job's task is on its way to agent2, which is stopped (its launch waits, the job
+    `launching`), when the master fails over and the daemon is SIGKILLed and started again before
+    agent2 re-registers: the new master knows nothing of that task. Recovery queued the job as never
+    launched, and agent2, once back, could run the task too. Now the launch is asked for by name
+    (its handle is the job's and run's alone): the job is held running until agent2 is back, and it
+    runs once, and ends done."""
+    name = "cosched-failover-launch"
+    daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper, fence=600.0)
+    agent2 = int((zk_cluster.run_dir / "agent2.pid").read_text())
+    try:
+        fid = framework_id_of(daemon)
+        holder = daemon.submit(image=image, command=["sleep", "40"], cores=1, memory_mib=64, walltime=300)
+        daemon.wait_running(holder, 60)
+        os.kill(agent2, signal.SIGSTOP)
+        try:
+            job = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=300)
+            task = f"cosched-job-{job}-r1-0of1-1c"  # the master sends it on to agent2, which cannot answer
+            wait_until(
+                lambda: task in {t["id"] for t in (zk_cluster.framework(fid) or {"tasks": []})["tasks"]},
+                60,
+                "the task sent",
+            )
+            assert daemon.job(job)["state"] == "launching"
+            zk_cluster.restart_master()
+            daemon.signal(signal.SIGKILL)
+            daemon.start(timeout=90)
+            assert daemon.job(job)["state"] == "running"
+        finally:
+            os.kill(agent2, signal.SIGCONT)
+        jobs = daemon.wait_final([holder, job], 180)
+        assert {j["state"] for j in jobs.values()} == {"done"}, jobs
+        assert_ran_once(container_events.containers(fid)[job])
+    finally:
+        finish(zk_cluster, daemon)
+
+
 def test_a_daemon_restarted_before_an_agent_rejoins_a_new_master_keeps_its_job(
     zk_cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:

@@ -425,6 +425,72 @@ def test_a_run_the_state_file_records_is_known_before_the_master_tells_of_it() -
     assert backend.unsized() == [(handle, 6)]  # its size is the daemon's to tell, as for any run learnt
 
 
+def _reconciled(backend: MesosBackend, asked: list[list[tuple[str, str | None]]], finish: bool = True) -> None:
+    """The start's reconciliation (`_settle`), the master answering its marker (it told all) if `finish`."""
+
+    def reconcile(tasks: list[tuple[str, str | None]] | None = None) -> None:
+        asked.append(tasks or [])
+        marker = (tasks or [("", None)])[0][0]
+        if finish and marker.startswith("cosched-reconciled-"):
+            backend.on_update({"task_id": {"value": marker}, "state": "TASK_LOST", "reason": "REASON_RECONCILIATION"})
+
+    backend.client.reconcile = reconcile  # type: ignore[method-assign, assignment]
+    backend._settle(limit=0.05)
+    asked.clear()
+
+
+def test_a_launch_the_state_file_records_is_asked_for_only_where_its_agent_was_not_back() -> None:
+    """A daemon SIGKILLed mid-launch left jobs `launching`; reconciliation told nothing of them. Where
+    each agent of the run's slots had offered when the start's reconciliation began, the master
+    told all it holds: the launch never went out, and recovery queues the job. After a master
+    failover an agent not re-registered yet may hold the task: that run is expected under the
+    handle its launch gave it (the job's and run's alone), listed running, and asked for by name."""
+    backend = _backend()
+    backend.agents, backend.hostnames = ["a1", ""], {"a1": "agent1"}
+    asked: list[list[tuple[str, str | None]]] = []
+    backend.on_update(_status("cosched-job-8-r4-0of2-1c", "TASK_STARTING", "a1", reason="REASON_RECONCILIATION"))
+    _reconciled(backend, asked)  # agent2 not back yet
+    backend.expect_launch(5, 2, ((0, 1),))  # on agent1, which the master told of: never launched
+    backend.expect_launch(6, 3, ((1, 1),))  # on agent2: perhaps there
+    backend.expect_launch(7, 1, ((0, 1), (1, 1)))  # a gang with a part there
+    backend.expect_launch(8, 4, ((0, 1), (1, 1)))  # a gang whose part on agent1 the master told of
+    listed = backend.containers()
+    assert sorted(listed) == [6, 7, 8]
+    assert (listed[6].id, listed[6].state, listed[6].run) == ("cosched-job-6-r3", "running", 3)
+    assert listed[8].state == "running"  # its part on agent2 expected: not a gang never whole ("created")
+    assert not any(task.killed for task in backend.runs["cosched-job-8-r4"].tasks.values())
+    for call in backend._ask_unanswered(time.monotonic()):
+        call()
+    assert asked == [
+        [
+            ("cosched-job-6-r3-0of1-1c", None),
+            ("cosched-job-7-r1-0of2-1c", "a1"),
+            ("cosched-job-7-r1-1of2-1c", None),
+            ("cosched-job-8-r4-1of2-1c", None),
+        ]
+    ]
+
+
+@pytest.mark.parametrize("case", ["reconciliation unfinished", "a rebuild"])
+def test_a_launch_is_asked_for_wherever_reconciliation_did_not_finish_and_never_in_a_rebuild(case: str) -> None:
+    """A reconciliation that did not finish told nothing for sure: each launch is asked for. A
+    rebuild (a failed pass) recovers in the same process, which made every launch since its start:
+    a launch it gave up on (forgotten) was held running for good, its updates dropped (a helper's
+    review)."""
+    backend = _backend()
+    backend.agents, backend.hostnames = ["a1", ""], {"a1": "agent1"}
+    asked: list[list[tuple[str, str | None]]] = []
+    _reconciled(backend, asked, finish=case == "a rebuild")
+    if case == "a rebuild":
+        backend._recovered = True
+    if case == "reconciliation unfinished":
+        backend.expect_launch(5, 2, ((0, 1),))  # agent1 offered, but the master may not have told all
+        assert sorted(backend.containers()) == [5]
+    else:
+        backend.expect_launch(5, 2, ((1, 1),))  # agent2 not back, but the launch is this process's own
+        assert sorted(backend.containers()) == []
+
+
 def test_an_expected_run_whose_agent_is_not_back_is_the_jobs_and_is_not_messaged() -> None:
     """After a failover its agent made no offer yet (its id unknown): a quota change has no one to
     ask and says so at once (it waited the whole quota timeout, holding up the restart's recovery).

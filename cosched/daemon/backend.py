@@ -60,6 +60,12 @@ class Backend(Protocol):
         machines may not have told of it yet (Mesos, after a master failover), it is listed running
         until they tell; one host's engine lists all it has, and one it does not is gone."""
 
+    def expect_launch(self, job_id: int, run: int, slots: Slots) -> None:
+        """Before `containers` at a start: a run the state file records as launching (`run`, on
+        `slots`), of which the machines told nothing. Where they may not have told of it yet (Mesos,
+        after a master failover), it is listed running until they tell; one host's engine lists
+        every container it made, and a run it has not was never started."""
+
     def containers(self) -> dict[int, ContainerInfo]:
         """This daemon's jobs the machines know, by job id (`lost` runs too, see ContainerInfo)."""
         ...

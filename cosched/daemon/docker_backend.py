@@ -470,6 +470,9 @@ class DockerBackend:
     def expect(self, handle: str, job_id: int, slots: tuple[tuple[int, int], ...]) -> None:
         """Nothing to learn: the engine lists every container it has (`Backend.expect`)."""
 
+    def expect_launch(self, job_id: int, run: int, slots: tuple[tuple[int, int], ...]) -> None:
+        """Nothing to learn: the engine lists every container it has (`Backend.expect_launch`)."""
+
     def containers(self) -> dict[int, ContainerInfo]:
         """Every container of this instance, by job id."""
         return {info.job_id: info for info in self.labelled()}

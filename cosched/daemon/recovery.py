@@ -2,7 +2,9 @@
 
 The rules, each safe whatever instant the previous run died at:
 - `launching` with no container: the container was never made, so the job
-  goes back to the queue (it never ran; nothing runs twice).
+  goes back to the queue (it never ran; nothing runs twice). Where the machines
+  may not have told of it yet (Mesos, an agent not back after a master
+  failover), it is asked for first (`Backend.expect_launch`), as a running one is.
 - `launching` or `running` with a container that was created but never
   started: removed, and the job goes back to the queue.
 - a started container (running or exited): adopted; an exited one is then
@@ -39,9 +41,11 @@ def recover(daemon: Daemon) -> None:
     store, backend = daemon.store, daemon.backend
     live = store.jobs(("pending", "launching", "running"))
     for record in live:
+        slots = tuple((int(node), int(cores)) for node, cores in record["slots"] or ())
         if record["state"] == "running" and record["container"]:
-            slots = tuple((int(node), int(cores)) for node, cores in record["slots"] or ())
             backend.expect(record["container"], record["id"], slots)
+        elif record["state"] == "launching":
+            backend.expect_launch(record["id"], record["launches"], slots)
     listed = backend.containers()
     adopted, queued, lost = [], [], []
     for record in live:

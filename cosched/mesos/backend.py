@@ -309,6 +309,8 @@ class MesosBackend(EventHandler):
         self._unanswered: dict[str, int] = {}
         """Tasks of runs the state file records running (`expect`) that the master has not told of,
         or told only as gone: asked for by name (task id -> its node) until it says they run or ended."""
+        self._told_agents: frozenset[str] = frozenset()
+        """Agents that had offered when the start's reconciliation began: the master told all they hold."""
         self._next_ask = (0.0, ASK_FIRST)
         """When to ask for them next (monotonic), and the wait after that."""
         self._recovered = False
@@ -450,6 +452,7 @@ class MesosBackend(EventHandler):
             self._marker = marker
             # an agent the master knows, so that it answers at once (without one, not while agents re-register)
             agent = next((a for a in self.agents if a), None) or next(iter(self.hostnames), None)
+            offered = frozenset(self.hostnames)  # registered: reconciliation tells all they hold
         try:
             self.client.reconcile()
             self.client.reconcile([(marker, agent)])
@@ -459,6 +462,8 @@ class MesosBackend(EventHandler):
         with self.cond:
             if not self.cond.wait_for(lambda: self._marker != marker, limit):
                 log.warning("the master did not finish reconciling in %.0f s: the daemon starts on what it told", limit)
+                return
+            self._told_agents = offered  # only once it told all: else each launch is asked for (`expect_launch`)
 
     @property
     def framework_id(self) -> str | None:
@@ -1315,6 +1320,29 @@ class MesosBackend(EventHandler):
                 self._next_ask = (0.0, ASK_FIRST)  # at the next round
                 self._dirty = True
                 self.cond.notify_all()
+
+    def expect_launch(self, job_id: int, run: int, slots: Slots) -> None:
+        """A run the state file records as launching: expected as a running one is (`expect`: the
+        parts reconciliation did not tell are listed, and asked for by name) where an agent of its
+        slots had not offered when the start's reconciliation began, or that did not finish; under
+        the handle its launch gave it (`new_handle`). Not in a rebuild: this process made every
+        launch since its start, and knows each.
+
+        Why: its ACCEPT may never have gone out (the daemon died first), and the master's silence
+        says so for agents it knew then. After a master failover it knows nothing yet of an agent
+        that has not re-registered: a daemon SIGKILLed mid-launch queued the job again while its
+        task sat on such an agent, which ran it once back. Its cost: a launch that never went out
+        is held until the master answers for the agent (its offer, or `REREGISTER_GRACE`), and is
+        then a lost run."""
+        handle = new_handle(job_id, run)
+        with self.cond:
+            if self._recovered or handle in self._forgotten:  # a rebuild: this process made every launch since
+                return
+            nodes = [node for node, cores in slots if cores > 0]
+            if all(self._agent_at(node) in self._told_agents for node in nodes):
+                return  # the master told all they hold: recovery adopts what it told, or queues the job
+        log.info("job %d: its launch may be on an agent the master has not heard back from: asked for by name", job_id)
+        self.expect(handle, job_id, slots)
 
     def adopt(self, handle: str) -> None:
         """Reconciliation told this run's state; it is the daemon's now."""

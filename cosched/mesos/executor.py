@@ -515,8 +515,9 @@ class Executor:
             if task.quota != job.quota:
                 try:
                     self.backend.set_quota(container, task.quota)
-                except (QuotaMismatch, EngineUnavailable) as exc:  # its samples show the cgroup's
+                except (QuotaMismatch, EngineUnavailable) as exc:  # its samples then show the quota it runs under
                     log.warning("task %s: the quota asked before its start: %s", task_id, exc)
+                    task.quota = job.quota
 
     def _hold(self, task_id: str, task: _Task, hold: float) -> bool:
         """The gate of a gang's part (`DockerBackend.launch`), its container made: whether the

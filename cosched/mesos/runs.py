@@ -35,7 +35,6 @@ import base64
 import binascii
 import json
 import re
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
@@ -73,7 +72,8 @@ def fence_wait(fence: float) -> float:
     return fence + FENCE_MARGIN
 
 
-_TASK = re.compile(r"^(cosched-job-(\d+)(?:-r(\d+))?-[0-9a-f]+)-(\d+)of(\d+)-(\d+)c$")
+_TASK = re.compile(r"^(cosched-job-(\d+)(?:-r(\d+))?(?:-[0-9a-f]+)?)-(\d+)of(\d+)-(\d+)c$")
+"""Handles made before they were the run's alone carry a random suffix; they still parse."""
 
 
 class TaskName(NamedTuple):
@@ -89,9 +89,11 @@ class TaskName(NamedTuple):
 
 
 def new_handle(job_id: int, run: int) -> str:
-    """A run's handle: each launch of a job is a new run, so a late update of an old one is told
-    apart; the run's number in it tells a restarted daemon which one the state file began last."""
-    return f"cosched-job-{job_id}-r{run}-{uuid.uuid4().hex[:8]}"
+    """A run's handle: each launch of a job is a new run (`Store.begin_run`, committed before it), so
+    a late update of an old one is told apart; the run's number in it tells a restarted daemon which
+    one the state file began last. Nothing random in it: a restarted daemon names the tasks of a
+    launch it recorded and never saw the end of (`MesosBackend.expect_launch`)."""
+    return f"cosched-job-{job_id}-r{run}"
 
 
 def part_id(handle: str, part: int, parts: int, cores: int) -> str:
