@@ -9,6 +9,8 @@ One `cosched daemon` (in this process, its real scheduling pass) on a real maste
   (the queue was empty): per job, from the launch decided to its task running, and from the
   offer it used arriving to its task running (offer-to-launch).
 - single launch: one job into an idle, suppressed cluster, 5 times: the same two latencies.
+- gang launch: a job of 2 cores spread over 2 agents, the same way: its parts are held, made and
+  not started, until both are, then told to start (the start barrier).
 - pass: with `--queued` jobs waiting (gangs of every core, which start only on an idle cluster),
   a running job is cancelled and, once its end is reported, one scheduling pass is timed:
   collecting the end from the Mesos backend, the core's step over the whole queue (EASY),
@@ -116,6 +118,23 @@ def main() -> None:
                     "measure": "single launch, from suppressed",
                     "latency": ms([s[0] for s in singles]),
                     "offer-to-launch": ms([s[1] for s in singles]),
+                }
+            )
+
+            # gangs of two agents, the same way: each part held, made and not started, until both are
+            gangs = []
+            pair = {**sleeper, "command": ["true"], "cores": 2, "span": True, "memory_mib": 64}
+            for _ in range(5):
+                count = suppressed()
+                job = daemon.submit_job(JobSpec(**pair))
+                run_until(daemon, lambda job=job: states(daemon, [job]) == ["done"], 60)
+                gangs.append(backend.latencies[-1])
+                run_until(daemon, lambda count=count: suppressed() > count, 30)
+            rows.append(
+                {
+                    "measure": "gang of 2 agents, from suppressed",
+                    "latency": ms([g[0] for g in gangs]),
+                    "offer-to-launch": ms([g[1] for g in gangs]),
                 }
             )
 

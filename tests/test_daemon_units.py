@@ -1210,6 +1210,31 @@ def test_cpus_are_shown_only_where_jobs_are_pinned_to_them(tmp_path: Path) -> No
     daemon.close()
 
 
+def test_the_job_gauges_count_the_cores_running_and_pending_jobs(tmp_path: Path) -> None:
+    """`cosched_running_jobs` and `cosched_pending_jobs`, read off the core's own lists: counting every
+    job's state took most of a pass with 10,000 queued (`benchmarks/mesos.py`, profiled)."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import job_actions, views
+    from cosched.daemon.identity import ANONYMOUS
+
+    clock = Clock()
+    daemon = clocked_daemon(tmp_path, clock, FakeEngine(clock), cores=2)
+    spec = {"image": "x", "command": ["true"], "memory_mib": 64, "walltime": 100}
+    daemon.submit_job(JobSpec(**spec, cores=2))
+    daemon.schedule()
+    queued = [daemon.submit_job(JobSpec(**spec, cores=1)) for _ in range(3)]
+    job_actions.hold(daemon, queued[0], ANONYMOUS, True)
+    daemon.schedule()
+    states = [row["state"] for row in views.queue(daemon)]
+    gauges = dict(
+        line.rsplit(" ", 1) for line in daemon.metrics.render().decode().splitlines() if line.startswith("cosched_")
+    )
+    assert (states.count("running"), states.count("pending")) == (1, 3)
+    assert (gauges["cosched_running_jobs"], gauges["cosched_pending_jobs"]) == ("1.0", "3.0")
+    daemon.close()
+
+
 def test_the_blocked_head_shows_its_expected_start_while_the_cluster_is_full(tmp_path: Path) -> None:
     """EASY reserves only when a pass asks it for a plan, which needs a free core and a job to
     backfill: with the cluster full `cosched queue` and `status` showed no expected start for the

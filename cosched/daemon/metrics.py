@@ -103,9 +103,9 @@ class DaemonMetrics:
         core = daemon.core
         self.pass_seconds.observe(seconds)
         self.queue_length.set(len(core.queue))
-        running = [job for job in core.jobs.values() if job.state.value == "running"]
+        running = core.running  # read, never changed here
         self.running.set(len(running))
-        self.pending.set(sum(job.state.value == "pending" for job in core.jobs.values()))
+        self.pending.set(len(core.jobs) - len(running))  # the core holds pending and running jobs only
         self.cores_total.set(daemon.cluster.cores)
         self.cores_allocated.set(sum(job.cores for job in running if job.host < 0))
         self.cores_lent.set(sum(job.quota for job in running if job.host >= 0))
