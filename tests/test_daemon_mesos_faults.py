@@ -508,6 +508,31 @@ def test_a_job_that_finished_while_its_executor_was_dead_is_done_and_not_run_aga
         finish(cluster, daemon)
 
 
+def test_a_job_that_fails_while_the_daemon_is_long_gone_keeps_its_exit_code_and_output(
+    cluster: Cluster, image: str, tmp_path: Path
+) -> None:
+    """The agent sends a task's end again until it is acknowledged, on a backoff of its own (10 s,
+    doubling): after a long outage its next try may be minutes away. The master's reconciliation
+    tells only the end's state, with no exit code or output, and a restarted daemon waits 15 s
+    (`RECONCILED_GRACE`) for the agent's update before it records the end by its state alone (exit
+    code -1). Here the daemon is gone 40 s, the agent's next try due at about 75 s: the end comes
+    at once, with the job's exit code and its output (the agent sends what it holds again when the
+    framework subscribes anew)."""
+    daemon = mesos_daemon(cluster, tmp_path, "cosched-long-outage")
+    try:
+        command = ["sh", "-c", "sleep 4; echo its own words; exit 3"]
+        job = daemon.submit(image=image, command=command, cores=1, memory_mib=64, walltime=120)
+        daemon.wait_running(job, 60)
+        daemon.signal(signal.SIGKILL)
+        time.sleep(40)  # its end at 4 s, sent again at about 14 and 34 s, then at 74 s
+        daemon.start(timeout=60)
+        status = daemon.wait_final([job], 60)[job]
+        assert (status["state"], status["exit_code"]) == ("failed", 3), status
+        assert "its own words" in status["log_tail"]
+    finally:
+        finish(cluster, daemon)
+
+
 def _hog(cluster: Cluster, name: str, leave_cpus: float = 0.0, leave_mem: float = 0.0) -> tuple[Any, str]:
     """Another framework takes agent2 with a task of its own: a cluster shared. The task holds all of
     agent2's CPUs but `leave_cpus`, and 64 MiB, or with `leave_mem` all its memory but that (64 MiB at least)."""
