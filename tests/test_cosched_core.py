@@ -155,6 +155,31 @@ def test_every_queued_job_in_the_window_is_offered() -> None:
     assert {jobs[4].slots, jobs[5].slots} == {((0, 1),), ((1, 1),)}  # one in each host
 
 
+class _Never(Static):
+    name = "never"
+
+    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
+        return None
+
+
+def test_the_core_says_why_each_job_it_offered_for_co_scheduling_was_not_lent_to() -> None:
+    # Two 2-core jobs fill a 4-core node of 1,000 MiB, 600 free. Behind them: a 4-core job (no host
+    # that large), a 2-core job of 800 MiB (no memory beside them), and a 1-core job the policy
+    # lends nothing. `cosched queue` showed Resources and Priority alone beside idle allocations.
+    cluster = Cluster(nodes=1, cores_per_node=4, memory_per_node=1000)
+    core = _core(cluster, _Never())
+    running = [job(1, 0, 2, 100, memory=100), job(2, 0, 2, 100, memory=100)]
+    queued = [job(3, 1, 4, 10), job(4, 1, 2, 10, memory=400), job(5, 1, 1, 10, memory=10)]
+    core.step(1.0, [Offer(((0, 4),), (1000,)), *(JobSubmitted(j) for j in running + queued)])
+    assert [j.id for j in core.running] == [1, 2]
+    shown = {i: why.format(cores=4, policy="never", job=i) for i, why in core.not_lent.items()}
+    assert shown == {
+        3: "no running job of 4+ cores takes a guest",
+        4: "no host with room for it (memory, or a guest already there)",
+        5: "never lent it nothing (cosched explain 5)",
+    }
+
+
 def _core(cluster: Cluster, cosched: object = None):
     from cosched.core.scheduler import Scheduler
     from cosched.policies.backfill import EASY

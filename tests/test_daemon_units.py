@@ -1235,6 +1235,29 @@ def test_the_job_gauges_count_the_cores_running_and_pending_jobs(tmp_path: Path)
     daemon.close()
 
 
+def test_the_queue_says_why_a_job_was_not_co_scheduled(tmp_path: Path) -> None:
+    """Beside running jobs that could lend, `cosched queue` said only Resources (a helper's
+    walkthrough: why no lending?). The core's reason is added to the job's, and its expected start
+    is still the backfill's."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    clock = Clock()
+    daemon = clocked_daemon(tmp_path, clock, FakeEngine(clock), cores=4, cosched="static")
+    spec = {"image": "x", "command": ["true"], "memory_mib": 64, "walltime": 100}
+    for _ in range(2):
+        daemon.submit_job(JobSpec(**spec, cores=2))
+    daemon.schedule()
+    wide = daemon.submit_job(JobSpec(**spec, cores=4))
+    daemon.schedule()
+    row = {row["id"]: row for row in views.queue(daemon)}[wide]
+    assert row["reason"] == "Resources; not co-scheduled: no running job of 4+ cores takes a guest"
+    assert row["start"] == 1100.0
+    assert views.job_status(daemon, wide)["pending_reason"] == row["reason"]  # type: ignore[index]
+    daemon.close()
+
+
 def test_the_blocked_head_shows_its_expected_start_while_the_cluster_is_full(tmp_path: Path) -> None:
     """EASY reserves only when a pass asks it for a plan, which needs a free core and a job to
     backfill: with the cluster full `cosched queue` and `status` showed no expected start for the

@@ -118,6 +118,10 @@ class Scheduler:
         reservations to keep)."""
         self.guests: dict[int, list[Job]] = {}
         """Running hosts' co-scheduled guests, by host id."""
+        self.not_lent: dict[int, str] = {}
+        """Why each job the last pass offered for co-scheduling got no lending (`cosched queue`
+        shows it: a queued job beside idle allocations was a question no view answered). A
+        template of `{cores}`, `{policy}` and `{job}`: a pass in replay formats nothing."""
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""
@@ -739,23 +743,27 @@ class Scheduler:
         # guests arrive; `_can_host` checks each pair all the same.
         open_hosts = [h for h in self.running if h.coschedule and len(self.guests.get(h.id, ())) < self.sharing - 1]
         fitting: dict[int, list[Job]] = {}
+        self.not_lent = not_lent = {}
         for guest in window:
             if self.limit is not None and not self.limit.admits(guest):
+                not_lent[guest.id] = "its user's limits"
                 continue
             large = fitting.get(guest.cores)
             if large is None:
                 large = fitting[guest.cores] = [h for h in open_hosts if h.cores >= guest.cores]
-            hosts = [
-                h
-                for h in candidates(guest, large)
-                if self._can_host(h, guest) and (promises is None or promises.allow(guest, h))
-            ]
-            if hosts:
-                lending = self.cosched.lend(view, guest, hosts)
-                if lending is None or not self._colocate(guest, lending.host, lending.fraction, now, actions):
-                    continue
-                if promises is not None:
-                    promises.took(guest, lending.host)
+            asked = candidates(guest, large)
+            roomy = [h for h in asked if self._can_host(h, guest)]
+            hosts = roomy if promises is None else [h for h in roomy if promises.allow(guest, h)]
+            if not hosts:
+                not_lent[guest.id] = _why_no_host(guest, large, asked, roomy)
+                continue
+            lending = self.cosched.lend(view, guest, hosts)
+            if lending is None:
+                not_lent[guest.id] = _LENT_NOTHING
+            elif not self._colocate(guest, lending.host, lending.fraction, now, actions):
+                not_lent[guest.id] = _NO_ROOM
+            elif promises is not None:
+                promises.took(guest, lending.host)
 
     def _can_host(self, host: Job, guest: Job) -> bool:
         if not host.coschedule or host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
@@ -881,6 +889,21 @@ class Scheduler:
             if per_node > cluster.memory_per_node:
                 return f"job {job.id} needs {per_node} MiB on a node, nodes have {cluster.memory_per_node}"
         return ""
+
+
+_NO_ROOM = "no host with room for it (memory, or a guest already there)"
+_LENT_NOTHING = "{policy} lent it nothing (cosched explain {job})"
+
+
+def _why_no_host(guest: Job, large: Sequence[Job], asked: Sequence[Job], roomy: Sequence[Job]) -> str:
+    """Why no running job may host `guest`: from the first of the core's checks that left none."""
+    if not large:
+        return "no running job of {cores}+ cores takes a guest"
+    if not asked:
+        return "no host to ask now: each was asked before, or has no usage sample yet"
+    if not roomy:
+        return _NO_ROOM
+    return "a guest there would delay a reserved start"
 
 
 def host_quota(host: Job, guests: Iterable[Job]) -> float:

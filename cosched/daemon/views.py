@@ -67,6 +67,9 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         start = reservations.get(job.id)
         if reason == "Resources" and job.id not in daemon.reservations:  # (one at inf: never, shown none)
             start = _promised_to_head(daemon, now, job, jobs)
+        if why := core.not_lent.get(job.id):  # offered for co-scheduling at the last pass, and not lent to
+            lender = core.cosched.name if core.cosched is not None else ""
+            reason = f"{reason}; not co-scheduled: {why.format(cores=job.cores, policy=lender, job=job.id)}"
         rows.append(_row(daemon, job, "pending", reason, start))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))
