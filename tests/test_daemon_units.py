@@ -2165,7 +2165,8 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     assert "32,768 pids (kernel.pid_max) are 8 jobs' worth" in pids and "may run 16 jobs at once" in pids
     assert f"kernel.pid_max={PID_MAX_LARGEST}" in pids
     only_ptys = exposures(64, 64, 8, tmp_path)  # 4,096 files, and 8,192 pids at once: far from either
-    assert [line.split()[2] for line in only_ptys] == ["takes"]
+    assert [line.split()[2] for line in only_ptys] == ["takes"] and "or docker.ptys = false" in only_ptys[0]
+    assert exposures(64, 64, 8, tmp_path, ptys=False) == []  # jobs open no pty
     (tmp_path / "fs" / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")
     (tmp_path / "kernel" / "pty" / "max").write_text(f"{PTY_MAX_LARGEST}\n")
     (tmp_path / "kernel" / "pid_max").write_text(f"{PID_MAX_LARGEST}\n")

@@ -246,6 +246,7 @@ def test_the_daemons_job_settings_reach_the_executor_whole(tmp_path: Path) -> No
         nofile=128,
         cpu_period=50_000,
         log_tail=7,
+        ptys=False,
     )
     from cosched.mesos.executor import ExecutorSettings
 
@@ -312,6 +313,7 @@ def test_an_executor_pins_data_dirs_outside_its_sandbox_and_releases_a_gone_exec
         ('{"privileged": true}', "keys among"),
         ('{"pids_limit": "64"}', "docker.pids_limit has the wrong type"),
         ('{"data_roots": "/srv"}', "docker.data_roots has the wrong type"),
+        ('{"ptys": 0}', "docker.ptys has the wrong type"),
         ('{"job_user": "0:0"}', "docker.job_user: expected 'uid:gid', each in 1..4294967294"),
         ('{"pids_limit": 3}', "docker.pids_limit: must be >= 16"),
         ('{"data_roots": ["srv"]}', "'srv' is not an absolute path"),

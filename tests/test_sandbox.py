@@ -20,6 +20,7 @@ import stat
 import subprocess
 import tarfile
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,8 @@ from conftest import missing
 from daemon_support import DaemonProcess, require_engine, workflow_image
 
 from cosched.daemon.client import ApiError, Client
-from cosched.daemon.config import from_dict, validate
-from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB
+from cosched.daemon.config import DockerSection, from_dict, validate
+from cosched.daemon.docker_backend import LABEL_INSTANCE, LABEL_JOB, DockerBackend
 from cosched.daemon.identity import create_key, load_key, mint
 from cosched.daemon.seccomp import (
     CLONE_NAMESPACES,
@@ -720,6 +721,23 @@ def test_a_job_cannot_reach_the_hosts_pressure_files(daemon: DaemonProcess) -> N
     )
     assert job["state"] == "done", job
     assert (data / "listed").read_text() == "" and (data / "code").read_text().strip() != "0"
+
+
+@pytest.mark.parametrize("ptys", [True, False])
+def test_with_ptys_off_a_job_opens_none(image: str, ptys: bool) -> None:
+    """The host's ptys are shared by every container, and one job took them all (a helper's audit):
+    `docker.ptys = false` masks `/dev/pts`, so `/dev/ptmx`, its link, leads nowhere."""
+    engine = require_engine()
+    backend = DockerBackend(f"pty{uuid.uuid4().hex[:8]}", DockerSection(ptys=ptys, seccomp_profile=""))
+    try:
+        script = "[ -e /dev/ptmx ] && echo ptmx; ls -A /dev/pts | wc -l"
+        container, _ = backend.launch(7, {"image": image, "command": ["sh", "-c", script], "cores": 1}, [0], 1.0, 64)
+        engine.containers.get(container).wait(timeout=30)
+        assert backend.exit_of(container).code == 0
+        assert backend.logs(container).split() == (["ptmx", "1"] if ptys else ["0"])  # (the ptmx node alone)
+    finally:
+        for info in backend.containers().values():
+            backend.remove(info.id)
 
 
 def test_by_default_jobs_run_under_debians_profile_on_cosched_s_floor(daemon: DaemonProcess) -> None:

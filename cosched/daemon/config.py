@@ -48,6 +48,8 @@ default. Example (every key, with its default)::
     seccomp_profile = "auto"      # jobs' seccomp profile, on cosched's floor: "auto" = Debian's
                                   # /usr/share/containers/seccomp.json if installed, "" = the engine's, or a path
     engine_calls = 8              # engine calls a step makes at once (launches, quota changes, kills)
+    ptys = true                   # false: jobs get no pty (/dev/pts masked), and none can take every
+                                  # other job's (the host's ptys are shared: docs/security.md)
 
     [backend]
     kind = "docker"               # or "mesos": the cluster's nodes are Mesos agents ([mesos])
@@ -173,6 +175,7 @@ class DockerSection:
     nofile: int = 4096
     seccomp_profile: str = "auto"
     engine_calls: int = 8
+    ptys: bool = True
 
 
 @dataclass(frozen=True)

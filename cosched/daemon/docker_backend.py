@@ -87,14 +87,15 @@ host's load. Docker 20.10 does not mask it, and its SDK cannot ask it to (`Maske
 is what runc masks a directory with."""
 
 
+MASK_OPTIONS = "ro,nosuid,nodev,noexec,size=4k"
+"""An empty read-only tmpfs over a directory: what runc masks one with. Over `/dev/pts` (`docker.ptys
+= false`), `/dev/ptmx`, its link, leads nowhere: a job opens no pty."""
+
+
 def masked_proc(proc: Path = Path("/proc")) -> dict[str, str]:
     """The tmpfs mounts that mask `MASKED_PROC`, those this host's kernel has (a mount onto a missing
     /proc directory fails the container's start)."""
-    return {
-        path: "ro,nosuid,nodev,noexec,size=4k"
-        for path in MASKED_PROC
-        if (proc / Path(path).relative_to("/proc")).is_dir()
-    }
+    return {path: MASK_OPTIONS for path in MASKED_PROC if (proc / Path(path).relative_to("/proc")).is_dir()}
 
 
 LOG_TAIL_BYTES = 8192
@@ -212,9 +213,9 @@ class DockerBackend:
         if self._profile:
             self._security.append(f"seccomp={load_profile(self._profile)}")
         self._exposure_told = False
-        for exposure in exposures(settings.nofile, settings.pids_limit, os.cpu_count() or 1):
+        for exposure in exposures(settings.nofile, settings.pids_limit, os.cpu_count() or 1, ptys=settings.ptys):
             log.warning("%s", exposure)
-        self._masked = masked_proc()
+        self._masked = masked_proc() | ({} if settings.ptys else {"/dev/pts": MASK_OPTIONS})
         self._images: dict[str, float] = {}
         """Image name -> when the engine last said it has it (monotonic)."""
         self._pids: dict[str, int] = {}

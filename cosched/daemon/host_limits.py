@@ -37,9 +37,12 @@ def _read(sysctl: Path) -> int | None:
         return None  # a host that does not say
 
 
-def exposures(nofile: int, pids_limit: int, cpus: int, sys: Path = Path("/proc/sys")) -> list[str]:
+def exposures(
+    nofile: int, pids_limit: int, cpus: int, sys: Path = Path("/proc/sys"), *, ptys: bool = True
+) -> list[str]:
     """One line per host table a job, or this host's jobs together, can fill, each naming what
-    closes it; none where every table is at its largest (or the host does not say)."""
+    closes it; none where every table is at its largest (or the host does not say). `ptys`
+    False: jobs open none (`docker.ptys`)."""
     lines = []
     file_max = _read(sys / "fs" / "file-max")
     if file_max is not None and nofile * pids_limit >= file_max:
@@ -50,12 +53,12 @@ def exposures(nofile: int, pids_limit: int, cpus: int, sys: Path = Path("/proc/s
             "or lower docker.nofile"
         )
     pty_max, reserve = _read(sys / "kernel" / "pty" / "max"), _read(sys / "kernel" / "pty" / "reserve")
-    if pty_max is not None and pty_max < PTY_MAX_LARGEST:
+    if ptys and pty_max is not None and pty_max < PTY_MAX_LARGEST:
         shared = max(0, pty_max - (reserve or 0))
         lines.append(
             f"every job takes its ptys from the same {shared:,} (kernel.pty.max less kernel.pty.reserve): one job "
             f"can leave none for any other; set sysctl kernel.pty.max={PTY_MAX_LARGEST} (a job's ptys are "
-            "charged to its memory)"
+            "charged to its memory), or docker.ptys = false"
         )
     pid_max = _read(sys / "kernel" / "pid_max")
     if pid_max is not None and pid_max < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= pid_max:

@@ -47,6 +47,7 @@ JOB_KEYS = (
     "log_max_mib",
     "nofile",
     "seccomp_profile",
+    "ptys",
 )
 """The [docker] keys that travel: the others (`base_url`, `engine_calls`) are the agent's own."""
 
@@ -78,6 +79,8 @@ def read_job_settings(text: str, base_url: str = "") -> DockerSection:
         wanted = type(getattr(defaults, key))
         if wanted is tuple:
             ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        elif wanted is bool:
+            ok = isinstance(value, bool)
         else:
             ok = isinstance(value, wanted) and not isinstance(value, bool)
         if not ok:
