@@ -1022,6 +1022,7 @@ class MesosBackend(EventHandler):
             if framework_id is None:
                 raise EngineUnavailable("not subscribed to a Mesos master")
             total = sum(cores for _, cores in parts)
+            hold = self._hold() if len(parts) > 1 else 0.0  # a gang's part waits for the others
             needs = []
             for part, (node, cores) in enumerate(parts):
                 if node in self.down:
@@ -1031,7 +1032,6 @@ class MesosBackend(EventHandler):
                 task = Task(part_id(handle, part, len(parts), cores), job_id, agent, cores, quota=quota * share)
                 memory = math.ceil(memory_mib * share)
                 env = {**(spec.get("env") or {}), "COSCHED_PART": str(part), "COSCHED_PARTS": str(len(parts))}
-                hold = self._hold() if len(parts) > 1 else 0.0  # a gang's part waits for the others
                 part_spec = {**spec, "cores": cores, "env": env}
                 payload = jobs.JobPayload(job_id, part_spec, quota * share, memory, hold=hold)
                 executor = self._executor_info(task.id, framework_id)
