@@ -1235,6 +1235,41 @@ def test_the_job_gauges_count_the_cores_running_and_pending_jobs(tmp_path: Path)
     daemon.close()
 
 
+def test_a_restart_under_another_trained_model_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A policy's trained model is a file the config names: replaced between two starts, the
+    daemon's decisions changed without a word, the history before them the old model's. Its
+    digest is kept in the state file, and a start under another model says so; the same model,
+    copied elsewhere, is no change."""
+    from dataclasses import replace
+
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.learn.models import model_path
+    from cosched.learn.network import PolicyNetwork
+
+    shipped = model_path("rlbf", "hpc2n")
+    model = tmp_path / "site.npz"
+    model.write_bytes(shipped.read_bytes())
+    state = tmp_path / "state"
+
+    def start() -> str:
+        caplog.clear()
+        clock = Clock()
+        daemon = clocked_daemon(state, clock, FakeEngine(clock), cores=2, backfill=f"rlbf:{model}")
+        daemon.close()
+        return caplog.text
+
+    with caplog.at_level("WARNING", logger="cosched.daemon"):
+        assert "another trained model" not in start()  # the first: nothing to compare with
+        assert "another trained model" not in start()  # the same file
+        network = PolicyNetwork.load(shipped)
+        replace(network, biases=tuple(b + 0.5 for b in network.biases)).save(model)
+        said = start()
+    digest = PolicyNetwork.load(model).digest
+    assert f"policies.backfill runs another trained model than at the last start (sha256 {digest}, then" in said
+    assert PolicyNetwork.load(shipped).digest in said
+
+
 def test_the_queue_says_why_a_job_was_not_co_scheduled(tmp_path: Path) -> None:
     """Beside running jobs that could lend, `cosched queue` said only Resources (a helper's
     walkthrough: why no lending?). The core's reason is added to the job's, and its expected start

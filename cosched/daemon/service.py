@@ -258,6 +258,31 @@ class Daemon:
         with self.lock:
             drain.follow(self)  # the machines behind the nodes are known now
             recover(self)
+            self._note_models()
+
+    def _note_models(self) -> None:
+        """Keep the digest of each trained model the policies run (`model_digest`, of learned
+        ones) in the state file, and say when one is not the last start's: the history and the
+        decisions recorded before were the old model's, and nothing else would tell."""
+        slots = ("queue", "backfill", "estimate", "placement", "cosched")
+        models = {
+            slot: digest
+            for slot, plugin in zip(slots, self._plugins, strict=True)
+            if (digest := getattr(plugin, "model_digest", ""))
+        }
+        saved = self.store.get_meta("models") or {}
+        for slot in sorted(models.keys() & saved.keys()):
+            if models[slot] != saved[slot]:
+                log.warning(
+                    "policies.%s runs another trained model than at the last start (sha256 %s, then %s): what it "
+                    "decides from now on is the new model's",
+                    slot,
+                    models[slot],
+                    saved[slot],
+                )
+        if models != saved:
+            with self.store.transaction() as db:
+                self.store.set_meta(db, "models", models)
 
     def _backend(self, config: DaemonConfig) -> Backend:
         if config.backend.kind == "docker":

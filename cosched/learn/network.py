@@ -10,10 +10,11 @@ matrix products; the daemon never imports torch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ class PolicyNetwork:
     config: dict[str, Any]
     weights: tuple[np.ndarray, ...]
     biases: tuple[np.ndarray, ...]
+    digest: str = field(default="", compare=False)
+    """The first 12 hex digits of its file's SHA-256 ('' for one not read from a file): what a
+    daemon records, so that a restart under another model says so."""
 
     @property
     def kind(self) -> str:
@@ -148,7 +152,11 @@ class PolicyNetwork:
             raise ConfigError(f"{path} is not a cosched model file: its config is a JSON {type(config).__name__}")
         if config.get("kind") not in KINDS or not count:
             raise ConfigError(f"{path} is not a cosched model file (kind {config.get('kind')!r})")
-        network = cls(config, weights, biases)
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        except OSError as exc:
+            raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
+        network = cls(config, weights, biases, digest)
         try:
             network.check()
         except ConfigError as exc:

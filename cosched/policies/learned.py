@@ -28,18 +28,19 @@ Decide = Callable[[np.ndarray, np.ndarray], "int | None"]
 
 def kernel_settings(
     kind: str, model: str | None, decide: Decide | None, window: int, time_scale: float, log_time: bool
-) -> tuple[Decide, int, float, bool]:
+) -> tuple[Decide, int, float, bool, str]:
     """What a policy scoring each job of a window with one network decides with: a trained
-    model's actor and the window, time scale and time encoding it was trained with, or, for a
-    training environment, its own `decide` and the settings given."""
+    model's actor, the window, time scale and time encoding it was trained with, and its
+    digest, or, for a training environment, its own `decide` and the settings given (no digest)."""
+    digest = ""
     if decide is None:
         network = load_model(kind, model)
-        decide = network.act
+        decide, digest = network.act, network.digest
         window, time_scale = int(network.config["window"]), float(network.config["time_scale"])
         log_time = bool(network.config.get("log_time", log_time))
     if window < 2 or time_scale <= 0:
         raise ConfigError(f"{kind} needs a window >= 2 and a positive time scale, got {window}, {time_scale}")
-    return decide, window, time_scale, log_time
+    return decide, window, time_scale, log_time, digest
 
 
 class RLBackfill(BackfillPolicy):
@@ -64,7 +65,7 @@ class RLBackfill(BackfillPolicy):
         time_scale: float = 12 * 3600.0,
         log_time: bool = False,
     ) -> None:
-        self.decide, self.window, self.time_scale, self.log_time = kernel_settings(
+        self.decide, self.window, self.time_scale, self.log_time, self.model_digest = kernel_settings(
             "rlbf", model, decide, window, time_scale, log_time
         )
         self._easy = EASY()
@@ -114,9 +115,10 @@ class DBF(QueuePolicy):
         log_time: bool = False,
         expected_start: bool = False,
     ) -> None:
+        self.model_digest = ""
         if decide is None:
             network = load_model("dbf", model)
-            decide = network.act
+            decide, self.model_digest = network.act, network.digest
             head, tail = int(network.config["head"]), int(network.config["tail"])
             time_scale = float(network.config["time_scale"])
             log_time = bool(network.config.get("log_time", False))

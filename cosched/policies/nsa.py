@@ -46,6 +46,7 @@ class NeuralAnnealing(Annealing):
         model = str(given.pop("model", model or DEFAULT_MODEL))
         super().__init__(None, **{**kw, **given})  # type: ignore[arg-type]
         self.network = network if network is not None else load_model("nsa", model)
+        self.model_digest = self.network.digest
         if self.network.kind != "nsa":
             raise ConfigError(f"nsa needs an nsa model, not a {self.network.kind} one")
         self.q = int(self.network.config["q"])

@@ -58,7 +58,7 @@ class LearnedOSDEC(QueuePolicy):
         time_scale: float = 12 * 3600.0,
         log_time: bool = True,
     ) -> None:
-        self.decide, self.window, self.time_scale, self.log_time = kernel_settings(
+        self.decide, self.window, self.time_scale, self.log_time, self.model_digest = kernel_settings(
             "osdec", model, decide, window, time_scale, log_time
         )
 
