@@ -174,10 +174,32 @@ def test_the_core_says_why_each_job_it_offered_for_co_scheduling_was_not_lent_to
     assert [j.id for j in core.running] == [1, 2]
     shown = {i: why.format(cores=4, policy="never", job=i) for i, why in core.not_lent.items()}
     assert shown == {
-        3: "no running job of 4+ cores takes a guest",
-        4: "no host with room for it (memory, or a guest already there)",
-        5: "never lent it nothing (cosched explain 5)",
+        3: "no running job of 4+ cores",
+        4: "no host with its memory free beside it",
+        5: "never decided not to lend to it (cosched explain 5)",
     }
+
+
+@pytest.mark.parametrize("case", ["opted out", "guests already", "no sample"])
+def test_the_core_tells_apart_why_no_running_job_takes_a_guest(case: str) -> None:
+    # A 4-core job runs alone on a 4-core node, and a 1-core job waits behind a 4-core head. The
+    # runner opted out of lending, or (Static) already has its guest, or (ASAx) was never measured:
+    # "no running job of 1+ cores takes a guest" was said for the first two beside a running
+    # 4-core job, and ASAx was said to lend nothing where it had not decided (a helper's walkthrough).
+    policy = create("cosched", "asax") if case == "no sample" else Static()
+    core = _core(ONE_NODE, policy)
+    runner = job(1, 0, 4, 100, coschedule=case != "opted out")
+    waiting = [job(2, 1, 4, 10), job(3, 1, 1, 10)] + ([job(4, 1, 1, 10)] if case == "guests already" else [])
+    core.step(1.0, [Offer(((0, 4),)), JobSubmitted(runner), *(JobSubmitted(j) for j in waiting)])
+    shown = core.not_lent[waiting[-1].id].format(cores=1, sharing=2)
+    assert (
+        shown
+        == {
+            "opted out": "the running jobs of 1+ cores do not lend (--no-cosched)",
+            "guests already": "each running job of 1+ cores that lends has its guests already (sharing = 2)",
+            "no sample": "no host to ask now: each was asked before, or has no usage sample yet",
+        }[case]
+    )
 
 
 def _core(cluster: Cluster, cosched: object = None):

@@ -1287,7 +1287,7 @@ def test_the_queue_says_why_a_job_was_not_co_scheduled(tmp_path: Path) -> None:
     wide = daemon.submit_job(JobSpec(**spec, cores=4))
     daemon.schedule()
     row = {row["id"]: row for row in views.queue(daemon)}[wide]
-    assert row["reason"] == "Resources; not co-scheduled: no running job of 4+ cores takes a guest"
+    assert row["reason"] == "Resources; not co-scheduled: no running job of 4+ cores"
     assert row["start"] == 1100.0
     assert views.job_status(daemon, wide)["pending_reason"] == row["reason"]  # type: ignore[index]
     daemon.close()

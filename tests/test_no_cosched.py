@@ -46,7 +46,8 @@ def test_no_lending_ever_involves_a_job_that_opted_out(specs: list, cosched: str
 
 def test_the_daemon_never_lends_the_cores_of_a_job_that_opted_out(tmp_path: Path) -> None:
     """Static lending on 2 cores: a 2-core job submitted with --no-cosched keeps both while a 1-core
-    job waits (`Resources`); the same job without the flag is lent to the waiting one at once."""
+    job waits (`Resources`, and why it is not co-scheduled); the same job without the flag is lent
+    to the waiting one at once."""
     engine = require_engine()
     image = busybox_image(engine)
     daemon = DaemonProcess(tmp_path, cores=2, extra='[policies]\ncosched = "static"\n')
@@ -57,6 +58,9 @@ def test_the_daemon_never_lends_the_cores_of_a_job_that_opted_out(tmp_path: Path
         waiting = daemon.submit(image=image, command=["sleep", "600"], cores=1, walltime=900)
         time.sleep(1.5)  # passes every 0.2 s: static would have lent at the first
         assert daemon.job(waiting)["state"] == "pending" and daemon.job(alone)["quota"] == 2.0
+        assert daemon.job(alone)["coschedule"] is False  # `cosched status` says so
+        why = "Resources; not co-scheduled: the running jobs of 1+ cores do not lend (--no-cosched)"
+        assert daemon.job(waiting)["pending_reason"] == why
         daemon.client.call("DELETE", f"/v1/jobs/{alone}")
         daemon.wait_final([alone], 30)
         daemon.client.call("DELETE", f"/v1/jobs/{waiting}")

@@ -744,6 +744,7 @@ class Scheduler:
         open_hosts = [h for h in self.running if h.coschedule and len(self.guests.get(h.id, ())) < self.sharing - 1]
         fitting: dict[int, list[Job]] = {}
         self.not_lent = not_lent = {}
+        why_closed: dict[int, str] = {}  # by size: none of that size takes a guest (`_no_open_host`)
         for guest in window:
             if self.limit is not None and not self.limit.admits(guest):
                 not_lent[guest.id] = "its user's limits"
@@ -755,15 +756,41 @@ class Scheduler:
             roomy = [h for h in asked if self._can_host(h, guest)]
             hosts = roomy if promises is None else [h for h in roomy if promises.allow(guest, h)]
             if not hosts:
-                not_lent[guest.id] = _why_no_host(guest, large, asked, roomy)
+                if large:
+                    not_lent[guest.id] = self._why_no_host(asked, roomy)
+                    continue
+                if guest.cores not in why_closed:
+                    why_closed[guest.cores] = self._no_open_host(guest.cores)
+                not_lent[guest.id] = why_closed[guest.cores]
                 continue
             lending = self.cosched.lend(view, guest, hosts)
             if lending is None:
                 not_lent[guest.id] = _LENT_NOTHING
             elif not self._colocate(guest, lending.host, lending.fraction, now, actions):
-                not_lent[guest.id] = _NO_ROOM
+                not_lent[guest.id] = _NO_MEMORY
             elif promises is not None:
                 promises.took(guest, lending.host)
+
+    def _why_no_host(self, asked: Sequence[Job], roomy: Sequence[Job]) -> str:
+        """Why no running job that takes guests of its size may host a job: the first of the core's
+        checks after size that left none."""
+        if not asked:
+            return "no host to ask now: each was asked before, or has no usage sample yet"
+        if roomy:
+            return "a guest there would delay a reserved start"
+        full = sum(len(self.guests.get(h.id, ())) >= self.sharing - 1 for h in asked)  # guests placed this pass
+        if full == len(asked):
+            return _GUESTS_ALREADY
+        return _NO_MEMORY if not full else f"{_NO_MEMORY}; the others have their guests already"
+
+    def _no_open_host(self, cores: int) -> str:
+        """Why no running job of `cores` or more takes a guest now (a template, `not_lent`)."""
+        large = [h for h in self.running if h.cores >= cores]
+        if not large:
+            return "no running job of {cores}+ cores"
+        if not any(h.coschedule for h in large):
+            return "the running jobs of {cores}+ cores do not lend (--no-cosched)"
+        return _GUESTS_ALREADY
 
     def _can_host(self, host: Job, guest: Job) -> bool:
         if not host.coschedule or host.cores < guest.cores or len(self.guests.get(host.id, ())) >= self.sharing - 1:
@@ -891,19 +918,9 @@ class Scheduler:
         return ""
 
 
-_NO_ROOM = "no host with room for it (memory, or a guest already there)"
-_LENT_NOTHING = "{policy} lent it nothing (cosched explain {job})"
-
-
-def _why_no_host(guest: Job, large: Sequence[Job], asked: Sequence[Job], roomy: Sequence[Job]) -> str:
-    """Why no running job may host `guest`: from the first of the core's checks that left none."""
-    if not large:
-        return "no running job of {cores}+ cores takes a guest"
-    if not asked:
-        return "no host to ask now: each was asked before, or has no usage sample yet"
-    if not roomy:
-        return _NO_ROOM
-    return "a guest there would delay a reserved start"
+_NO_MEMORY = "no host with its memory free beside it"
+_GUESTS_ALREADY = "each running job of {cores}+ cores that lends has its guests already (sharing = {sharing})"
+_LENT_NOTHING = "{policy} decided not to lend to it (cosched explain {job})"
 
 
 def host_quota(host: Job, guests: Iterable[Job]) -> float:

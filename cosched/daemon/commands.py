@@ -755,6 +755,8 @@ def _status_lines(status: dict[str, Any]) -> list[tuple[str, str]]:
     for key in ("app_class", "workflow", "stage", "exit_code"):
         if status.get(key) not in (None, ""):
             lines.append((key, str(status[key])))
+    if status.get("coschedule") is False:
+        lines.append(("co-scheduling", "off (--no-cosched): it neither lends its cores nor borrows"))
     if status.get("runtime") is not None:
         lines.append(("runtime", f"{status['runtime']:.1f} s"))
         if status.get("cpu_seconds") is not None and status["runtime"] > 0:

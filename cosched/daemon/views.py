@@ -67,9 +67,11 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
         start = reservations.get(job.id)
         if reason == "Resources" and job.id not in daemon.reservations:  # (one at inf: never, shown none)
             start = _promised_to_head(daemon, now, job, jobs)
-        if why := core.not_lent.get(job.id):  # offered for co-scheduling at the last pass, and not lent to
+        why = core.not_lent.get(job.id) if reason in ("Resources", "Priority") else None  # (not beside a drain)
+        if why:  # offered for co-scheduling at the last pass, and not lent to
             lender = core.cosched.name if core.cosched is not None else ""
-            reason = f"{reason}; not co-scheduled: {why.format(cores=job.cores, policy=lender, job=job.id)}"
+            why = why.format(cores=job.cores, policy=lender, job=job.id, sharing=core.sharing)
+            reason = f"{reason}; not co-scheduled: {why}"
         rows.append(_row(daemon, job, "pending", reason, start))
         if priority is not None:
             rows[-1]["priority"] = round(priority(job, now))
@@ -225,6 +227,7 @@ def job_status(daemon: Daemon, job_id: int) -> dict[str, Any] | None:
         "memory_mib": submissions.memory_mib(daemon, spec),  # the default too: what its cgroup is given
         "walltime": spec["walltime"],
         "app_class": spec.get("app_class"),
+        "coschedule": spec.get("coschedule", True),
         "submit": record["submit"],
         "start": record["start"],
         "end": record["end"],

@@ -198,9 +198,9 @@ class ASAx(CoschedulePolicy):
     def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
         """Running jobs measured under their current quota that this guest was not yet decided
         about (set arithmetic, not a scan per pair)."""
-        if len(running) < 64:
-            return running
         asked = self._asked_by.get(guest.id)
+        if len(running) < 64:  # a scan: the core says why none is left (`Scheduler.not_lent`)
+            return [h for h in running if measured_now(h) and not (asked and h.id in asked)]
         if not asked:
             return [h for h in running if measured_now(h)]
         by_id = {h.id: h for h in running}
