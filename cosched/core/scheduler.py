@@ -121,7 +121,7 @@ class Scheduler:
         self.not_lent: dict[int, str] = {}
         """Why each job the last pass offered for co-scheduling got no lending (`cosched queue`
         shows it: a queued job beside idle allocations was a question no view answered). A
-        template of `{cores}`, `{policy}` and `{job}`: a pass in replay formats nothing."""
+        template of `{cores}`, `{sharing}`, `{policy}` and `{job}`: a pass in replay formats nothing."""
         self.pool = ResourcePool(cluster)
         self.queue: list[Job] = []
         """Pending jobs: sorted by score for a static queue policy, else in arrival order."""

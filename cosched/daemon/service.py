@@ -270,7 +270,8 @@ class Daemon:
             for slot, plugin in zip(slots, self._plugins, strict=True)
             if (digest := getattr(plugin, "model_digest", ""))
         }
-        saved = self.store.get_meta("models") or {}
+        saved = self.store.get_meta("models")
+        saved = saved if isinstance(saved, dict) else {}
         for slot in sorted(models.keys() & saved.keys()):
             if models[slot] != saved[slot]:
                 log.warning(
