@@ -68,7 +68,8 @@ def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes
         daemon.specs.update({i: spec for i in ids})
         offer = Offer(tuple((n, cores) for n in range(nodes)), (config.memory_mib() // nodes,) * nodes)
         decision = core.step(now, [offer, *(JobSubmitted(j) for j in running)])
-        plan.record(daemon, now, [], [], decision.actions)
+        with daemon.store.transaction() as db:
+            plan.record(daemon, db, now, [], [], decision.actions)
         core.step(now, [UsageReported(j.id, Usage(0.9, 0.3, 1, now)) for j in running])
         core.step(now, [JobSubmitted(j) for j in waiting[:queued]])
         arrivals = waiting[queued:]
@@ -79,7 +80,8 @@ def bench_pass(queued: int = 10_000, nodes: int = 1_000, cores: int = 32, passes
             started = time.perf_counter()
             events = [JobEnded(victim.id, at=now), ends.freed(daemon, victim, set()), JobSubmitted(arrivals[k])]
             decision = core.step(now, events)
-            plan.record(daemon, now, [], [], decision.actions)
+            with daemon.store.transaction() as db:  # the pass's own: all it decides, before doing any
+                plan.record(daemon, db, now, [], [], decision.actions)
             times.append(time.perf_counter() - started)
         daemon.store.close()
     times.sort()
