@@ -517,5 +517,10 @@ def test_an_expected_run_whose_agent_is_not_back_is_the_jobs_and_is_not_messaged
     for call in backend._ask_unanswered(time.monotonic() + 3600):
         call()
     assert asked == [[(task, "a2")]]
+    assert backend.verify_quota(handle, 0.5) is False  # nothing read, no one to ask: not a mismatch yet
     backend.on_update(_status(task, "TASK_RUNNING", "a2", reason="REASON_RECONCILIATION"))
     assert backend.runs[handle].tasks[0].agent_id == "a2" and backend._unanswered == {}
+    # Its agent back, the quota the restart could not apply is a mismatch the review applies (it was
+    # left as it was for the rest of the run: a lending that ended meanwhile gave back nothing).
+    with pytest.raises(QuotaMismatch, match="never read since the restart"):
+        backend.verify_quota(handle, 0.5)

@@ -1443,7 +1443,7 @@ class MesosBackend(EventHandler):
             for task, _ in asked:
                 answers.pop(task.id, None)
                 if not task.agent_id:  # expected after a restart, its agent not back yet: no one to ask
-                    raise NoAnswer(f"{what} of task {task.id}: its agent is not known yet")
+                    raise NoAnswer(f"{what} of task {task.id}: its agent is not known yet (asked again once it is)")
         deadline = time.monotonic() + timeout
         waiting = {task.id: (task, message) for task, message in asked}
         got: dict[str, Any] = {}
@@ -1470,10 +1470,16 @@ class MesosBackend(EventHandler):
         return got
 
     def verify_quota(self, handle: str, cpus: float) -> bool:
-        """Against the last values the executors read from the cgroups (no call: they answer every change)."""
+        """Against the last values the executors read from the cgroups (no call: they answer every
+        change). A live part whose agent is known and whose quota was never read is a mismatch: an
+        expected run's agent was not back when the restart applied the quota it decided (a lending
+        that ended meanwhile gave back nothing, for the rest of the run), so the review applies it."""
         with self.cond:
             run = self.runs.get(handle)
             shown = [] if run is None else [(t, t.quota, cpus * run.share(t)) for t in run.tasks.values()]
+            unread = [t.id for t, value, _ in shown if value is None and t.agent_id and t.state in LIVE]
+        if unread:
+            raise QuotaMismatch(f"task {unread[0]}: its cgroup's quota was never read since the restart")
         read = [(task, value, want) for task, value, want in shown if value is not None]
         if not shown or len(read) < len(shown):
             return False
