@@ -11,6 +11,7 @@ matrix products; the daemon never imports torch.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import zipfile
@@ -128,22 +129,19 @@ class PolicyNetwork:
         """Read a model file; ConfigError (one line) for anything that is not one."""
         path = Path(path)
         try:
-            with path.open("rb") as file:
-                head = file.read(4)
+            raw = path.read_bytes()  # once: parsed and digested, the same bytes
         except FileNotFoundError:
             raise ConfigError(f"model file {path} does not exist") from None
         except OSError as exc:
             raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
-        if head != b"PK\x03\x04":  # numpy's own word for other bytes is about loading pickles unsafely
+        if raw[:4] != b"PK\x03\x04":  # numpy's own word for other bytes is about loading pickles unsafely
             raise ConfigError(f"{path} is not a cosched model file: not an .npz (zip) archive")
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as data:
                 config = json.loads(str(data["config"]))
                 count = sum(1 for key in data.files if key.startswith("w"))
                 weights = tuple(data[f"w{k}"] for k in range(count))
                 biases = tuple(data[f"b{k}"] for k in range(count))
-        except FileNotFoundError:
-            raise ConfigError(f"model file {path} does not exist") from None
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
         except RecursionError:
@@ -152,11 +150,7 @@ class PolicyNetwork:
             raise ConfigError(f"{path} is not a cosched model file: its config is a JSON {type(config).__name__}")
         if config.get("kind") not in KINDS or not count:
             raise ConfigError(f"{path} is not a cosched model file (kind {config.get('kind')!r})")
-        try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        except OSError as exc:
-            raise ConfigError(f"{path} is not a cosched model file: {exc}") from None
-        network = cls(config, weights, biases, digest)
+        network = cls(config, weights, biases, hashlib.sha256(raw).hexdigest()[:12])
         try:
             network.check()
         except ConfigError as exc:
