@@ -872,6 +872,14 @@ def test_a_silent_master_under_the_daemon(
         finish(cluster, daemon)
 
 
+def _fail_over_and_restart(cluster: Cluster, daemon: Any, timeout: float) -> None:
+    """The master restarts (a failover: ZooKeeper elects it again, its registry recovered), and the
+    daemon is SIGKILLed and started again, while an agent is stopped and has not re-registered."""
+    cluster.restart_master()
+    daemon.signal(signal.SIGKILL)
+    daemon.start(timeout=timeout)
+
+
 def test_a_daemon_killed_mid_launch_before_the_agent_rejoins_a_new_master_runs_the_job_once(
     zk_cluster: Cluster, image: str, tmp_path: Path, container_events: ContainerEvents
 ) -> None:
@@ -883,13 +891,11 @@ def test_a_daemon_killed_mid_launch_before_the_agent_rejoins_a_new_master_runs_t
     runs once, and ends done."""
     name = "cosched-failover-launch"
     daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper, fence=600.0)
-    agent2 = int((zk_cluster.run_dir / "agent2.pid").read_text())
     try:
         fid = framework_id_of(daemon)
         holder = daemon.submit(image=image, command=["sleep", "40"], cores=1, memory_mib=64, walltime=300)
         daemon.wait_running(holder, 60)
-        os.kill(agent2, signal.SIGSTOP)
-        try:
+        with zk_cluster.agent_stopped(2):
             job = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=300)
             task = f"cosched-job-{job}-r1-0of1-1c"  # the master sends it on to agent2, which cannot answer
             wait_until(
@@ -898,12 +904,8 @@ def test_a_daemon_killed_mid_launch_before_the_agent_rejoins_a_new_master_runs_t
                 "the task sent",
             )
             assert daemon.job(job)["state"] == "launching"
-            zk_cluster.restart_master()
-            daemon.signal(signal.SIGKILL)
-            daemon.start(timeout=90)
+            _fail_over_and_restart(zk_cluster, daemon, 90)
             assert daemon.job(job)["state"] == "running"
-        finally:
-            os.kill(agent2, signal.SIGCONT)
         jobs = daemon.wait_final([holder, job], 180)
         assert {j["state"] for j in jobs.values()} == {"done"}, jobs
         assert_ran_once(container_events.containers(fid)[job])
@@ -922,7 +924,6 @@ def test_a_daemon_restarted_before_an_agent_rejoins_a_new_master_keeps_its_job(
     once. The fence is long: the executor must not stop the job while its agent is stopped."""
     name = "cosched-failover-restart"
     daemon = mesos_daemon(zk_cluster, tmp_path, name, masters=zk_cluster.zookeeper, fence=600.0)
-    agent2 = int((zk_cluster.run_dir / "agent2.pid").read_text())
     try:
         fid = framework_id_of(daemon)
         holder = daemon.submit(image=image, command=["sleep", "3"], cores=1, memory_mib=64, walltime=120)
@@ -930,14 +931,9 @@ def test_a_daemon_restarted_before_an_agent_rejoins_a_new_master_keeps_its_job(
         daemon.wait_running(job, 60)
         with daemon.db() as db:
             assert json.loads(db.execute("SELECT slots FROM jobs WHERE id = ?", (job,)).fetchone()[0]) == [[1, 1]]
-        os.kill(agent2, signal.SIGSTOP)
-        try:
-            zk_cluster.restart_master()
-            daemon.signal(signal.SIGKILL)
-            daemon.start(timeout=60)
+        with zk_cluster.agent_stopped(2):
+            _fail_over_and_restart(zk_cluster, daemon, 60)
             assert daemon.job(job)["state"] == "running"
-        finally:
-            os.kill(agent2, signal.SIGCONT)
         jobs = daemon.wait_final([holder, job], 120)
         assert {j["state"] for j in jobs.values()} == {"done"}, jobs
         assert_ran_once(container_events.containers(fid)[job])
