@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_engine import Clock, FakeEngine, clocked_daemon
 
 from cosched.daemon import views
 from cosched.daemon.config import from_dict
@@ -27,28 +28,17 @@ from cosched.daemon.specs import JobSpec, WorkflowSpec
 DELAY = 0.3
 
 
-class _SlowEngine:
-    """Every launch takes DELAY seconds; records the most launches in flight at once."""
+class _SlowEngine(FakeEngine):
+    """Every launch takes DELAY seconds; records the most launches in flight at once. Its containers
+    run until the test says otherwise: a kill or a removal is not seen."""
 
     def __init__(self, refuse: dict[int, Exception] | None = None) -> None:
+        super().__init__(Clock())
         self.refuse = refuse or {}
-        self.running: dict[int, str] = {}
         self.in_flight = 0
         self.most = 0
         self.guard = threading.Lock()
         self.launching = threading.Event()
-
-    def connect(self) -> None:
-        pass
-
-    def expect(self, handle: str, job_id: int, slots: Any) -> None:
-        pass
-
-    def expect_launch(self, job_id: int, run: int, slots: Any) -> None:
-        pass
-
-    def has_image(self, name: str) -> bool:
-        return True
 
     def launch(
         self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
@@ -65,44 +55,11 @@ class _SlowEngine:
         self.running[job_id] = f"c{job_id}"
         return f"c{job_id}", 0.0
 
-    def containers(self) -> dict[int, ContainerInfo]:
-        return {job_id: ContainerInfo(c, job_id, "running") for job_id, c in self.running.items()}
-
-    def ping(self) -> bool:
-        return True
-
-    def adopt(self, container: str) -> None:
+    def kill(self, container: str) -> None:
         pass
 
     def remove(self, container: str) -> None:
         pass
-
-    def kill(self, container: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def sample(self, container: str, quota: float, now: float) -> None:
-        return None
-
-    def queued(self, jobs: int) -> None:
-        pass
-
-    def nodes_changed(self) -> list[tuple[int, bool]]:
-        return []
-
-    def node_status(self) -> list[Any]:
-        return []
-
-    def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:
-        return {}
-
-    def unsized(self) -> list[tuple[str, int]]:
-        return []
-
-    def waiting(self) -> dict[int, str]:
-        return {}
 
 
 def _daemon(tmp_path: Path, engine: _SlowEngine, workers: int) -> Daemon:
@@ -184,7 +141,6 @@ class _StuckEngine(_SlowEngine):
         self.release = threading.Event()
         self.launched: list[int] = []
         self.killed: list[str] = []
-        self.quotas: list[tuple[str, float]] = []
 
     def launch(
         self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
@@ -197,9 +153,6 @@ class _StuckEngine(_SlowEngine):
     def kill(self, container: str) -> None:
         self.killed.append(container)
         self.running = {j: c for j, c in self.running.items() if c != container}
-
-    def set_quota(self, container: str, cpus: float) -> None:
-        self.quotas.append((container, cpus))
 
 
 def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_once_it_runs(
@@ -362,9 +315,6 @@ class _QuickEngine(_SlowEngine):
     def exit_of(self, container: str) -> Exit:
         return Exit(code=0, started=1000.0, finished=999.992, oom=False, cpu_seconds=None)
 
-    def logs(self, container: str, lines: int = 20) -> str:
-        return ""
-
 
 def test_a_job_that_exits_at_once_never_ends_before_it_started(tmp_path: Path) -> None:
     """A job's end is never before its start: history showed `elapsed` -0.0078 s (and negative
@@ -392,9 +342,6 @@ class _EndingEngine(_SlowEngine):
 
     def exit_of(self, container: str) -> Exit:
         return Exit(0, 0.0, time.time(), False)
-
-    def logs(self, container: str) -> str:
-        return ""
 
 
 def test_every_stage_of_a_users_workflow_is_journaled_with_its_user(
@@ -482,8 +429,6 @@ def test_a_kill_the_engine_could_not_carry_out_in_time_is_asked_again_until_the_
     kernel long to end (a job closing a million files took hours: a helper's audit). That is no
     engine lost, and the kill was asked once only: the job ran on past its walltime, holding its
     cores. It is now asked again at each review until the job's end is collected."""
-    from fake_engine import Clock, FakeEngine, clocked_daemon
-
     from cosched.daemon.docker_backend import NotKilled
 
     clock = Clock()
@@ -518,8 +463,6 @@ def test_a_run_whose_container_never_started_is_lost_not_held_for_ever(tmp_path:
     """A run the daemon holds as running whose container never started (a Mesos gang adopted by a
     restarted daemon whose held parts gave up before its `go`) was passed over by every pass: the job
     held its cores for good (a review). Its run is lost: the job is queued again."""
-    from fake_engine import Clock, FakeEngine, clocked_daemon
-
     clock = Clock()
     engine = FakeEngine(clock)
     daemon = clocked_daemon(tmp_path, clock, engine, cores=2)
