@@ -884,7 +884,7 @@ def explain_live(args: argparse.Namespace) -> int:
         print(json.dumps(decisions, indent=2))
         return 0
     if not decisions:
-        print(f"no co-scheduling decision involves job {args.job}")
+        print(f"no ASAx decision involves job {args.job} (Static records none of its lendings)")
         return 0
     hidden = "another user's job"  # under api.private_data, the other party's side of a lending is not shown
     for d in decisions:

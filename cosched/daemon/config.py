@@ -84,13 +84,14 @@ default. Example (every key, with its default)::
     backfill = "easy"             # or "rlbf:hpc2n", "rlbf:/etc/cosched/model.npz"
     estimate = "requested"
     placement = "first-fit"
-    cosched = "asax"
+    cosched = "asax"              # or "static" (lend half, the ASAx paper's baseline) or "none"
     sharing = 2
     window = 32
     keep_promises = true          # a guest never holds cores a backfill reservation counts on
     max_cores_per_user = 0        # no user's running jobs hold more cores at once (0: no cap; MaxTRESPerUser=cpu)
     max_running_jobs_per_user = 0 # no user runs more jobs at once (0: no cap; Slurm's MaxJobsPerUser)
-    seed = 0                      # ASAx's action sampling
+    # ASAx's alone (Static lends its half whatever these say):
+    seed = 0                      # action sampling
     loss = "live"                 # slowdown vs the runtime alone of its kind; or "walltime" (section 3.2)
     min_guest_share = 0.6         # a lending must give its guest this share of its cores
     experts = ""                  # an expert set JSON file ("" = the shipped experts)
