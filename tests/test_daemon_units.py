@@ -2128,6 +2128,34 @@ def test_a_restart_without_the_node_a_job_runs_on_is_refused_in_one_line(tmp_pat
         _on_nodes(tmp_path, clock, engine, nodes=1, cores=4)
 
 
+def test_a_state_file_put_back_from_before_a_job_started_is_refused_and_its_run_left_alone(tmp_path: Path) -> None:
+    """A copy of the state file taken while job 1 waited, put back while it ran (a restore from a
+    backup): the restart removed its running container as an earlier run's and ran the job again
+    (seen on the real engine). The copy never began that run, so it is refused before any container
+    is touched, as a file with no record of a job is."""
+    import shutil
+    import sqlite3
+
+    from fake_engine import Clock, FakeEngine
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = _on_nodes(tmp_path, clock, engine, nodes=1, cores=2)
+    job = daemon.submit_job(JobSpec(image="x", command=["true"], cores=1, memory_mib=64, walltime=100))
+    copy = tmp_path / "copy.sqlite"
+    with sqlite3.connect(copy) as backup:  # what `sqlite3 state.sqlite ".backup copy.sqlite"` writes
+        sqlite3.connect(daemon.store.path).backup(backup)
+    daemon.schedule()
+    assert daemon.store.job(job)["state"] == "running" and engine.runs[job] == 1
+    daemon.close()
+    for path in tmp_path.glob("state.sqlite*"):
+        path.unlink()
+    shutil.copy(copy, tmp_path / "state.sqlite")
+    with pytest.raises(ConfigError, match=rf"is older than the containers of job {job} run 1 under instance"):
+        _on_nodes(tmp_path, clock, engine, nodes=1, cores=2)
+    assert engine.running == {job: f"c{job}"} and job not in engine.exits  # its run goes on
+
+
 def test_a_new_instance_name_is_refused_while_the_old_ones_jobs_run(tmp_path: Path) -> None:
     """`daemon.instance` changed across a restart: the running job's container, labelled with the
     old name, was not found; the job was failed as lost while its container ran on, unmanaged, on

@@ -11,6 +11,9 @@ The rules, each safe whatever instant the previous run died at:
   collected by the first pass like any other end.
 - `running` with no container at all: it was removed behind our back; the job
   failed ("container lost").
+- a container of a job the store has no record of, or of a run it never
+  began: the store is older than the containers (a backup put back), so the
+  start is refused before anything is touched.
 - containers of ours for jobs the store calls finished, or of a run before
   the one it began last (a requeued run's): leftovers of a pass that recorded
   the end but died before removing them; removed now.
@@ -47,6 +50,7 @@ def recover(daemon: Daemon) -> None:
         elif record["state"] == "launching":
             backend.expect_launch(record["id"], record["launches"], slots)
     listed = backend.containers()
+    _refuse_another_file(daemon, live, listed)
     adopted, queued, lost = [], [], []
     for record in live:
         if record["lost_runs"]:
@@ -66,13 +70,6 @@ def recover(daemon: Daemon) -> None:
             queued.append(record)
         else:
             lost.append(record)
-    unknown = sorted(info.job_id for info in listed.values() if store.job(info.job_id) is None)
-    if unknown:  # a container is made only after its job's row is committed: this is not that store
-        raise ConfigError(
-            f"state file {store.path} has no record of job(s) {', '.join(map(str, unknown[:10]))} whose containers "
-            f"exist under instance {daemon.instance}: it is not the file they were accepted in; put that one back, "
-            f"or remove those containers (label cosched.instance={daemon.instance})"
-        )
     engine_faults.remove_leftovers(daemon, listed)
 
     now = daemon.clock()
@@ -160,6 +157,32 @@ def recover(daemon: Daemon) -> None:
         len(lost),
         daemon.instance,
     )
+
+
+def _refuse_another_file(daemon: Daemon, live: list[dict[str, Any]], listed: dict[int, Any]) -> None:
+    """Refuse, before any container is touched, a state file older than the containers: one with no
+    record of a container's job, or that never began its run (a copy put back after the job started:
+    its running container was removed as an earlier run's, and the job ran again). A container is made
+    only after its job's row and run are committed, so this is not the file they were launched from."""
+    store = daemon.store
+    began = {record["id"]: record["launches"] for record in live}
+    unknown = sorted(job_id for job_id in listed if job_id not in began and store.job(job_id) is None)
+    if unknown:
+        raise ConfigError(
+            f"state file {store.path} has no record of job(s) {', '.join(map(str, unknown[:10]))} whose containers "
+            f"exist under instance {daemon.instance}: it is not the file they were accepted in; put that one back, "
+            f"or remove those containers (label cosched.instance={daemon.instance})"
+        )
+    newer = sorted(
+        (job_id, info.run) for job_id, info in listed.items() if job_id in began and (info.run or 0) > began[job_id]
+    )
+    if newer:
+        runs = ", ".join(f"job {job_id} run {run}" for job_id, run in newer[:10])
+        raise ConfigError(
+            f"state file {store.path} is older than the containers of {runs} under instance {daemon.instance}: it "
+            f"never began those runs, so it is not the file they were launched from; put that one back, or remove "
+            f"those containers (label cosched.instance={daemon.instance}) and their jobs run again"
+        )
 
 
 def _free_offer(daemon: Daemon, jobs: dict) -> Offer:
