@@ -177,6 +177,22 @@ def test_bad_job_is_refused_naming_the_field(
     assert nothing_stored(daemon)
 
 
+def test_an_image_name_that_climbs_out_of_the_images_path_is_refused(
+    client: TestClient, daemon: Daemon, image: str
+) -> None:
+    """The SDK puts an image's name into the engine's URL path as written (`/images/NAME/json`), and
+    the engine cleans the path: `a/../../images/IMAGE` was looked up as IMAGE and accepted, and other
+    such names made the root engine contact a host the submitter chose (a helper's audit). Refused
+    by Docker's reference grammar, and the engine is never asked about such a name."""
+    climbing = f"a/../../images/{image}"
+    response = client.post("/v1/jobs", json=job(image, image=climbing))
+    assert response.status_code == 422, response.text
+    error = error_of(response)
+    assert error.startswith("image: ") and "is not a Docker image reference" in error, error
+    assert nothing_stored(daemon)
+    assert daemon.backend.has_image(image) and not daemon.backend.has_image(climbing)  # type: ignore[attr-defined]
+
+
 def test_a_misspelt_key_is_named_before_the_field_it_misses(client: TestClient, daemon: Daemon, image: str) -> None:
     """`cors = 1` was refused as `cores: Field required`, the typo itself unnamed (a helper's walkthrough)."""
     spec = job(image)

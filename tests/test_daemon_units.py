@@ -1068,7 +1068,7 @@ def test_data_dirs_that_nest_are_refused_at_submission_and_at_launch(tmp_path: P
     assert data_dirs_allowed([str(root / "d" / "x"), str(root / "d")], roots) == inside
     assert "is given twice" in data_dirs_allowed([str(root / "e"), str(root / "e")], roots)
     backend = DockerBackend("x", DockerSection(data_roots=[str(root)]))
-    spec = {"cores": 1, "data_dirs": [str(root / "d"), str(root / "d" / "x")]}
+    spec = {"image": "x", "cores": 1, "data_dirs": [str(root / "d"), str(root / "d" / "x")]}
     with pytest.raises(SandboxRefused, match="is inside"):
         backend.launch(1, spec, "0", 1.0, 64)
 
@@ -2070,6 +2070,17 @@ def test_a_leftover_whose_removal_is_under_way_loses_the_run_and_anothers_is_ref
         RunLost if same_job else LaunchRefused, match="still being removed" if same_job else "another's"
     ):
         backend._create(7, {"image": "i", "command": ["true"]}, options)
+
+
+def test_a_stored_image_name_that_is_no_reference_is_refused_before_the_engine_is_asked() -> None:
+    """A spec accepted before image names were held to Docker's grammar, or sent to a Mesos executor:
+    the launch refuses it without a call to the engine, whose URL path the name would climb out of."""
+    from cosched.daemon.docker_backend import DockerBackend, LaunchRefused
+
+    backend = DockerBackend("x", DockerSection(base_url="unix:///nonexistent/docker.sock"))
+    spec = {"image": "a/../../distribution/127.0.0.1:8765/x", "command": ["true"], "cores": 1}
+    with pytest.raises(LaunchRefused, match="is not a Docker image reference"):
+        backend.launch(7, spec, [0], 1.0, 64)
 
 
 def _on_nodes(state_dir: Path, clock: Any, engine: Any, nodes: int, cores: int, instance: str = "") -> Any:

@@ -33,6 +33,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cosched.daemon import image_names
 from cosched.daemon.accounts import Account, account_in, job_user_account
 from cosched.daemon.cgroups import CgroupFiles
 from cosched.daemon.config import DockerSection
@@ -273,6 +274,8 @@ class DockerBackend:
         also forgets it, so the next submission asks again. While the engine is
         down, images seen before are trusted.
         """
+        if image_names.problem(name):  # its name would reach other endpoints than an image's
+            return False
         seen = self._images.get(name)
         if seen is not None and time.monotonic() - seen < IMAGE_RECHECK:
             return True
@@ -325,6 +328,8 @@ class DockerBackend:
         between creating it and recording that (then it is that container), or an earlier run's
         (`_create`).
         """
+        if problem := image_names.problem(spec["image"]):  # one accepted before the grammar was checked
+            raise LaunchRefused(f"image {spec['image']!r} {problem}")
         env = dict(spec.get("env") or {})
         env.update(
             COSCHED_JOB_ID=str(job_id),

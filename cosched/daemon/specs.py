@@ -13,11 +13,18 @@ import shlex
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from cosched.daemon import start_window
+from cosched.daemon import image_names, start_window
 from cosched.errors import ConfigError
 from workloads.workflows import Stage, Workflow
+
+
+def _image_reference(name: str) -> str:
+    if problem := image_names.problem(name):
+        raise ValueError(problem)
+    return name
+
 
 NAME_LENGTH = 128
 """The longest name of a job, workflow, stage or application class."""
@@ -40,7 +47,7 @@ strings (a 1 MiB body) held the event loop for half a second per request. 64 KiB
 30 ms."""
 Name = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")]
 AppClass = Annotated[str, Field(min_length=1, max_length=NAME_LENGTH, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:+-]*$")]
-Image = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")]
+Image = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_image_reference)]
 MAX_WALLTIME = 366 * 86400.0
 MIN_MEMORY_MIB = 6
 """The least memory limit Docker sets: a job asking less would be refused at its launch."""
