@@ -656,6 +656,7 @@ def test_an_images_own_group_file_gives_a_job_no_group(daemon: DaemonProcess) ->
 SYSCALL_PROBE = """
 import ctypes, json, os, threading
 libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long  # an address, from mmap
 buffer = ctypes.create_string_buffer(256)
 def call(number, *args):
     result = libc.syscall(number, *args)
@@ -671,13 +672,19 @@ child = call(56, 0x10000000 | 17, 0, 0, 0, 0)
 if child == 0:
     os._exit(0)
 answers["clone_newuser"] = min(child, 1)
+answers["memfd_hugetlb"] = min(call(319, buffer, 4), 1)
+answers["mmap_hugetlb"] = min(call(9, 0, 2 << 20, 3, 0x40022, -1, 0), 1)
+answers["memfd"] = min(call(319, buffer, 0), 1)
+answers["mmap"] = min(call(9, 0, 2 << 20, 3, 0x22, -1, 0), 1)
 thread = threading.Thread(target=print, args=("a thread",))
 thread.start()
 thread.join()
 print(json.dumps(answers))
 """
 """What a job gets from the calls cosched's floor refuses (x86-64 numbers; clone(CLONE_NEWUSER|SIGCHLD)
-is a namespace), and a thread, which must still work (glibc makes it with clone3, then clone)."""
+is a namespace; huge pages asked of memfd_create and mmap), and a thread, an ordinary memfd and mmap,
+which must still work (glibc makes a thread with clone3, then clone). A memfd of huge pages is made
+where the host reserves none, so only the floor refuses it; such an mmap fails there anyway."""
 FLOORED = {
     "io_uring_setup": -errno.ENOSYS,
     "clone3": -errno.ENOSYS,
@@ -685,6 +692,10 @@ FLOORED = {
     "unshare": -errno.EPERM,
     "clone_newuser": -errno.EPERM,
     "io_setup": -errno.ENOSYS,
+    "memfd_hugetlb": -errno.ENOMEM,
+    "mmap_hugetlb": -errno.ENOMEM,
+    "memfd": 1,
+    "mmap": 1,
 }
 
 
@@ -777,7 +788,10 @@ def test_the_floor_holds_even_where_the_operators_profile_allows_everything(tmp_
     client = require_engine()
     profile = tmp_path / "seccomp.json"
     opened = [
-        {"names": ["io_uring_setup", "unshare", "keyctl", "clone", "clone3", "io_setup"], "action": "SCMP_ACT_ALLOW"}
+        {
+            "names": ["io_uring_setup", "unshare", "keyctl", "clone", "clone3", "io_setup", "memfd_create", "mmap"],
+            "action": "SCMP_ACT_ALLOW",
+        }
     ]
     profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": opened}))
     process = DaemonProcess(tmp_path, docker=f'seccomp_profile = "{profile}"')

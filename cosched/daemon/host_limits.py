@@ -10,8 +10,9 @@ job filling one fails every other job, and host users too (a helper's audit):
   (3,072 by default): one job took them all, and every other job's pty and an operator's
   `docker run -t` failed;
 - processes: `pids_limit` bounds one job, and `kernel.pid_max` (32,768 on a host without
-  systemd) is eight jobs' worth at the default 4,096.
-The kernel charges each file (`filp`), pty (about 3 KiB) and process to its job's memory cgroup,
+  systemd) is eight jobs' worth at the default 4,096; `kernel.threads-max` (an eighth of the
+  host's memory in kernel stacks: 192,730 on 24 GiB) bounds the threads of all, 47 jobs' worth.
+The kernel charges each file (`filp`), pty (about 3 KiB) and process (its kernel stack) to its job's memory cgroup,
 so with each table at its largest a job's memory bounds what it takes. `deploy/docker-setup.sh`
 sets them; the daemon, and each Mesos executor, says at start which are not.
 """
@@ -60,12 +61,13 @@ def exposures(
             f"can leave none for any other; set sysctl kernel.pty.max={PTY_MAX_LARGEST} (a job's ptys are "
             "charged to its memory), or docker.ptys = false"
         )
-    pid_max = _read(sys / "kernel" / "pid_max")
-    if pid_max is not None and pid_max < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= pid_max:
-        lines.append(
-            f"the host's {pid_max:,} pids (kernel.pid_max) are {pid_max // pids_limit:,} jobs' worth at "
-            f"docker.pids_limit {pids_limit:,}, and its {cpus} CPUs may run {JOBS_PER_CPU * cpus} jobs at once: "
-            f"they can leave no pid for the host; set sysctl kernel.pid_max={PID_MAX_LARGEST}, "
-            "or lower docker.pids_limit"
-        )
+    for name, key, what in (("pid_max", "kernel.pid_max", "pid"), ("threads-max", "kernel.threads-max", "thread")):
+        table = _read(sys / "kernel" / name)
+        if table is not None and table < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= table:
+            lines.append(
+                f"the host's {table:,} {what}s ({key}) are {table // pids_limit:,} jobs' worth at "
+                f"docker.pids_limit {pids_limit:,}, and its {cpus} CPUs may run {JOBS_PER_CPU * cpus} jobs at once: "
+                f"they can leave no {what} for the host; set sysctl {key}={PID_MAX_LARGEST}, "
+                "or lower docker.pids_limit"
+            )
     return lines

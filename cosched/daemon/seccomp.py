@@ -10,7 +10,8 @@ Debian's container profile, `/usr/share/containers/seccomp.json` from
 Podman's, which leaves user namespaces, mounts and keyrings to the runtime: under it as is, a
 job ran `unshare -Ur` and mounted a tmpfs as root of its own namespace, which Docker's profile
 refuses. So whatever the file says, the calls in `FLOOR` are refused (jobs hold no capability,
-and only a namespace of their own would give them one) and `clone` may not make namespaces.
+and only a namespace of their own would give them one), `clone` may not make namespaces, and no
+call may ask for the host's huge pages (`HUGE_PAGES`).
 Without a profile, the daemon says at its start whether jobs can reach io_uring
 (`io_uring_exposure`).
 """
@@ -59,14 +60,21 @@ CLONE_NAMESPACES = 0x7E020000
 """CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET: `clone` with none of these is a
 thread or a fork; with one, a namespace. Its first argument on x86-64 and arm64 (s390x, which
 swaps them, is not supported)."""
-FLOOR = frozenset({*NOT_THERE, *NOT_ALLOWED, "clone"})
+HUGE_PAGES = {"mmap": (3, 0x40000), "mmap2": (3, 0x40000), "memfd_create": (1, 0x4), "shmget": (2, 0x800)}
+"""Call -> (argument, flag) asking for huge pages: MAP_HUGETLB, MFD_HUGETLB, SHM_HUGETLB. The host's
+reserved huge pages are one pool, and on cgroup v1 (and v2 without `memory_hugetlb_accounting`) no
+memory cgroup is charged for them, nor does Docker set a hugetlb limit: a job of 24 MiB took all 32
+MiB reserved, uncharged, and the next job asking one page failed (a helper's audit). Refused with
+ENOMEM, what the kernel answers when none is free, so a program that tries them falls back to
+ordinary pages (transparent huge pages, charged, stay open)."""
+FLOOR = frozenset({*NOT_THERE, *NOT_ALLOWED, "clone", *HUGE_PAGES})
 
 
 def _floor_rules() -> list[dict[str, object]]:
     """After the profile's own rules: what `FLOOR` says (an explicit refusal, whatever the default)."""
 
-    def masked(bits: int, equals: int) -> list[dict[str, object]]:
-        return [{"index": 0, "value": bits, "valueTwo": equals, "op": "SCMP_CMP_MASKED_EQ"}]
+    def masked(bits: int, equals: int, index: int = 0) -> list[dict[str, object]]:
+        return [{"index": index, "value": bits, "valueTwo": equals, "op": "SCMP_CMP_MASKED_EQ"}]
 
     namespaces = [1 << bit for bit in range(32) if CLONE_NAMESPACES >> bit & 1]
     return [
@@ -75,6 +83,10 @@ def _floor_rules() -> list[dict[str, object]]:
         {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": masked(CLONE_NAMESPACES, 0)},
         *({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM, "args": masked(flag, flag)}
           for flag in namespaces),
+        *({"names": [call], "action": "SCMP_ACT_ALLOW", "args": masked(flag, 0, index)}
+          for call, (index, flag) in HUGE_PAGES.items()),
+        *({"names": [call], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOMEM, "args": masked(flag, flag, index)}
+          for call, (index, flag) in HUGE_PAGES.items()),
     ]  # fmt: skip
 
 
