@@ -77,14 +77,17 @@ def _floor_rules() -> list[dict[str, object]]:
         return [{"index": index, "value": bits, "valueTwo": equals, "op": "SCMP_CMP_MASKED_EQ"}]
 
     namespaces = [1 << bit for bit in range(32) if CLONE_NAMESPACES >> bit & 1]
+    small_pages: list[dict[str, object]] = [
+        {"names": [call], "action": "SCMP_ACT_ALLOW", "args": masked(flag, 0, index)}
+        for call, (index, flag) in HUGE_PAGES.items()
+    ]
     return [
         {"names": list(NOT_THERE), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},
         {"names": list(NOT_ALLOWED), "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM},
         {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "args": masked(CLONE_NAMESPACES, 0)},
         *({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM, "args": masked(flag, flag)}
           for flag in namespaces),
-        *({"names": [call], "action": "SCMP_ACT_ALLOW", "args": masked(flag, 0, index)}
-          for call, (index, flag) in HUGE_PAGES.items()),
+        *small_pages,
         *({"names": [call], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOMEM, "args": masked(flag, flag, index)}
           for call, (index, flag) in HUGE_PAGES.items()),
     ]  # fmt: skip
