@@ -13,6 +13,7 @@ import contextlib
 import errno
 import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ from cosched.daemon.seccomp import (
     IO_URING,
     NOT_ALLOWED,
     NOT_THERE,
+    huge_pages_exposure,
     io_uring_exposure,
     load_profile,
     with_floor,
@@ -801,6 +803,31 @@ def test_the_floor_holds_even_where_the_operators_profile_allows_everything(tmp_
         assert "jobs can use io_uring" not in process.log.read_text()  # no warning: a profile is given
     finally:
         process.cleanup(client)
+
+
+def test_without_a_profile_the_daemon_says_when_the_host_keeps_huge_pages(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the floor refuses huge pages, which no memory cgroup is charged for: under the engine's
+    own profile a host that keeps any is said at start, with what closes it; none kept, nothing."""
+    vm = tmp_path / "vm"
+    vm.mkdir()
+    (vm / "nr_hugepages").write_text("16\n")
+    (vm / "nr_overcommit_hugepages").write_text("0\n")
+    line = huge_pages_exposure(vm)
+    assert "jobs can take the host's huge pages (16 reserved" in line and "seccomp_profile" in line
+    (vm / "nr_hugepages").write_text("0\n")
+    assert huge_pages_exposure(vm) == "" and huge_pages_exposure(tmp_path / "absent") == ""
+    (vm / "nr_overcommit_hugepages").write_text("8\n")
+    assert "8 more on demand" in huge_pages_exposure(vm)
+    monkeypatch.setattr("cosched.daemon.docker_backend.huge_pages_exposure", lambda: huge_pages_exposure(vm))
+    profile = tmp_path / "seccomp.json"
+    profile.write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": []}))
+    with caplog.at_level(logging.WARNING, logger="cosched.docker"):
+        DockerBackend("x", DockerSection(seccomp_profile=str(profile)))
+        assert "huge pages" not in caplog.text
+        DockerBackend("x", DockerSection(seccomp_profile=""))
+        assert "jobs can take the host's huge pages (0 reserved, vm.nr_hugepages; 8 more" in caplog.text
 
 
 def test_a_seccomp_profile_anyone_could_edit_or_that_is_no_profile_is_refused(tmp_path: Path) -> None:

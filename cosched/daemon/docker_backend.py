@@ -47,7 +47,7 @@ from cosched.daemon.sandbox import (
     process_start,
     read_progress,
 )
-from cosched.daemon.seccomp import io_uring_exposure, load_profile, profile_path
+from cosched.daemon.seccomp import huge_pages_exposure, io_uring_exposure, load_profile, profile_path
 from cosched.errors import CoschedError
 
 if TYPE_CHECKING:
@@ -214,6 +214,8 @@ class DockerBackend:
         if self._profile:
             self._security.append(f"seccomp={load_profile(self._profile)}")
         self._exposure_told = False
+        if not self._profile and (huge := huge_pages_exposure()):
+            log.warning("%s", huge)
         for exposure in exposures(settings.nofile, settings.pids_limit, os.cpu_count() or 1, ptys=settings.ptys):
             log.warning("%s", exposure)
         self._masked = masked_proc() | ({} if settings.ptys else {"/dev/pts": MASK_OPTIONS})

@@ -169,6 +169,24 @@ def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], whe
             )
 
 
+def huge_pages_exposure(vm: Path = Path("/proc/sys/vm")) -> str:
+    """'' unless the host keeps huge pages that jobs under the engine's own profile can take (only
+    the floor refuses them: `HUGE_PAGES`), else a line saying so and what closes it."""
+    counts = []
+    for name in ("nr_hugepages", "nr_overcommit_hugepages"):
+        try:
+            counts.append(int((vm / name).read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            counts.append(0)  # a host that does not say
+    if not any(counts):
+        return ""
+    return (
+        f"jobs can take the host's huge pages ({counts[0]:,} reserved, vm.nr_hugepages; {counts[1]:,} more on "
+        "demand, vm.nr_overcommit_hugepages), which no memory cgroup is charged for on cgroup v1 (or v2 without "
+        "memory_hugetlb_accounting): set [docker] seccomp_profile, whose floor refuses them"
+    )
+
+
 def io_uring_exposure(engine_version: str, sysctls: Path = Path("/proc/sys/kernel")) -> str:
     """'' if jobs under the engine's own profile cannot reach io_uring, else a line saying why they
     can and what closes it. The kernel closes it to processes without CAP_SYS_ADMIN (jobs have
