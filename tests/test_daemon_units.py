@@ -1378,6 +1378,44 @@ def test_a_workflow_whose_stage_the_core_refuses_fails_and_frees_its_room(tmp_pa
     daemon.close()
 
 
+def test_a_stored_workflow_that_todays_checks_refuse_fails_and_the_others_run_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A workflow accepted under older checks (here: a stage image with '..', which image names may
+    no longer have) is read again at each stage's end. Its spec no longer validated, and the pass
+    failed on it, then every pass after: no job started and no end was collected. The workflow now
+    fails naming why, and the pass goes on."""
+    import json
+
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon import views
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4)
+    spec = {"name": "w", "image": "x", "command": "true", "cores": 1, "memory_mib": 64, "walltime": 100}
+    workflow, [first] = daemon.submit_workflow(
+        WorkflowSpec(**spec, stages=[{"name": "a"}, {"name": "b", "depends": ["a"]}])
+    )
+    stored = daemon.store.workflow(workflow)["spec"]  # type: ignore[index]
+    stored["stages"][1]["image"] = "a/../x"
+    with daemon.store.transaction() as db:
+        db.execute("UPDATE workflows SET spec = ? WHERE id = ?", (json.dumps(stored), workflow))
+    daemon.schedule()
+    other = daemon.submit_job(JobSpec(image="x", command=["true"], cores=1, memory_mib=64, walltime=100))
+    engine.finish(first)
+    daemon.schedule()
+    daemon.schedule()
+    assert daemon.store.job(other)["state"] == "running"
+    status = views.workflow_status(daemon, workflow)
+    assert status is not None and status["state"] == "failed", status
+    assert status["stages"]["a"]["state"] == "done" and status["stages"]["b"]["state"] == "cancelled"
+    assert status["failed_stage"] == "b"
+    assert "workflow 1 fails: its stage b no longer passes today's checks (stages.1.image: " in caplog.text
+    daemon.close()
+
+
 def test_the_api_refuses_a_job_whose_memory_no_node_holds_as_the_core_would(tmp_path: Path) -> None:
     """Two nodes of 4 cores and 4,096 MiB: a 2-core job asking 6,000 MiB fits the cluster's 8,192 in
     all, was accepted, and was refused by the core's per-node rule at the next pass (an audit of
