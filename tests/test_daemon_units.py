@@ -2258,11 +2258,12 @@ def test_a_drain_follows_its_machine_to_the_node_it_holds(tmp_path: Path) -> Non
 
 
 def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> None:
-    """The kernel's tables of files, ptys, pids, threads and (per uid) inotify instances are the
-    host's, and no cgroup bounds what one job takes of them: at Debian's defaults one job left no
+    """The kernel's tables of files, ptys, pids, threads and (per uid) inotify instances and epoll
+    watches are the host's, and no cgroup bounds what one job takes of them: at Debian's defaults one job left no
     file, pty or inotify instance for any other (helpers' audits). Each is said at start, with what
     closes it; nothing where each is at its largest."""
     from cosched.daemon.host_limits import (
+        EPOLL_WATCHES_LARGEST,
         FILE_MAX_UNBOUNDED,
         INOTIFY_INSTANCES_LARGEST,
         PID_MAX_LARGEST,
@@ -2279,7 +2280,9 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     (tmp_path / "kernel" / "threads-max").write_text("60000\n")
     (tmp_path / "fs" / "inotify").mkdir()
     (tmp_path / "fs" / "inotify" / "max_user_instances").write_text("128\n")
-    files, ptys, inotify, pids, threads = exposures(4096, 4096, 8, tmp_path)
+    (tmp_path / "fs" / "epoll").mkdir()
+    (tmp_path / "fs" / "epoll" / "max_user_watches").write_text("5491511\n")
+    files, ptys, inotify, epoll, pids, threads = exposures(4096, 4096, 8, tmp_path)
     assert "one job may open 16,777,216 files" in files and "2,466,170 (fs.file-max)" in files
     assert f"fs.file-max={FILE_MAX_UNBOUNDED}" in files
     assert "the same 3,072 (kernel.pty.max less kernel.pty.reserve)" in ptys
@@ -2288,12 +2291,15 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     assert f"kernel.pid_max={PID_MAX_LARGEST}" in pids
     assert "the same 128 (fs.inotify.max_user_instances)" in inotify
     assert f"fs.inotify.max_user_instances={INOTIFY_INSTANCES_LARGEST}" in inotify
+    assert "its epoll watches from the same 5,491,511 (fs.epoll.max_user_watches)" in epoll
+    assert f"fs.epoll.max_user_watches={EPOLL_WATCHES_LARGEST}" in epoll
     assert "60,000 threads (kernel.threads-max) are 14 jobs' worth" in threads
     assert f"kernel.threads-max={PID_MAX_LARGEST}" in threads
     only_shared = exposures(64, 64, 8, tmp_path)  # 4,096 files, and 8,192 pids at once: far from either
-    assert [line.split()[2] for line in only_shared] == ["takes", "of"] and "or docker.ptys = false" in only_shared[0]
-    assert exposures(64, 64, 8, tmp_path, ptys=False) == [inotify]  # jobs open no pty
+    assert only_shared == [ptys, inotify, epoll]
+    assert exposures(64, 64, 8, tmp_path, ptys=False) == [inotify, epoll]  # jobs open no pty
     (tmp_path / "fs" / "inotify" / "max_user_instances").write_text(f"{INOTIFY_INSTANCES_LARGEST}\n")
+    (tmp_path / "fs" / "epoll" / "max_user_watches").write_text(f"{EPOLL_WATCHES_LARGEST}\n")
     (tmp_path / "fs" / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")
     (tmp_path / "kernel" / "pty" / "max").write_text(f"{PTY_MAX_LARGEST}\n")
     (tmp_path / "kernel" / "pid_max").write_text(f"{PID_MAX_LARGEST}\n")

@@ -12,11 +12,13 @@ job filling one fails every other job, and host users too (a helper's audit):
 - processes: `pids_limit` bounds one job, and `kernel.pid_max` (32,768 on a host without
   systemd) is eight jobs' worth at the default 4,096; `kernel.threads-max` (an eighth of the
   host's memory in kernel stacks: 192,730 on 24 GiB) bounds the threads of all, 47 jobs' worth;
-- inotify instances: `fs.inotify.max_user_instances` (128) is per uid, and every job of
-  `docker.job_user` is one uid: one job took all 128, and no other job, nor a host process of
-  that uid, could make one (`tail -f`).
-The kernel charges each file (`filp`), pty (about 3 KiB), process (its kernel stack) and inotify instance
-(about 1 KiB with a watch) to its job's memory cgroup,
+- per uid: `fs.inotify.max_user_instances` (128) and `fs.epoll.max_user_watches` (5,491,511 on
+  24 GiB, about 1.1 GB of jobs' memory at 207 bytes each), and every job of `docker.job_user` is
+  one uid: one job took all 128 inotify instances, and no other job, nor a host process of that
+  uid, could make one (`tail -f`); with the epoll table lowered to 200,000 to try it, one job's
+  registrations left the next job none (ENOSPC: asyncio, libuv, Java's NIO).
+The kernel charges each file (`filp`), pty (about 3 KiB), process (its kernel stack), inotify instance
+(about 1 KiB with a watch) and epoll watch to its job's memory cgroup,
 so with each table at its largest a job's memory bounds what it takes. `deploy/docker-setup.sh`
 sets them; the daemon, and each Mesos executor, says at start which are not.
 """
@@ -33,6 +35,13 @@ PID_MAX_LARGEST = 1 << 22
 """The largest `kernel.pid_max` on 64-bit hosts, as systemd sets it."""
 INOTIFY_INSTANCES_LARGEST = (1 << 31) - 1
 """The largest `fs.inotify.max_user_instances`."""
+EPOLL_WATCHES_LARGEST = FILE_MAX_UNBOUNDED
+"""The largest `fs.epoll.max_user_watches` (a long, as `fs.file-max`)."""
+PER_UID = (
+    ("inotify/max_user_instances", "inotify instances", INOTIFY_INSTANCES_LARGEST),
+    ("epoll/max_user_watches", "epoll watches", EPOLL_WATCHES_LARGEST),
+)
+"""Tables of `fs` the kernel keeps per uid, each entry charged to its job's memory: (sysctl, what, largest)."""
 JOBS_PER_CPU = 2
 """Jobs one CPU may run at once: its owner and a guest it lends to."""
 
@@ -67,14 +76,15 @@ def exposures(
             f"can leave none for any other; set sysctl kernel.pty.max={PTY_MAX_LARGEST} (a job's ptys are "
             "charged to its memory), or docker.ptys = false"
         )
-    instances = _read(sys / "fs" / "inotify" / "max_user_instances")
-    if instances is not None and instances < INOTIFY_INSTANCES_LARGEST:
-        lines.append(
-            f"every job of one uid makes its inotify instances from the same {instances:,} "
-            "(fs.inotify.max_user_instances): one job can leave none for the others, nor for the host's processes "
-            f"of its uid; set sysctl fs.inotify.max_user_instances={INOTIFY_INSTANCES_LARGEST} (each is charged to "
-            "its job's memory)"
-        )
+    for name, what, largest in PER_UID:
+        table = _read(sys / "fs" / name)
+        if table is not None and table < largest:
+            key = f"fs.{name.replace('/', '.')}"
+            lines.append(
+                f"every job of one uid takes its {what} from the same {table:,} ({key}): one job can leave none "
+                f"for the others, nor for the host's processes of its uid; set sysctl {key}={largest} (each is "
+                "charged to its job's memory)"
+            )
     for name, key, what in (("pid_max", "kernel.pid_max", "pid"), ("threads-max", "kernel.threads-max", "thread")):
         table = _read(sys / "kernel" / name)
         if table is not None and table < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= table:
