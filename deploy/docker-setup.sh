@@ -52,7 +52,15 @@ fi
 
 if ! docker info >/dev/null 2>&1; then
     echo "docker-setup: starting dockerd (log: /var/log/dockerd.log)" >&2
-    nohup dockerd >/var/log/dockerd.log 2>&1 &
+    # With the limits of Debian's docker.service, which containers inherit: RLIMIT_NPROC counts a
+    # uid's processes on the whole host, and every job of docker.job_user is one uid, so a shell's
+    # 96,365 was 23 jobs' worth at docker.pids_limit 4,096 (each job's own is its pids cgroup).
+    (
+        ulimit -n 1048576 2>/dev/null || true
+        ulimit -u unlimited 2>/dev/null || echo "docker-setup: jobs of one uid share $(ulimit -u) processes" >&3
+        ulimit -c unlimited 2>/dev/null || true
+        exec nohup dockerd 3>&-
+    ) 3>&2 >/var/log/dockerd.log 2>&1 &
     for _ in $(seq 1 60); do
         docker info >/dev/null 2>&1 && break
         sleep 1
