@@ -13,7 +13,7 @@ job filling one fails every other job, and host users too (a helper's audit):
   systemd) is eight jobs' worth at the default 4,096; `kernel.threads-max` (an eighth of the
   host's memory in kernel stacks: 192,730 on 24 GiB) bounds the threads of all, 47 jobs' worth;
 - per uid: `fs.inotify.max_user_instances` (128) and `fs.epoll.max_user_watches` (5,491,511 on
-  24 GiB, about 1.1 GB of jobs' memory at 207 bytes each), and every job of `docker.job_user` is
+  24 GiB, about 1.1 GB of jobs' memory at 210 bytes each), and every job of `docker.job_user` is
   one uid: one job took all 128 inotify instances, and no other job, nor a host process of that
   uid, could make one (`tail -f`); with the epoll table lowered to 200,000 to try it, one job's
   registrations left the next job none (ENOSPC: asyncio, libuv, Java's NIO).
