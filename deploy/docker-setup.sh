@@ -4,7 +4,7 @@
 # Installs docker.io (the engine), busybox-static and debootstrap (images are built
 # without a registry, see workloads/images.py) and Debian's container seccomp profile
 # (golang-github-containers-common; docs/security.md) when missing, enables live-restore so
-# containers outlive an engine restart, raises the kernel's file, pty, pid, thread, inotify and epoll tables to their
+# containers outlive an engine restart, raises the kernel's file, pty, pid, thread, inotify, epoll and pipe tables to their
 # largest (what one job takes of them is then bounded by its memory, not by the host's table), and
 # starts dockerd when none answers.
 # Root is needed only when something must be installed or started.
@@ -32,11 +32,11 @@ fi
 
 # Kernel tables no cgroup bounds (cosched/daemon/host_limits.py): open files (one job may open
 # docker.nofile x docker.pids_limit), ptys (3,072 shared by every container by default), pids, threads
-# and inotify instances and epoll watches (per uid, and every job of docker.job_user is one uid).
+# and inotify instances, epoll watches and pipe buffers (per uid, and every job of docker.job_user is one uid).
 # Each at its largest, a job's memory bounds what it takes (the kernel charges each to its cgroup).
 sysctls=("fs.file-max=9223372036854775807" "kernel.pty.max=1048576" "kernel.pid_max=4194304"
          "kernel.threads-max=4194304" "fs.inotify.max_user_instances=2147483647"
-         "fs.epoll.max_user_watches=9223372036854775807")
+         "fs.epoll.max_user_watches=9223372036854775807" "fs.pipe-user-pages-soft=0")
 for setting in "${sysctls[@]}"; do
     key=${setting%%=*} value=${setting#*=} file=/proc/sys/$(echo "${setting%%=*}" | tr . /)
     [ -e "$file" ] && [ "$(cat "$file")" != "$value" ] || continue

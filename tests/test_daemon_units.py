@@ -2258,10 +2258,10 @@ def test_a_drain_follows_its_machine_to_the_node_it_holds(tmp_path: Path) -> Non
 
 
 def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> None:
-    """The kernel's tables of files, ptys, pids, threads and (per uid) inotify instances and epoll
-    watches are the host's, and no cgroup bounds what one job takes of them: at Debian's defaults one job left no
-    file, pty or inotify instance for any other (helpers' audits). Each is said at start, with what
-    closes it; nothing where each is at its largest."""
+    """The kernel's tables of files, ptys, pids, threads and (per uid) inotify instances, epoll
+    watches and pipe buffers are the host's, and no cgroup bounds what one job takes of them: at
+    Debian's defaults one job left no file, pty or inotify instance for any other (helpers'
+    audits). Each is said at start, with what closes it; nothing where each is closed."""
     from cosched.daemon.host_limits import (
         EPOLL_WATCHES_LARGEST,
         FILE_MAX_UNBOUNDED,
@@ -2282,7 +2282,8 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     (tmp_path / "fs" / "inotify" / "max_user_instances").write_text("128\n")
     (tmp_path / "fs" / "epoll").mkdir()
     (tmp_path / "fs" / "epoll" / "max_user_watches").write_text("5491511\n")
-    files, ptys, inotify, epoll, pids, threads = exposures(4096, 4096, 8, tmp_path)
+    (tmp_path / "fs" / "pipe-user-pages-soft").write_text("16384\n")
+    files, ptys, inotify, epoll, pipes, pids, threads = exposures(4096, 4096, 8, tmp_path)
     assert "one job may open 16,777,216 files" in files and "2,466,170 (fs.file-max)" in files
     assert f"fs.file-max={FILE_MAX_UNBOUNDED}" in files
     assert "the same 3,072 (kernel.pty.max less kernel.pty.reserve)" in ptys
@@ -2293,11 +2294,14 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     assert f"fs.inotify.max_user_instances={INOTIFY_INSTANCES_LARGEST}" in inotify
     assert "its epoll watches from the same 5,491,511 (fs.epoll.max_user_watches)" in epoll
     assert f"fs.epoll.max_user_watches={EPOLL_WATCHES_LARGEST}" in epoll
+    assert "16,384 (fs.pipe-user-pages-soft): one job can leave pipes of 2 pages" in pipes
+    assert "fs.pipe-user-pages-soft=0 " in pipes
     assert "60,000 threads (kernel.threads-max) are 14 jobs' worth" in threads
     assert f"kernel.threads-max={PID_MAX_LARGEST}" in threads
     only_shared = exposures(64, 64, 8, tmp_path)  # 4,096 files, and 8,192 pids at once: far from either
-    assert only_shared == [ptys, inotify, epoll]
-    assert exposures(64, 64, 8, tmp_path, ptys=False) == [inotify, epoll]  # jobs open no pty
+    assert only_shared == [ptys, inotify, epoll, pipes]
+    assert exposures(64, 64, 8, tmp_path, ptys=False) == [inotify, epoll, pipes]  # jobs open no pty
+    (tmp_path / "fs" / "pipe-user-pages-soft").write_text("0\n")
     (tmp_path / "fs" / "inotify" / "max_user_instances").write_text(f"{INOTIFY_INSTANCES_LARGEST}\n")
     (tmp_path / "fs" / "epoll" / "max_user_watches").write_text(f"{EPOLL_WATCHES_LARGEST}\n")
     (tmp_path / "fs" / "file-max").write_text(f"{FILE_MAX_UNBOUNDED}\n")

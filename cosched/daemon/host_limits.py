@@ -16,7 +16,9 @@ job filling one fails every other job, and host users too (a helper's audit):
   24 GiB, about 1.1 GB of jobs' memory at 210 bytes each), and every job of `docker.job_user` is
   one uid: one job took all 128 inotify instances, and no other job, nor a host process of that
   uid, could make one (`tail -f`); with the epoll table lowered to 200,000 to try it, one job's
-  registrations left the next job none (ENOSPC: asyncio, libuv, Java's NIO).
+  registrations left the next job none (ENOSPC: asyncio, libuv, Java's NIO); and
+  `fs.pipe-user-pages-soft` (16,384 pages): past it a uid's new pipes hold 2 pages, and one job's
+  64 pipes of 1 MiB left every other job's new pipe 8 KiB, not 64.
 The kernel charges each file (`filp`), pty (about 3 KiB), process (its kernel stack), inotify instance
 (about 1 KiB with a watch) and epoll watch to its job's memory cgroup,
 so with each table at its largest a job's memory bounds what it takes. `deploy/docker-setup.sh`
@@ -38,10 +40,12 @@ INOTIFY_INSTANCES_LARGEST = (1 << 31) - 1
 EPOLL_WATCHES_LARGEST = FILE_MAX_UNBOUNDED
 """The largest `fs.epoll.max_user_watches` (a long, as `fs.file-max`)."""
 PER_UID = (
-    ("inotify/max_user_instances", "inotify instances", INOTIFY_INSTANCES_LARGEST),
-    ("epoll/max_user_watches", "epoll watches", EPOLL_WATCHES_LARGEST),
+    ("inotify/max_user_instances", "inotify instances", "none", INOTIFY_INSTANCES_LARGEST),
+    ("epoll/max_user_watches", "epoll watches", "none", EPOLL_WATCHES_LARGEST),
+    ("pipe-user-pages-soft", "pipe buffer pages", "pipes of 2 pages, not 16", 0),
 )
-"""Tables of `fs` the kernel keeps per uid, each entry charged to its job's memory: (sysctl, what, largest)."""
+"""Tables of `fs` the kernel keeps per uid, each entry charged to its job's memory: (sysctl, what, what
+the others are left, the value that closes it: the largest, or 0 for no limit)."""
 JOBS_PER_CPU = 2
 """Jobs one CPU may run at once: its owner and a guest it lends to."""
 
@@ -76,14 +80,14 @@ def exposures(
             f"can leave none for any other; set sysctl kernel.pty.max={PTY_MAX_LARGEST} (a job's ptys are "
             "charged to its memory), or docker.ptys = false"
         )
-    for name, what, largest in PER_UID:
+    for name, what, left, closed in PER_UID:
         table = _read(sys / "fs" / name)
-        if table is not None and table < largest:
+        if table is not None and table != closed:
             key = f"fs.{name.replace('/', '.')}"
             lines.append(
-                f"every job of one uid takes its {what} from the same {table:,} ({key}): one job can leave none "
-                f"for the others, nor for the host's processes of its uid; set sysctl {key}={largest} (each is "
-                "charged to its job's memory)"
+                f"every job of one uid takes its {what} from the same {table:,} ({key}): one job can leave "
+                f"{left} to the others, and to the host's processes of its uid; set sysctl {key}={closed} (each "
+                "is charged to its job's memory)"
             )
     for name, key, what in (("pid_max", "kernel.pid_max", "pid"), ("threads-max", "kernel.threads-max", "thread")):
         table = _read(sys / "kernel" / name)
