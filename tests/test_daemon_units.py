@@ -2311,3 +2311,8 @@ def test_the_daemon_says_which_host_tables_jobs_could_fill(tmp_path: Path) -> No
     (tmp_path / "kernel" / "threads-max").write_text(f"{PID_MAX_LARGEST}\n")
     assert exposures(4096, 4096, 8, tmp_path) == []
     assert exposures(4096, 4096, 8, tmp_path / "absent") == []  # a host that does not say
+    booted = tmp_path / "proc"
+    (booted / "sys").mkdir(parents=True)
+    (booted / "cmdline").write_text("root=/dev/sda1 cgroup.memory=nokmem quiet\n")
+    [nokmem] = exposures(4096, 4096, 8, booted / "sys")
+    assert "charges no kernel memory to jobs (booted with cgroup.memory=nokmem)" in nokmem

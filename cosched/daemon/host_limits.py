@@ -21,7 +21,8 @@ job filling one fails every other job, and host users too (a helper's audit):
   64 pipes of 1 MiB left every other job's new pipe 8 KiB, not 64.
 The kernel charges each file (`filp`), pty (about 3 KiB), process (its kernel stack), inotify instance
 (about 1 KiB with a watch) and epoll watch to its job's memory cgroup,
-so with each table at its largest a job's memory bounds what it takes. `deploy/docker-setup.sh`
+so with each table at its largest a job's memory bounds what it takes (unless the host was booted
+with `cgroup.memory=nokmem`, which the daemon says). `deploy/docker-setup.sh`
 sets them; the daemon, and each Mesos executor, says at start which are not.
 """
 
@@ -64,6 +65,16 @@ def exposures(
     closes it; none where every table is at its largest (or the host does not say). `ptys`
     False: jobs open none (`docker.ptys`)."""
     lines = []
+    try:
+        booted = (sys.parent / "cmdline").read_text().split()
+    except OSError:
+        booted = []
+    if "cgroup.memory=nokmem" in booted:
+        lines.append(
+            "the kernel charges no kernel memory to jobs (booted with cgroup.memory=nokmem): the files, ptys, "
+            "processes, inotify instances, epoll watches and pipe buffers a job makes are bounded by the host's "
+            "tables alone, not by its memory; boot without it"
+        )
     file_max = _read(sys / "fs" / "file-max")
     if file_max is not None and nofile * pids_limit >= file_max:
         lines.append(
