@@ -96,13 +96,13 @@ def test_the_executor_runs_resizes_reports_and_kills_jobs_on_a_real_agent(cluste
         assert files.quota() == (40_000, 100_000)
 
         # ASAx's lending: the framework asks for 0.3 CPUs, the executor answers with what the cgroup shows.
-        client.message(agent, "two-jobs", jobs.quota_message("sleeper", 0.3))
+        client.message(agent, "two-jobs", jobs.quota_message("sleeper", 0.3, 1))
         applied = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "sleeper"), 30, "quota_applied"
         )
-        assert applied == {"type": "quota_applied", "task": "sleeper", "cpus": 0.3, "error": ""}
+        assert applied == {"type": "quota_applied", "task": "sleeper", "cpus": 0.3, "error": "", "ask": 1}
         assert files.quota() == (30_000, 100_000)
-        client.message(agent, "two-jobs", jobs.quota_message("nobody", 0.3))
+        client.message(agent, "two-jobs", jobs.quota_message("nobody", 0.3, 1))
         refused = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "nobody"), 30, "a refusal"
         )
@@ -162,7 +162,7 @@ def test_jobs_outlive_an_agent_crash_and_the_executor_resubscribes(cluster: Clus
             60,
             "agent1 registered again",
         )
-        client.message(agent, "survivor", jobs.quota_message("survivor", 0.2))
+        client.message(agent, "survivor", jobs.quota_message("survivor", 0.2, 1))
         applied = recorder.wait(
             lambda: recorder.message_where("quota_applied", lambda m: m["task"] == "survivor"), 60, "quota_applied"
         )

@@ -49,8 +49,10 @@ def test_a_gangs_part_is_made_and_starts_only_when_told(end: str) -> None:
         if end == "go":  # and a quota asked while it is held: carried into its start
             answers: list[bytes] = []
             executor.send = lambda data, retry_for=0.0: answers.append(data)  # type: ignore[method-assign]
-            executor._message(jobs.quota_message("t1", 0.5))
-            assert [jobs.parse_message(a) for a in answers] == [jobs.parse_message(jobs.quota_applied("t1", 0.5))]
+            executor._message(jobs.quota_message("t1", 0.5, 1))
+            assert [jobs.parse_message(a) for a in answers] == [
+                jobs.parse_message(jobs.quota_applied("t1", 0.5, "", 1))
+            ]
             executor._message(jobs.go_message("t1"))
         elif end == "kill":
             executor._kill("t1")
@@ -65,6 +67,14 @@ def test_a_gangs_part_is_made_and_starts_only_when_told(end: str) -> None:
             container = engine.containers.get(name)
             assert container.status == "running"
             assert backend.applied_quota(container.id) == 0.5
+            answers.clear()  # a newer change, then an older one sent again or late: the newer stays
+            executor._message(jobs.quota_message("t1", 0.8, 3))
+            executor._message(jobs.quota_message("t1", 0.3, 2))
+            assert [jobs.parse_message(a) for a in answers] == [
+                jobs.parse_message(jobs.quota_applied("t1", 0.8, "", 3)),
+                jobs.parse_message(jobs.quota_applied("t1", 0.8, "superseded", 2)),
+            ]
+            assert backend.applied_quota(container.id) == 0.8
             return
         assert states == [
             {

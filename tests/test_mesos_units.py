@@ -380,12 +380,14 @@ def test_bad_task_data_is_named(data: object, problem: str) -> None:
         (b'{"type": "quota", "task": "t", "cpus": Infinity}', "'cpus' > 0"),
         (b'{"type": "quota_applied", "task": "t", "cpus": NaN}', "'cpus' \\(finite, or null\\)"),
         (b'{"type": "go"}', "go message: needs 'task'"),
+        (b'{"type": "quota", "task": "t", "cpus": 1, "ask": -1}', "'ask' must be a whole number"),
+        (b'{"type": "quota_applied", "task": "t", "cpus": 1, "ask": "2"}', "'ask' must be a whole number"),
     ],
 )
 def test_bad_messages_are_named(data: bytes, problem: str) -> None:
     with pytest.raises(jobs.BadPayload, match=problem):
         jobs.parse_message(data)
-    assert jobs.parse_message(jobs.quota_message("t", 0.5)) == {"type": "quota", "task": "t", "cpus": 0.5}
+    assert jobs.parse_message(jobs.quota_message("t", 0.5, 3)) == {"type": "quota", "task": "t", "cpus": 0.5, "ask": 3}
     sample = {"cpu": 0.5, "mem": 0.1, "done": 1, "total": 3, "quota": 2.0}
     assert jobs.parse_message(jobs.usage_message(1.0, {"t": sample}))["tasks"] == {"t": sample}
     assert jobs.parse_message(jobs.usage_message(1.0, {}))["tasks"] == {}  # the fence's probe
@@ -540,6 +542,42 @@ def test_an_executor_that_never_answers_fails_its_jobs_quota_change_not_the_clus
         backend.set_quota(handle, 0.5)
     assert backend.live_log(handle, 5) is None
     assert sent == [task.id, task.id]
+
+
+def test_the_answer_to_an_older_quota_change_is_not_taken_for_the_newer_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each quota message is sent again until answered, and the executor applies messages on a pool:
+    the answer to an older change, late, was taken for a newer one's. Changes are numbered, growing
+    across restarts (the clock's nanoseconds), and only the latest one's answer is waited for; an
+    executor that numbers none is answered as before."""
+    from cosched.daemon.docker_backend import QuotaMismatch
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1", quota_timeout=0.3), 1)
+    handle = new_handle(7, 1)
+    task = Task(part_id(handle, 0, 1, 1), 7, "A1", 1, state="TASK_RUNNING")
+    backend.runs[handle] = Run(handle, 7, 1, {0: task})
+    asks: list[int] = []
+
+    def answer(agent: str, task_id: str, data: bytes) -> None:
+        ask = jobs.parse_message(data)["ask"]
+        asks.append(ask)
+        if len(asks) == 1:  # the first change's answer comes late, after the second was asked
+            return
+        backend.on_message("A1", task_id, jobs.quota_applied(task_id, 0.5, "", asks[0]))  # the late one
+        later = threading.Timer(0.05, backend.on_message, ("A1", task_id, jobs.quota_applied(task_id, 0.25, "", ask)))
+        later.start()
+
+    monkeypatch.setattr(backend.client, "message", answer)
+    before = time.time_ns()
+    with pytest.raises(QuotaMismatch, match="no answer to a quota change"):
+        backend.set_quota(handle, 0.5)
+    backend.set_quota(handle, 0.25)  # raises QuotaMismatch if the late 0.5 is taken for its answer
+    assert task.quota == 0.25 and asks[0] >= before and asks[-1] > asks[0]
+    backend.on_message("A1", task.id, jobs.quota_applied(task.id, 0.75))  # an executor that numbers none
+    assert backend._quota_answers[task.id] == (0.75, "")
+    backend.remove(handle)
+    assert task.id not in backend._quota_asks  # forgotten with its run
 
 
 class _DownEngine:

@@ -168,8 +168,16 @@ def _as_submitter(daemon: Daemon, job_id: int, spec: dict[str, Any]) -> dict[str
 
 
 def apply_quotas(daemon: Daemon, quotas: Sequence[tuple[int, float, int | None]]) -> None:
-    """Change the quotas side by side; a cgroup showing another quota is logged and counted."""
-    targets = [(job_id, cpus, seq) for job_id, cpus, seq in quotas if job_id in daemon.containers]
+    """Change the quotas side by side, each job's to the last one decided; a cgroup showing another
+    quota is logged and counted. A step can decide two for one host (its guest ended: back to its
+    cores; the next guest placed on it: lent again); applied side by side, either could land last,
+    and on Mesos the host ran on at its whole quota beside its new guest (a helper's walkthrough)."""
+    last = {job_id: index for index, (job_id, _, _) in enumerate(quotas)}
+    targets = [
+        (job_id, cpus, seq)
+        for index, (job_id, cpus, seq) in enumerate(quotas)
+        if last[job_id] == index and job_id in daemon.containers
+    ]
     outcomes = daemon.engine.each(_timed_quota, [(daemon, daemon.containers[j], cpus) for j, cpus, _ in targets])
     applied = []
     for (_, _, seq), outcome in zip(targets, outcomes, strict=True):

@@ -321,6 +321,9 @@ class MesosBackend(EventHandler):
         self._queued = 0
         self._dirty = False
         self._quota_answers: dict[str, tuple[float | None, str]] = {}
+        self._quota_asks: dict[str, int] = {}
+        """Task -> the number of its latest quota change (`jobs.quota_message`), whose answer alone is
+        waited for: the wall clock's nanoseconds, or one more than the last."""
         self._log_answers: dict[str, str] = {}
         self._started = False
         self._closing = False
@@ -650,7 +653,9 @@ class MesosBackend(EventHandler):
             return
         with self.cond:
             if body["type"] == "quota_applied":
-                self._quota_answers[body["task"]] = (body.get("cpus"), body.get("error", ""))
+                ask = body.get("ask")  # None from an executor that numbers none
+                if ask is None or ask >= self._quota_asks.get(body["task"], 0):  # else the answer to an older one
+                    self._quota_answers[body["task"]] = (body.get("cpus"), body.get("error", ""))
             elif body["type"] == "log":
                 self._log_answers[body["task"]] = str(body.get("text", ""))
             elif body["type"] == "usage":
@@ -1135,7 +1140,7 @@ class MesosBackend(EventHandler):
         run = launch.run
         launch.demand = None
         self.runs.pop(run.handle, None)
-        self._forget(run.handle)
+        self._forget(run)
         sent = [t for t in run.tasks.values() if t.agent_id not in launch.infos]
         self._executors_leave(sent)
         live = [(t.id, t.agent_id) for t in sent if t.state in LIVE]
@@ -1144,8 +1149,11 @@ class MesosBackend(EventHandler):
         acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
         threading.Thread(target=self._end_tasks, args=(live, acks), daemon=True).start()
 
-    def _forget(self, handle: str) -> None:
+    def _forget(self, run: Run) -> None:
         """Under the lock: the run is no one's any more; the last FORGOTTEN handles are remembered."""
+        handle = run.handle
+        for task in run.tasks.values():
+            self._quota_asks.pop(task.id, None)
         self._claimed.discard(handle)
         self._forgotten[handle] = None
         if len(self._forgotten) > FORGOTTEN:
@@ -1376,7 +1384,7 @@ class MesosBackend(EventHandler):
             run = self.runs.pop(handle, None)
             if run is None:
                 return
-            self._forget(handle)
+            self._forget(run)
             self._executors_leave(list(run.tasks.values()))
             live = [(t.id, t.agent_id) for t in run.tasks.values() if t.state in LIVE]
             acks = [(*t.ack, t.id) for t in run.tasks.values() if t.ack]
@@ -1394,7 +1402,9 @@ class MesosBackend(EventHandler):
             if run is None:
                 return
             targets = [(t, cpus * run.share(t)) for t in run.tasks.values() if t.state in LIVE]
-        asked = [(task, jobs.quota_message(task.id, want)) for task, want in targets]
+            for task, _ in targets:  # numbered by the clock, so that they grow across restarts too
+                self._quota_asks[task.id] = max(self._quota_asks.get(task.id, 0) + 1, time.time_ns())
+            asked = [(task, jobs.quota_message(task.id, want, self._quota_asks[task.id])) for task, want in targets]
         try:
             shown = self._ask(asked, self._quota_answers, self.settings.quota_timeout, "a quota change")
         except NoAnswer as exc:  # that job's agent, not the cluster: the review asks again

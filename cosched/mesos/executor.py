@@ -164,6 +164,8 @@ class _Task:
     resizing: threading.Lock = field(default_factory=threading.Lock)
     """Held while its quota is applied: messages run on a pool, and a launch carries a quota asked
     before its start, so the last one asked is the one left in the cgroup."""
+    asked: int = 0
+    """The number of the framework's latest quota change applied (`jobs.quota_message`)."""
 
 
 @dataclass
@@ -628,17 +630,22 @@ class Executor:
         if body["type"] != "quota":
             log.warning("ignoring a message of type %r", body["type"])
             return
-        task_id, cpus = body["task"], float(body["cpus"])
+        task_id, cpus, ask = body["task"], float(body["cpus"]), body.get("ask")
         with self.lock:
             task = self.tasks.get(task_id)
         if task is None or task.ended:
-            self.send(jobs.quota_applied(task_id, None, "no such running task"), retry_for=ANSWER_RETRY)
+            self.send(jobs.quota_applied(task_id, None, "no such running task", ask), retry_for=ANSWER_RETRY)
             return
         error = ""
         with task.resizing:
+            if ask is not None and ask < task.asked:  # sent again, or late: a newer change was applied since
+                applied = self.backend.applied_quota(task.container) if task.container else task.quota
+                self.send(jobs.quota_applied(task_id, applied, "superseded", ask), retry_for=ANSWER_RETRY)
+                return
+            task.asked = ask or task.asked
             if not task.container:  # held, or starting: `_launch` applies it once started
                 task.quota = cpus
-                self.send(jobs.quota_applied(task_id, cpus), retry_for=ANSWER_RETRY)
+                self.send(jobs.quota_applied(task_id, cpus, "", ask), retry_for=ANSWER_RETRY)
                 return
             try:
                 self.backend.set_quota(task.container, cpus)
@@ -646,7 +653,7 @@ class Executor:
             except (QuotaMismatch, EngineUnavailable) as exc:
                 error = str(exc)
             applied = self.backend.applied_quota(task.container)
-        self.send(jobs.quota_applied(task_id, applied, error), retry_for=ANSWER_RETRY)
+        self.send(jobs.quota_applied(task_id, applied, error, ask), retry_for=ANSWER_RETRY)
 
     def _send_log(self, task_id: str, lines: int) -> None:
         """The task's last `lines` of output, read from the engine now ('' if it has no container)."""

@@ -235,14 +235,18 @@ def job_of(task: Json) -> JobPayload:
 
 
 # -- messages ------------------------------------------------------------------
-def quota_message(task_id: str, cpus: float) -> bytes:
-    """Framework -> executor: give this task `cpus` CPUs of CFS quota."""
-    return json.dumps({"type": "quota", "task": task_id, "cpus": cpus}).encode()
+def quota_message(task_id: str, cpus: float, ask: int) -> bytes:
+    """Framework -> executor: give this task `cpus` CPUs of CFS quota. `ask` numbers the framework's
+    changes of the task's quota: each message is sent again until answered and the executor applies
+    them on a pool, so an older one arriving late must not undo a newer one."""
+    return json.dumps({"type": "quota", "task": task_id, "cpus": cpus, "ask": ask}).encode()
 
 
-def quota_applied(task_id: str, cpus: float | None, error: str = "") -> bytes:
-    """Executor -> framework: the quota the task's cgroup shows now (None when unreadable)."""
-    return json.dumps({"type": "quota_applied", "task": task_id, "cpus": cpus, "error": error}).encode()
+def quota_applied(task_id: str, cpus: float | None, error: str = "", ask: int | None = None) -> bytes:
+    """Executor -> framework: the quota the task's cgroup shows now (None when unreadable), in answer
+    to the change numbered `ask` (None from an executor that numbers none)."""
+    body = {"type": "quota_applied", "task": task_id, "cpus": cpus, "error": error}
+    return json.dumps(body if ask is None else {**body, "ask": ask}).encode()
 
 
 def go_message(task_id: str) -> bytes:
@@ -277,6 +281,8 @@ def parse_message(data: bytes) -> Json:
         raise BadPayload(f"message: not JSON ({exc})") from None
     if not isinstance(body, dict) or not isinstance(body.get("type"), str):
         raise BadPayload("message: expected a JSON object with a 'type'")
+    if body["type"] in ("quota", "quota_applied") and not (body.get("ask") is None or _whole(body["ask"])):
+        raise BadPayload(f"{body['type']} message: 'ask' must be a whole number >= 0")
     if body["type"] == "quota":
         cpus = body.get("cpus")
         if not isinstance(body.get("task"), str) or not (_number(cpus) and cpus > 0):
