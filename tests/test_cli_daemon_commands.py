@@ -124,6 +124,14 @@ def test_status_prints_units_not_reprs(monkeypatch, capsys) -> None:
     rc, out, _ = run(monkeypatch, capsys, Answers({("GET", "/v1/jobs/7"): ended}), "status", "7")
     lines = {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in out.splitlines()}
     assert lines["cpu used"] == "50.0 s of 200.0 core-seconds held"
+    # Its quota changes, which daemon.md promises `status` shows (they were in --json only).
+    changes = [{"seq": n, "at": 10.0 + n, "job_id": 7, "cpus": 2.0 - n % 2, "applied": 10.5 + n} for n in range(12)]
+    changes[-1]["applied"] = None
+    answer = {**ended, "quota_changes": changes}
+    rc, out, _ = run(monkeypatch, capsys, Answers({("GET", "/v1/jobs/7"): answer}), "status", "7")
+    shown = out.split("  quota changes:", 1)[1].splitlines()
+    assert shown[0] == " (the last 10; 2 earlier)" and len(shown) == 11, shown
+    assert shown[-1].endswith("1 CPUs, not applied") and ", applied " in shown[-2]
 
 
 def test_submit_help_states_the_defaults(capsys) -> None:

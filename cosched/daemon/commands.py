@@ -650,11 +650,27 @@ def _status(args: argparse.Namespace) -> int:
             print(f"{key.partition('_')[0]:>10}: {_when(status.get(key))}")
     if status.get("after"):
         print(f"{'after':>10}: {dependencies.describe(status['after'])}")
+    _print_quota_changes(status.get("quota_changes") or [])
     if status.get("log_tail"):
         print("  log tail:")
         for line in status["log_tail"].rstrip().splitlines():
             print(f"    {line}")
     return 0
+
+
+QUOTA_CHANGES_SHOWN = 10
+"""The latest quota changes `status` prints (a lender of a long run may have hundreds; `--json` has all)."""
+
+
+def _print_quota_changes(changes: list[dict[str, Any]]) -> None:
+    """When each quota was decided and reached the cgroup: a lending's story, as the store logs it."""
+    if not changes:
+        return
+    earlier = len(changes) - QUOTA_CHANGES_SHOWN
+    print("  quota changes:" + (f" (the last {QUOTA_CHANGES_SHOWN}; {earlier} earlier)" if earlier > 0 else ""))
+    for change in changes[-QUOTA_CHANGES_SHOWN:]:
+        applied = f"applied {_when(change['applied'])}" if change.get("applied") else "not applied"
+        print(f"    {_when(change['at'])}  {change['cpus']:g} CPUs, {applied}")
 
 
 @_reads_answers
