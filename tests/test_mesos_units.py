@@ -580,6 +580,28 @@ def test_the_answer_to_an_older_quota_change_is_not_taken_for_the_newer_ones(mon
     assert task.id not in backend._quota_asks  # forgotten with its run
 
 
+def test_a_launch_whose_offers_were_used_says_it_waits_for_its_tasks_to_run() -> None:
+    """An agent cut off after its offer was used: its task never says it runs, and `cosched queue`
+    showed the job RUNNING, with a start, until it did (a helper's walkthrough). The launch now says
+    what it waits for, offers first, then its tasks."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.offer_book import Demand, Need
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 2)
+    backend.hostnames.update({"A1": "agent1", "A2": "agent2"})
+    handle = new_handle(7, 1)
+    tasks = {p: Task(part_id(handle, p, 2, 1), 7, agent, 1) for p, agent in enumerate(("A1", "A2"))}
+    launch = mesos_backend._Launch(Run(handle, 7, 2, tasks), {}, Demand(handle, (Need("A1", 1.0, 64.0),)), 0.0)
+    backend.launches[handle] = launch
+    assert backend.waiting() == {7: "waiting for offers of agent1"}
+    launch.demand = None  # its ACCEPTs sent
+    tasks[0].ran = True
+    assert backend.waiting() == {7: "waiting for its tasks to run on agent2"}
+    tasks[1].ran = True
+    assert backend.waiting() == {}
+
+
 class _DownEngine:
     """An agent's Docker engine that answers nothing until `up`; a container is killed by its pid."""
 

@@ -995,13 +995,20 @@ class MesosBackend(EventHandler):
             ]
 
     def waiting(self) -> dict[int, str]:
+        """Launches under way, by job, with what each waits for: offers, then its tasks to run (an
+        agent cut off after its offer was used; shown `RUNNING` with a start before, for 19 s in a
+        helper's walkthrough)."""
         with self.cond:
-            return {
-                launch.run.job_id: "waiting for offers of "
-                + ", ".join(sorted(self.hostnames.get(n.agent_id, n.agent_id) for n in launch.demand.needs))
-                for launch in self.launches.values()
-                if launch.demand is not None
-            }
+            waits = {}
+            for launch in self.launches.values():
+                if launch.demand is not None:
+                    agents, what = [n.agent_id for n in launch.demand.needs], "offers of"
+                else:
+                    agents, what = [t.agent_id for t in launch.run.tasks.values() if not t.ran], "its tasks to run on"
+                names = sorted({self.hostnames.get(agent, agent) for agent in agents})
+                if names:  # (each task running: it is recorded running at once)
+                    waits[launch.run.job_id] = f"waiting for {what} {', '.join(names)}"
+            return waits
 
     # -- jobs ----------------------------------------------------------------------
     def launch(
