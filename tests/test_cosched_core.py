@@ -180,6 +180,40 @@ def test_the_core_says_why_each_job_it_offered_for_co_scheduling_was_not_lent_to
     }
 
 
+class _AsksOnce(Static):
+    """Asks each host once per guest (as ASAx does) and lends nothing."""
+
+    name = "once"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[tuple[int, int]] = set()
+
+    def candidates(self, guest: Job, running: Sequence[Job]) -> Sequence[Job]:
+        return [h for h in running if (guest.id, h.id) not in self.asked]
+
+    def lend(self, view: SchedulerView, guest: Job, hosts: Sequence[Job]) -> Lending | None:
+        self.asked.update((guest.id, h.id) for h in hosts)
+        return None
+
+
+def test_a_guest_every_host_declined_says_so_until_a_new_host_may_be_asked() -> None:
+    """ASAx asks each host once per guest: a pass after it lent nothing, `queue` said `no host to ask
+    now: each was asked before, or has no usage sample yet` (a helper's walkthrough), where the docs
+    promise `asax decided not to lend to it`. That stands until there is a host to ask."""
+    policy = _AsksOnce()
+    core = _core(ONE_NODE, policy)
+    runner, head, guest = job(1, 0, 4, 100), job(2, 1, 4, 10), job(3, 1, 1, 10)
+    core.step(1.0, [Offer(((0, 4),)), JobSubmitted(runner), JobSubmitted(head), JobSubmitted(guest)])
+    lent_nothing = "once decided not to lend to it (cosched explain 3)"
+    assert core.not_lent[3].format(cores=1, policy="once", job=3) == lent_nothing
+    core.step(2.0, [])
+    assert core.not_lent[3].format(cores=1, policy="once", job=3) == lent_nothing
+    policy.asked.clear()  # a host it may ask again: asked, and its word is the new one
+    core.step(3.0, [])
+    assert (3, 1) in policy.asked and core.not_lent[3].format(cores=1, policy="once", job=3) == lent_nothing
+
+
 @pytest.mark.parametrize("case", ["opted out", "guests already", "no sample"])
 def test_the_core_tells_apart_why_no_running_job_takes_a_guest(case: str) -> None:
     # A 4-core job runs alone on a 4-core node, and a 1-core job waits behind a 4-core head. The

@@ -743,7 +743,8 @@ class Scheduler:
         # guests arrive; `_can_host` checks each pair all the same.
         open_hosts = [h for h in self.running if h.coschedule and len(self.guests.get(h.id, ())) < self.sharing - 1]
         fitting: dict[int, list[Job]] = {}
-        self.not_lent = not_lent = {}
+        last, self.not_lent = self.not_lent, {}
+        not_lent = self.not_lent
         why_closed: dict[int, str] = {}  # by size: none of that size takes a guest (`_no_open_host`)
         for guest in window:
             if self.limit is not None and not self.limit.admits(guest):
@@ -757,7 +758,9 @@ class Scheduler:
             hosts = roomy if promises is None else [h for h in roomy if promises.allow(guest, h)]
             if not hosts:
                 if large:
-                    not_lent[guest.id] = self._why_no_host(asked, roomy)
+                    # Asked every host before and lent nothing: still what stands (ASAx asks each once).
+                    kept = not asked and last.get(guest.id) == _LENT_NOTHING
+                    not_lent[guest.id] = _LENT_NOTHING if kept else self._why_no_host(asked, roomy)
                     continue
                 if guest.cores not in why_closed:
                     why_closed[guest.cores] = self._no_open_host(guest.cores)
