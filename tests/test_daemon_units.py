@@ -1210,6 +1210,30 @@ def test_cpus_are_shown_only_where_jobs_are_pinned_to_them(tmp_path: Path) -> No
     daemon.close()
 
 
+def test_the_journal_names_cpus_only_where_jobs_are_pinned_to_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`event=launching cpus=0,1,2,3` was journaled on Mesos, which pins no CPU (a helper's walkthrough)."""
+    from fake_engine import Clock, FakeEngine, clocked_daemon
+
+    from cosched.daemon.backend import NodeStatus
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    daemon = clocked_daemon(tmp_path, clock, engine, cores=4)
+    spec = {"image": "x", "command": ["true"], "memory_mib": 64, "walltime": 100}
+    with caplog.at_level("INFO", logger="cosched.jobs"):
+        pinned = daemon.submit_job(JobSpec(**spec, cores=2))
+        daemon.schedule()
+        engine.node_status = lambda: [NodeStatus("agent1", "a1", True)]  # type: ignore[method-assign]
+        agents = daemon.submit_job(JobSpec(**spec, cores=2))
+        daemon.schedule()
+    lines = [r.getMessage() for r in caplog.records if "event=launching" in r.getMessage()]
+    assert [f"job={pinned} " in line and "cpus=0,1" in line for line in lines] == [True, False]
+    assert f"job={agents} " in lines[1] and "cpus=" not in lines[1]
+    daemon.close()
+
+
 def test_the_job_gauges_count_the_cores_running_and_pending_jobs(tmp_path: Path) -> None:
     """`cosched_running_jobs` and `cosched_pending_jobs`, read off the core's own lists: counting every
     job's state took most of a pass with 10,000 queued (`benchmarks/mesos.py`, profiled)."""

@@ -183,7 +183,8 @@ def _pass(daemon: Daemon) -> bool:
             journal.accepted(job_id, document, record.get("workflow"), user=record.get("user", ""))
         daemon.metrics.submitted.inc(len(released))
         dropped = [(job_id, plan.cancel_reason(daemon, job_id)) for job_id in planned.dropped]
-        journal.decided(decision.actions, daemon.cpus_of, daemon.kill_reason, dropped)
+        pinned = {} if daemon.backend.node_status() else daemon.cpus_of  # Mesos pins no CPU: none to name
+        journal.decided(decision.actions, pinned, daemon.kill_reason, dropped)
         for job_id, _ in dropped:
             daemon.kill_reason.pop(job_id, None)
     try:

@@ -60,7 +60,7 @@ from cosched.daemon.identity import read_secret_file
 from cosched.errors import ConfigError
 from cosched.mesos import calls, jobs, shares
 from cosched.mesos.carve import carve
-from cosched.mesos.errors import MesosError
+from cosched.mesos.errors import MesosError, NotSubscribed
 from cosched.mesos.handler import EventHandler
 from cosched.mesos.offer_book import Accept, Decline, Demand, Need, OfferBook, Revive, Suppress
 from cosched.mesos.offers import Offer, parse_offer
@@ -830,7 +830,10 @@ class MesosBackend(EventHandler):
         try:
             call()
         except MesosError as exc:
-            log.warning("%s: %s", name, exc)
+            # Not subscribed: the subscription logs why, and the call is tried again at each round
+            # until it is (it was a warning a second, its name twice, while a master was elected).
+            text = str(exc) if str(exc).startswith(name) else f"{name}: {exc}"
+            log.log(logging.DEBUG if isinstance(exc, NotSubscribed) else logging.WARNING, "%s", text)
             with self.cond:
                 self.book.resubscribed()  # try again at the next round
         else:
@@ -1419,8 +1422,8 @@ class MesosBackend(EventHandler):
         wrong = []
         with self.cond:
             for task, want in targets:
-                if task.id not in shown:
-                    continue  # ended meanwhile: the next pass collects it
+                if task.id not in shown or shown[task.id][1] == jobs.NO_SUCH_TASK:
+                    continue  # ended meanwhile (a gang's part killed for another's end): the next pass collects it
                 task.quota, error = shown[task.id]
                 if task.quota is None or abs(task.quota - want) > 1e-3 or error:
                     wrong.append(f"task {task.id}: cgroup shows {task.quota} CPUs, expected {want:g} {error}".rstrip())

@@ -634,7 +634,7 @@ class Executor:
         with self.lock:
             task = self.tasks.get(task_id)
         if task is None or task.ended:
-            self.send(jobs.quota_applied(task_id, None, "no such running task", ask), retry_for=ANSWER_RETRY)
+            self.send(jobs.quota_applied(task_id, None, jobs.NO_SUCH_TASK, ask), retry_for=ANSWER_RETRY)
             return
         error = ""
         with task.resizing:

@@ -242,6 +242,11 @@ def quota_message(task_id: str, cpus: float, ask: int) -> bytes:
     return json.dumps({"type": "quota", "task": task_id, "cpus": cpus, "ask": ask}).encode()
 
 
+NO_SUCH_TASK = "no such running task"
+"""The error of a quota change's answer for a task whose container has ended (or never was): its end
+is on its way, and the change is moot."""
+
+
 def quota_applied(task_id: str, cpus: float | None, error: str = "", ask: int | None = None) -> bytes:
     """Executor -> framework: the quota the task's cgroup shows now (None when unreadable), in answer
     to the change numbered `ask` (None from an executor that numbers none)."""
