@@ -1085,3 +1085,13 @@ def test_a_restarted_daemon_tells_the_held_parts_of_a_gang_it_adopted_to_start()
     assert round_at(100.0 + mesos_backend.MESSAGE_RESEND) == [parts[1]]
     backend.on_update({"task_id": {"value": parts[1]}, "agent_id": {"value": "A2"}, "state": "TASK_RUNNING"})
     assert round_at(200.0) == [] and handle not in backend._held
+
+
+def test_an_executors_container_carries_the_run_its_task_id_names() -> None:
+    """The container's `cosched.run` label said 0 beside its name's r1 (a helper's walkthrough)."""
+    from cosched.mesos.executor import _run_of
+    from cosched.mesos.runs import new_handle, part_id
+
+    assert _run_of(part_id(new_handle(7, 3), 0, 2, 1)) == 3
+    assert _run_of("cosched-job-7-1a2b3c-0of1-1c") == 0  # a handle from before runs were numbered
+    assert _run_of("t1") == 0

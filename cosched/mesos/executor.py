@@ -63,7 +63,7 @@ from cosched.mesos.backoff import Backoff
 from cosched.mesos.errors import CallError, MesosError
 from cosched.mesos.masters import Master, parse_master
 from cosched.mesos.recordio import RecordIODecoder
-from cosched.mesos.runs import own_end
+from cosched.mesos.runs import own_end, parse_task
 from cosched.mesos.transport import EventStream, Unavailable, open_stream, post_call
 
 log = logging.getLogger("cosched.mesos.executor")
@@ -486,6 +486,7 @@ class Executor:
                 job.memory_mib,
                 name=name,
                 labels={LABEL_EXECUTOR: self.settings.executor_id, LABEL_TASK: task_id},
+                run=_run_of(task_id),
                 gate=partial(self._hold, task_id, task, job.hold) if job.hold > 0 else None,
             )
         except Withheld:
@@ -808,6 +809,13 @@ class Executor:
                 }
         if live:  # sent even when no sample could be read: the agent's answer is the fence's probe
             self.send(jobs.usage_message(now, usage))
+
+
+def _run_of(task_id: str) -> int:
+    """The job's run a task belongs to, as its id names it (0 for an id from before runs were
+    numbered): its container's `cosched.run` label, as on one host (it said 0 beside its name's r1)."""
+    name = parse_task(task_id)
+    return name.run or 0 if name is not None else 0
 
 
 def container_name(instance: str, task_id: str) -> str:
