@@ -8,6 +8,7 @@ printed and the exit status, which is what a script or an operator acts on.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -324,3 +325,22 @@ def test_logs_says_which_option_is_out_of_range_before_asking(capsys) -> None:
         with pytest.raises(SystemExit):
             main(["logs", "3", "-n", lines])
         assert f"argument -n/--lines: expected 1 to 10000 lines, got '{lines}'" in capsys.readouterr().err
+
+
+def test_nodes_cuts_a_long_drain_reason_in_its_table_and_prints_it_whole_below(monkeypatch, capsys) -> None:
+    """A daemon's own drain names the machine's error: the STATE column was over 200 characters wide,
+    and the reason, cut at 200, ended mid-word (a helper's walkthrough)."""
+    long = "job 2 could not start there: cannot reach the Docker engine at unix:///run/docker.sock: refused"
+    drains = [{"reason": long, "since": 100.0, "by": "cosched", "state": "drained", "host": "agent2"}, None]
+    rows = [
+        {"node": n, "hostname": f"agent{n + 1}", "agent": f"A{n}", "up": True, "allocated": 0, "cores": 4,
+         "lent": 0, "used": 0, "jobs": [], "drain": drain}
+        for n, drain in enumerate(drains)
+    ]  # fmt: skip
+    rows[1]["drain"] = {"reason": "PSU", "since": 100.0, "by": "root", "state": "draining", "host": "agent2"}
+    rc, out, _ = run(monkeypatch, capsys, Answers({("GET", "/v1/nodes"): rows}), "nodes")
+    table, below = out.split("\n" + "node0: ", 1)
+    assert rc == 0 and "drained (job 2 could not start there: cannot r...)" in table and "draining (PSU)" in table
+    assert max(len(line) for line in table.splitlines()) < 120
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(100))
+    assert below.strip() == f"drained by cosched since {since}: {long}"

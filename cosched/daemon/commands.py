@@ -817,6 +817,11 @@ def _nodes(args: argparse.Namespace) -> int:
         for r in rows
     ]
     print(format_table(table))
+    for r in rows:  # the reasons the table cut, whole (as `sinfo -R` lists them)
+        drain = r.get("drain")
+        if drain and len(drain["reason"]) > REASON_IN_TABLE:
+            by = f" by {drain['by']}" if drain.get("by") else ""
+            print(f"node{r['node']}: {drain['state']}{by} since {_when(drain['since'])}: {drain['reason']}")
     return 0
 
 
@@ -841,13 +846,21 @@ def _shares(args: argparse.Namespace) -> int:
     return 0
 
 
+REASON_IN_TABLE = 40
+"""The most of a drain's reason `nodes` puts in its table; a longer one is printed whole below it
+(a daemon's own drain names the machine's error: the column was 200 characters wide)."""
+
+
 def _node_state(row: dict[str, Any]) -> str:
     """up, up with what other frameworks hold of its Mesos agent, or DOWN; and drained or draining
     (jobs still run there) with the operator's reason."""
     state = "DOWN" if not row["up"] else f"up (others hold {row['others']})" if row.get("others") else "up"
     drain = row.get("drain")
     if drain:
-        state = f"{drain['state']} ({drain['reason']})" + ("" if row["up"] else ", DOWN")
+        reason = drain["reason"]
+        if len(reason) > REASON_IN_TABLE:
+            reason = reason[: REASON_IN_TABLE - 3].rstrip() + "..."
+        state = f"{drain['state']} ({reason})" + ("" if row["up"] else ", DOWN")
     return state
 
 

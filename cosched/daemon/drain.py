@@ -155,10 +155,12 @@ def faulty(daemon: Daemon, ended: list[End]) -> None:
         for node in end.faulty_nodes:
             if node not in daemon.drained:
                 detail = end.reason.rsplit("could not start: ", 1)[-1]  # the machine's words, not the layers
-                reason = f"job {end.job.id} could not start there: {detail}"[:MAX_REASON]
+                reason = f"job {end.job.id} could not start there: {detail}"
+                if len(reason) > MAX_REASON:  # the log has it whole
+                    reason = reason[: MAX_REASON - 3].rstrip() + "..."
                 entry = Drain(reason, daemon.clock(), BY_DAEMON, _host_of(daemon, node))
                 _save(daemon, {**daemon.drained, node: entry})
-                log.warning("node %d drained by cosched: %s", node, reason)
+                log.warning("node %d drained by cosched: job %d could not start there: %s", node, end.job.id, detail)
 
 
 def _check(daemon: Daemon, node: int, caller: Caller, verb: str) -> None:
