@@ -1586,6 +1586,7 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
         store=SimpleNamespace(owners=lambda: {3: "alice"}),
         down=set(),
         drained={},
+        containers={},
     )
     rows = views.queue(daemon)  # type: ignore[arg-type]
     pending = [(r["id"], r["reason"], r["start"]) for r in rows if r["state"] == "pending"]
@@ -1602,6 +1603,11 @@ def test_queue_view_shows_the_cores_order_and_reservations() -> None:
     for_offers[1] = "waiting for offers of agent1"
     [row] = [r for r in views.queue(daemon) if r["id"] == 1]  # type: ignore[arg-type]
     assert (row["state"], row["reason"]) == ("launching", "waiting for offers of agent1")
+    # A run lost with its agent, which waits for its fence: running still, and why it will be queued.
+    daemon.containers[1] = "cosched-job-1-r1"
+    for_offers[1] = "lost with agent1: queued again once its executor's fence has passed"
+    [row] = [r for r in views.queue(daemon) if r["id"] == 1]  # type: ignore[arg-type]
+    assert (row["state"], row["reason"]) == ("running", for_offers[1])
     # A job the machines still up can never hold (conservative's reservation at infinity, with a
     # Mesos agent gone) shows no start, and the queue stays JSON (no Infinity).
     daemon.reservations = {3: math.inf, 2: 120.0}

@@ -580,6 +580,23 @@ def test_the_answer_to_an_older_quota_change_is_not_taken_for_the_newer_ones(mon
     assert task.id not in backend._quota_asks  # forgotten with its run
 
 
+def test_a_run_lost_with_its_agent_says_it_waits_for_the_fence() -> None:
+    """A job whose agent the master gave up waits for its executor's fence before it is queued again:
+    `queue` showed it running on the node's new agent, where it never ran (a helper's walkthrough)."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1", fence=60.0), 1)
+    backend.hostnames.update({"A1": "agent1", "A3": "agent3"})
+    backend.agents = ["A1"]  # node 0 is agent1's now
+    handle = new_handle(7, 1)
+    task = Task(part_id(handle, 0, 1, 1), 7, "A3", 1, state="TASK_RUNNING")
+    backend.runs[handle] = Run(handle, 7, 1, {0: task})
+    assert backend.waiting() == {}
+    task.apply({"state": "TASK_LOST", "source": "SOURCE_MASTER"}, time.monotonic())
+    assert backend.waiting() == {7: "lost with agent3: queued again once its executor's fence has passed"}
+
+
 def test_a_quota_change_for_a_part_that_has_just_ended_is_no_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
     """A gang's part killed for another part's end answers a quota change `no such running task`:
     logged at ERROR as `cgroup shows None CPUs, expected 1` (a helper's walkthrough). Its end is on

@@ -104,7 +104,8 @@ class Backend(Protocol):
         ...
 
     def waiting(self) -> dict[int, str]:
-        """Jobs whose launch waits for resources the machines have not given yet, and for what."""
+        """Jobs whose launch waits for resources the machines have not given yet, or whose run waits
+        to be known stopped on a machine lost, and for what."""
         ...
 
     def others_hold(self, cores: int, memory: int) -> dict[int, tuple[int, int]]:

@@ -85,8 +85,9 @@ def queue(daemon: Daemon) -> list[dict[str, Any]]:
     ]
     owners = daemon.store.owners()
     for job in sorted(running, key=lambda j: j.start):
-        if job.id in waiting:  # the core started it; its machines have not given what it needs yet
-            rows.append(_row(daemon, job, "launching", waiting[job.id], None))
+        if job.id in waiting:  # the core started it; its machines have not given what it needs yet,
+            state = "running" if job.id in daemon.containers else "launching"  # or its run was lost
+            rows.append(_row(daemon, job, state, waiting[job.id], None))
             continue
         rows.append(
             _row(

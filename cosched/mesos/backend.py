@@ -1000,9 +1000,18 @@ class MesosBackend(EventHandler):
     def waiting(self) -> dict[int, str]:
         """Launches under way, by job, with what each waits for: offers, then its tasks to run (an
         agent cut off after its offer was used; shown `RUNNING` with a start before, for 19 s in a
-        helper's walkthrough)."""
+        helper's walkthrough); and runs with a part on a lost agent, which wait to be known stopped
+        before their jobs are queued again (shown running on the node's new agent, where they never
+        ran: the same walkthrough)."""
         with self.cond:
             waits = {}
+            for run in self.runs.values():
+                for task in run.tasks.values():
+                    outcome, host = self._outcome(task), self.hostnames.get(task.agent_id, task.agent_id)
+                    if outcome == "fence":
+                        waits[run.job_id] = f"lost with {host}: queued again once its executor's fence has passed"
+                    elif outcome == "sweep":
+                        waits[run.job_id] = f"its executor on {host} ended: queued again once a sweep shows it stopped"
             for launch in self.launches.values():
                 if launch.demand is not None:
                     agents, what = [n.agent_id for n in launch.demand.needs], "offers of"
