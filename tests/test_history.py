@@ -26,7 +26,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
     daemon = Daemon(validate(from_dict({"daemon": {"state_dir": str(tmp_path / "state")}})))
     daemon.clock = lambda: NOW  # type: ignore[method-assign]
     store = daemon.store
-    spec = {"image": "x", "command": ["true"], "walltime": 600}
+    spec = {"name": "blastn", "image": "x", "command": ["true"], "walltime": 600}
     ended = [  # user, cores, submit, start, end, state, exit code
         ("alice", 2, NOW - 5000, NOW - 4000, NOW - 1000, "done", 0),
         ("alice", 1, NOW - 3000, NOW - 2000, NOW - 1900, "failed", 3),
@@ -39,7 +39,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         for user, cores, submit, start, end, state, code in ended:
             job_id = store.add_job(db, {**spec, "cores": cores}, submit, user=user)
             store.update_job(db, job_id, state=state, start=start, end=end, exit_code=code)
-        store.update_job(db, 1, cpu_seconds=1500.0)  # a quarter of its 2 cores for 3000 s
+        store.update_job(db, 1, cpu_seconds=1500.0, slots=[[0, 2]])  # a quarter of its 2 cores for 3000 s
         running = store.add_job(db, {**spec, "cores": 1}, NOW - 50, user="carol")
         store.update_job(db, running, state="running", start=NOW - 40)
     yield daemon
@@ -60,6 +60,7 @@ def test_the_last_day_oldest_end_first_with_core_seconds_and_waits(daemon: Daemo
         assert (first["state"], first["exit_code"], first["elapsed"], first["core_seconds"]) == ("failed", 3, 100, 100)
         assert first["wait"] == 1000
         assert rows[1]["core_seconds"] == 2 * 3000
+        assert (rows[1]["name"], rows[1]["nodes"], first["nodes"]) == ("blastn", "node0:2", "")  # as sacct's
         assert (rows[1]["cpu_seconds"], rows[1]["cpu_efficiency"]) == (1500.0, 0.25)
         assert (first["cpu_seconds"], first["cpu_efficiency"]) == (None, None)  # never sampled
         # Never started: no run, no core-seconds; it waited from submission to its cancel.
@@ -123,10 +124,11 @@ def test_the_cli_lists_what_ran_on_the_real_engine(tmp_path: Path) -> None:
         bad = daemon.submit(image=image, command=["sh", "-c", "exit 3"], cores=1, walltime=60)
         daemon.wait_final([ok, spin, bad], 60)
         lines = daemon.cli("history").splitlines()
-        assert lines[0].split()[:4] == ["JOBID", "USER", "STATE", "CORES"]
+        assert lines[0].split()[:6] == ["JOBID", "NAME", "USER", "STATE", "CORES", "NODELIST"]
         by_id = {line.split()[0]: line.split() for line in lines[2:]}
-        assert by_id[str(ok)][2] == "DONE" and by_id[str(bad)][2] == "FAILED"
-        assert "3" in by_id[str(bad)][9:]  # EXIT, then the reason
+        assert by_id[str(ok)][3] == "DONE" and by_id[str(bad)][3] == "FAILED"
+        assert by_id[str(ok)][5] == "node0:1"
+        assert "3" in by_id[str(bad)][11:]  # EXIT, then the reason
         [failed] = json.loads(daemon.cli("history", "--state", "failed", "--json"))
         assert (failed["id"], failed["exit_code"]) == (bad, 3)
         assert failed["elapsed"] < 10 and failed["core_seconds"] == pytest.approx(failed["elapsed"])

@@ -569,9 +569,11 @@ def _history(args: argparse.Namespace) -> int:
         table = [
             {
                 "JOBID": r["id"],
+                "NAME": r.get("name") or "-",
                 "USER": r["user"] or "-",
                 "STATE": r["state"].upper(),
                 "CORES": r["cores"],
+                "NODELIST": r.get("nodes") or "-",
                 "START": _when(r["start"]),
                 "END": _when(r["end"]),
                 "WAIT": _hms(r["wait"]),

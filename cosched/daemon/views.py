@@ -421,8 +421,10 @@ def history(
         rows.append(
             {
                 "id": record["id"],
+                "name": spec.get("name", ""),
                 "user": record["user"],
                 "state": record["state"],
+                "nodes": _nodelist(record["slots"]) if record["slots"] and start is not None else "",
                 "workflow": record["workflow"],
                 "stage": record["stage"],
                 "app_class": spec.get("app_class"),
