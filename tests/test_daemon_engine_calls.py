@@ -206,6 +206,64 @@ def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_
         daemon.close()
 
 
+class _WithdrawingEngine(_StuckEngine):
+    """A launch that can be given up while it waits (a Mesos gang at its start barrier): `withdraw`
+    ends the stuck launch with its run lost, nothing of it started."""
+
+    def __init__(self, stuck: int) -> None:
+        super().__init__(stuck)
+        self.withdrawn: list[int] = []
+
+    def withdraw(self, job_id: int) -> None:
+        self.withdrawn.append(job_id)
+        self.release.set()
+
+    def launch(
+        self, job_id: int, spec: dict[str, Any], cpuset: str, quota: float, memory: int, **placement: object
+    ) -> tuple[str, float]:
+        if job_id == self.stuck:
+            self.launched.append(job_id)
+            assert self.release.wait(30)
+            if job_id in self.withdrawn:
+                raise RunLost("its job was cancelled")
+        return super().launch(job_id, spec, cpuset, quota, memory, **placement)
+
+
+def test_a_job_cancelled_while_its_launch_waits_is_withdrawn_and_never_runs(tmp_path: Path) -> None:
+    """A gang cancelled at its start barrier was told to start, then killed 2 s later (a helper's
+    Mesos walkthrough). The pass that carries out the cancel now gives the launch up: it ends with
+    its run lost, nothing was started or killed, and the job ends cancelled."""
+    engine = _WithdrawingEngine(stuck=1)
+    config = from_dict(
+        {
+            "daemon": {"state_dir": str(tmp_path)},
+            "cluster": {"cores": 8, "memory_mib": 8192},
+            "intervals": {"launch_wait": 0.5},
+            "policies": {"cosched": "none"},
+        }
+    )
+    daemon = Daemon(config, backend=engine)  # type: ignore[arg-type]
+    daemon.start()
+    try:
+        [stuck] = _submit(daemon, 1)
+        daemon.schedule()
+        assert daemon.store.job(stuck)["state"] == "launching"
+        assert daemon.cancel(stuck) == "launching"
+        daemon.schedule()  # the core asks for the kill: the launch is withdrawn
+        assert engine.withdrawn == [stuck]
+        deadline = time.monotonic() + 10
+        while daemon.launching[stuck].future.done() is False:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(3):
+            daemon.schedule()
+        assert daemon.store.job(stuck)["state"] == "cancelled" and not daemon.launching
+        assert engine.killed == [] and stuck not in engine.running  # never started
+    finally:
+        engine.release.set()
+        daemon.close()
+
+
 def test_a_quota_the_core_changed_while_the_launch_hung_is_applied_once_it_runs(tmp_path: Path) -> None:
     """Static lending: job 1 (8 cores, the whole cluster) hangs in its launch; job 2 queues behind
     it and is co-scheduled on it at once, the core halving job 1's quota. The quota change finds no

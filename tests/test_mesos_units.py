@@ -580,6 +580,42 @@ def test_the_answer_to_an_older_quota_change_is_not_taken_for_the_newer_ones(mon
     assert task.id not in backend._quota_asks  # forgotten with its run
 
 
+@pytest.mark.parametrize("waits_for", ["offers", "its parts"])
+def test_a_launch_withdrawn_fails_at_once_and_takes_no_node_down(waits_for: str) -> None:
+    """A job cancelled while its launch waits for offers, or for a gang's parts to start: the launch
+    fails at once as its run lost (`_retire` then kills its tasks, held parts removed unstarted),
+    not `launch_timeout` later, and no agent is taken for one that made no offer."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.offer_book import Demand, Need
+    from cosched.mesos.runs import Run, Task, new_handle, part_id
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1", launch_timeout=30.0), 2)
+    backend.agents, backend.hostnames = ["A1", "A2"], {"A1": "agent1", "A2": "agent2"}
+    handle = new_handle(7, 1)
+    tasks = {p: Task(part_id(handle, p, 2, 1), 7, agent, 1) for p, agent in enumerate(("A1", "A2"))}
+    demand = Demand(handle, (Need("A1", 1.0, 64.0), Need("A2", 1.0, 64.0))) if waits_for == "offers" else None
+    launch = mesos_backend._Launch(Run(handle, 7, 2, tasks), {}, demand, time.monotonic())
+    backend.launches[handle] = launch
+    raised: list[BaseException] = []
+
+    def wait() -> None:
+        with backend.cond:
+            try:
+                backend._wait_launched(launch)
+            except BaseException as exc:  # what it raised is the test's
+                raised.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    backend.withdraw(7)
+    waiter.join(5)
+    assert not waiter.is_alive() and time.monotonic() - started < 2
+    assert [type(exc).__name__ for exc in raised] == ["RunLost"] and "its job was cancelled" in str(raised[0])
+    assert backend.down == set()
+
+
 def test_a_run_lost_with_its_agent_says_it_waits_for_the_fence() -> None:
     """A job whose agent the master gave up waits for its executor's fence before it is queued again:
     `queue` showed it running on the node's new agent, where it never ran (a helper's walkthrough)."""

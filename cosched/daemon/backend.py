@@ -83,6 +83,12 @@ class Backend(Protocol):
 
     def kill(self, handle: str) -> None: ...
 
+    def withdraw(self, job_id: int) -> None:
+        """Give up the launch under way of job `job_id`, whose cancel came before it ran: where the
+        machines hold its parts made and unstarted (a Mesos gang at its start barrier), they are
+        removed, never started. A no-op where a launch cannot be given up midway (one host's engine:
+        its job is killed once the launch is recorded)."""
+
     def remove(self, handle: str) -> None: ...
 
     def set_quota(self, handle: str, cpus: float) -> None:

@@ -38,6 +38,10 @@ def carry_out(daemon: Daemon, ends: list[End], plan: Plan) -> None:
     raise_failures(daemon.engine.each(daemon.backend.remove, removals))
     apply_quotas(daemon, plan.quotas)
     kill(daemon, [(job_id, daemon.containers[job_id]) for job_id in plan.kills if job_id in daemon.containers])
+    with daemon.lock:
+        launching = [job_id for job_id in plan.kills if job_id in daemon.launching]
+    for job_id in launching:  # cancelled before it ran: its launch is given up where it can be
+        daemon.backend.withdraw(job_id)
     launch_all(daemon, plan.launches)
 
 

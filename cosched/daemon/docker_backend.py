@@ -538,6 +538,9 @@ class DockerBackend:
             raw = b"[...]" + raw[-most:]
         return raw.decode("utf-8", "replace")
 
+    def withdraw(self, job_id: int) -> None:
+        """A launch here is one create and start: nothing to give up midway (`Backend.withdraw`)."""
+
     def kill(self, container_id: str) -> None:
         try:
             self.client.api.kill(container_id)
