@@ -155,16 +155,8 @@ class _StuckEngine(_SlowEngine):
         self.running = {j: c for j, c in self.running.items() if c != container}
 
 
-def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_once_it_runs(
-    tmp_path: Path,
-) -> None:
-    """Job 1's launch hangs. The pass waits `launch_wait` (0.5 s) for it, then goes on: job 1 is
-    `launching`, job 2 submitted next starts and runs at the next pass, and the reconciliation does
-    not launch job 1 again. Job 1 is cancelled while its launch hangs (the core's kill finds no
-    container); once the launch finishes, the next pass records it and kills it, and it ends
-    cancelled. With the launches waited for whole (the code before), the first pass would have
-    hung until the launch finished."""
-    engine = _StuckEngine(stuck=1)
+def _waiting_half_a_second(tmp_path: Path, engine: _StuckEngine) -> Daemon:
+    """A started daemon of 8 cores on `engine` whose passes wait 0.5 s for their launches."""
     config = from_dict(
         {
             "daemon": {"state_dir": str(tmp_path)},
@@ -175,6 +167,20 @@ def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_
     )
     daemon = Daemon(config, backend=engine)  # type: ignore[arg-type]
     daemon.start()
+    return daemon
+
+
+def test_a_launch_that_waits_long_holds_no_pass_and_a_cancel_meanwhile_kills_it_once_it_runs(
+    tmp_path: Path,
+) -> None:
+    """Job 1's launch hangs. The pass waits `launch_wait` (0.5 s) for it, then goes on: job 1 is
+    `launching`, job 2 submitted next starts and runs at the next pass, and the reconciliation does
+    not launch job 1 again. Job 1 is cancelled while its launch hangs (the core's kill finds no
+    container); once the launch finishes, the next pass records it and kills it, and it ends
+    cancelled. With the launches waited for whole (the code before), the first pass would have
+    hung until the launch finished."""
+    engine = _StuckEngine(stuck=1)
+    daemon = _waiting_half_a_second(tmp_path, engine)
     try:
         [stuck] = _submit(daemon, 1)
         started = time.perf_counter()
@@ -234,16 +240,7 @@ def test_a_job_cancelled_while_its_launch_waits_is_withdrawn_and_never_runs(tmp_
     Mesos walkthrough). The pass that carries out the cancel now gives the launch up: it ends with
     its run lost, nothing was started or killed, and the job ends cancelled."""
     engine = _WithdrawingEngine(stuck=1)
-    config = from_dict(
-        {
-            "daemon": {"state_dir": str(tmp_path)},
-            "cluster": {"cores": 8, "memory_mib": 8192},
-            "intervals": {"launch_wait": 0.5},
-            "policies": {"cosched": "none"},
-        }
-    )
-    daemon = Daemon(config, backend=engine)  # type: ignore[arg-type]
-    daemon.start()
+    daemon = _waiting_half_a_second(tmp_path, engine)
     try:
         [stuck] = _submit(daemon, 1)
         daemon.schedule()
