@@ -1148,3 +1148,27 @@ def test_an_executors_container_carries_the_run_its_task_id_names() -> None:
     assert _run_of(part_id(new_handle(7, 3), 0, 2, 1)) == 3
     assert _run_of("cosched-job-7-1a2b3c-0of1-1c") == 0  # a handle from before runs were numbered
     assert _run_of("t1") == 0
+
+
+def test_a_revive_while_not_subscribed_is_no_warning_and_a_refused_one_names_its_call_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While a master is elected every round's REVIVE found no subscription: a warning a second,
+    `REVIVE: REVIVE: not subscribed to a Mesos master` (a helper's walkthrough). The subscription
+    says why it is down; a call the master refuses is still a warning, its name said once."""
+    from cosched.mesos import backend as mesos_backend
+    from cosched.mesos.errors import CallError, NotSubscribed
+
+    backend = mesos_backend.MesosBackend(mesos_backend.MesosSettings(masters="127.0.0.1:1"), 1)
+
+    def unsubscribed() -> None:
+        raise NotSubscribed("REVIVE: not subscribed to a Mesos master")
+
+    def refused() -> None:
+        raise CallError("REVIVE: 400 Bad Request")
+
+    with caplog.at_level("DEBUG", logger="cosched.mesos"):
+        backend._flow(unsubscribed, "REVIVE")
+        backend._flow(refused, "REVIVE")
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "REVIVE" in r.getMessage()]
+    assert said == [("DEBUG", "REVIVE: not subscribed to a Mesos master"), ("WARNING", "REVIVE: 400 Bad Request")]
