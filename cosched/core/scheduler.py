@@ -743,8 +743,8 @@ class Scheduler:
         # guests arrive; `_can_host` checks each pair all the same.
         open_hosts = [h for h in self.running if h.coschedule and len(self.guests.get(h.id, ())) < self.sharing - 1]
         fitting: dict[int, list[Job]] = {}
-        last, self.not_lent = self.not_lent, {}
-        not_lent = self.not_lent
+        last = self.not_lent
+        self.not_lent = not_lent = {}
         why_closed: dict[int, str] = {}  # by size: none of that size takes a guest (`_no_open_host`)
         for guest in window:
             if self.limit is not None and not self.limit.admits(guest):

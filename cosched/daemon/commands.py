@@ -25,7 +25,7 @@ from cosched.daemon.client import LOG_LINES, ApiError, Client
 from cosched.daemon.cpus import ranges
 from cosched.errors import ConfigError, CoschedError
 from cosched.policies.asax import loss_outcome
-from cosched.reporting.report import format_table
+from cosched.reporting.report import format_table, shortened
 
 FINAL_STATES = ("done", "failed", "cancelled")
 
@@ -859,10 +859,7 @@ def _node_state(row: dict[str, Any]) -> str:
     state = "DOWN" if not row["up"] else f"up (others hold {row['others']})" if row.get("others") else "up"
     drain = row.get("drain")
     if drain:
-        reason = drain["reason"]
-        if len(reason) > REASON_IN_TABLE:
-            reason = reason[: REASON_IN_TABLE - 3].rstrip() + "..."
-        state = f"{drain['state']} ({reason})" + ("" if row["up"] else ", DOWN")
+        state = f"{drain['state']} ({shortened(drain['reason'], REASON_IN_TABLE)})" + ("" if row["up"] else ", DOWN")
     return state
 
 

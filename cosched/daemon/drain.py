@@ -21,6 +21,7 @@ from cosched.daemon.store import Store
 from cosched.daemon.submissions import Forbidden, Rejected
 from cosched.errors import CoschedError
 from cosched.model import Allocation, Cluster, Job, JobState
+from cosched.reporting.report import shortened
 
 if TYPE_CHECKING:
     from cosched.daemon.ends import End
@@ -155,12 +156,10 @@ def faulty(daemon: Daemon, ended: list[End]) -> None:
         for node in end.faulty_nodes:
             if node not in daemon.drained:
                 detail = end.reason.rsplit("could not start: ", 1)[-1]  # the machine's words, not the layers
-                reason = f"job {end.job.id} could not start there: {detail}"
-                if len(reason) > MAX_REASON:  # the log has it whole
-                    reason = reason[: MAX_REASON - 3].rstrip() + "..."
-                entry = Drain(reason, daemon.clock(), BY_DAEMON, _host_of(daemon, node))
+                why = f"job {end.job.id} could not start there: {detail}"
+                entry = Drain(shortened(why, MAX_REASON), daemon.clock(), BY_DAEMON, _host_of(daemon, node))
                 _save(daemon, {**daemon.drained, node: entry})
-                log.warning("node %d drained by cosched: job %d could not start there: %s", node, end.job.id, detail)
+                log.warning("node %d drained by cosched: %s", node, why)  # whole
 
 
 def _check(daemon: Daemon, node: int, caller: Caller, verb: str) -> None:

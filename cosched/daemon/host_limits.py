@@ -51,7 +51,7 @@ JOBS_PER_CPU = 2
 """Jobs one CPU may run at once: its owner and a guest it lends to."""
 
 
-def _read(sysctl: Path) -> int | None:
+def read_sysctl(sysctl: Path) -> int | None:
     try:
         return int(sysctl.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -75,7 +75,7 @@ def exposures(
             "processes, inotify instances, epoll watches and pipe buffers a job makes are bounded by the host's "
             "tables alone, not by its memory; boot without it"
         )
-    file_max = _read(sys / "fs" / "file-max")
+    file_max = read_sysctl(sys / "fs" / "file-max")
     if file_max is not None and nofile * pids_limit >= file_max:
         lines.append(
             f"one job may open {nofile * pids_limit:,} files (docker.nofile x docker.pids_limit), and the host's "
@@ -83,7 +83,7 @@ def exposures(
             f"root's; set sysctl fs.file-max={FILE_MAX_UNBOUNDED} (a job's files are charged to its memory), "
             "or lower docker.nofile"
         )
-    pty_max, reserve = _read(sys / "kernel" / "pty" / "max"), _read(sys / "kernel" / "pty" / "reserve")
+    pty_max, reserve = read_sysctl(sys / "kernel" / "pty" / "max"), read_sysctl(sys / "kernel" / "pty" / "reserve")
     if ptys and pty_max is not None and pty_max < PTY_MAX_LARGEST:
         shared = max(0, pty_max - (reserve or 0))
         lines.append(
@@ -92,7 +92,7 @@ def exposures(
             "charged to its memory), or docker.ptys = false"
         )
     for name, what, left, closed in PER_UID:
-        table = _read(sys / "fs" / name)
+        table = read_sysctl(sys / "fs" / name)
         if table is not None and table != closed:
             key = f"fs.{name.replace('/', '.')}"
             lines.append(
@@ -101,7 +101,7 @@ def exposures(
                 "is charged to its job's memory)"
             )
     for name, key, what in (("pid_max", "kernel.pid_max", "pid"), ("threads-max", "kernel.threads-max", "thread")):
-        table = _read(sys / "kernel" / name)
+        table = read_sysctl(sys / "kernel" / name)
         if table is not None and table < PID_MAX_LARGEST and pids_limit * JOBS_PER_CPU * cpus >= table:
             lines.append(
                 f"the host's {table:,} {what}s ({key}) are {table // pids_limit:,} jobs' worth at "

@@ -24,6 +24,7 @@ import os
 import stat
 from pathlib import Path
 
+from cosched.daemon.host_limits import read_sysctl
 from cosched.daemon.sandbox import replaceable_problem
 from cosched.errors import ConfigError
 
@@ -172,12 +173,7 @@ def _refuse_other_spellings(table: dict[str, object], keys: tuple[str, ...], whe
 def huge_pages_exposure(vm: Path = Path("/proc/sys/vm")) -> str:
     """'' unless the host keeps huge pages that jobs under the engine's own profile can take (only
     the floor refuses them: `HUGE_PAGES`), else a line saying so and what closes it."""
-    counts = []
-    for name in ("nr_hugepages", "nr_overcommit_hugepages"):
-        try:
-            counts.append(int((vm / name).read_text().split()[0]))
-        except (OSError, ValueError, IndexError):
-            counts.append(0)  # a host that does not say
+    counts = [read_sysctl(vm / name) or 0 for name in ("nr_hugepages", "nr_overcommit_hugepages")]
     if not any(counts):
         return ""
     return (

@@ -69,6 +69,11 @@ def _is_number(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
 
 
+def shortened(text: str, most: int) -> str:
+    """`text` in at most `most` characters: cut, and marked with '...', when longer."""
+    return text if len(text) <= most else text[: most - 3].rstrip() + "..."
+
+
 def format_table(
     rows: Sequence[Mapping[str, object]],
     columns: Sequence[str] | None = None,
